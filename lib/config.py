@@ -1,0 +1,301 @@
+"""One typed tree for every knob of the nightly consolidation pipeline.
+
+- `ConsolidationConfig` is the root; each stage reads its own section (buffer, curation,
+  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, orchestration, workspace).
+- Defaults are the design seed's (000 section 5): new_data_ratio 0.1, lr_scale 0.1, warmup 0.1,
+  warmdown 0.5, 1000 iterations of 524,288 tokens, forgetting gate at +2% bits per byte.
+- Field descriptions are the documentation: the Prefect UI renders them as the run form.
+- `load_config(path, preset, overrides)` merges, in order: a preset (`default` or `tiny`), a YAML
+  or TOML file, then `section.key=value` overrides from the command line. Unknown keys are errors
+  (a typo must not silently fall back to a default).
+- A bad value raises `ConfigError` naming the field, the reason and the value given.
+
+Trade-off: one model for everything makes the UI form long, but there is exactly one place where
+a knob is defined, validated and documented.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class WorkspaceConfig(_Section):
+    root: Path = Field(Path("workspace"), description="Folder that holds all state: buffers, corpora, runs, checkpoints, lineage.duckdb.")
+    corpus: str = Field("stdlib", description="Name of the original training corpus under <workspace>/corpora/ used for replay and the forgetting check.")
+
+
+class BufferConfig(_Section):
+    flush_size: int = Field(1000, ge=1, description="Records kept in memory (and in the write-ahead log) before a parquet file is written.")
+    max_text_bytes: int = Field(10_000_000, ge=1, description="Largest accepted record in UTF-8 bytes; larger texts are refused with an error.")
+
+
+class CurationConfig(_Section):
+    exact_dedup: bool = Field(True, description="Drop documents whose normalised text (NFKC, lower case, collapsed whitespace) was seen tonight or on an earlier night.")
+    near_dedup: bool = Field(True, description="Drop near-duplicates found with MinHash + LSH, tonight and against earlier nights.")
+    threshold: float = Field(0.8, gt=0, lt=1, description="Jaccard similarity above which two documents count as near-duplicates.")
+    num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations per signature.")
+    ngram: int = Field(5, ge=1, le=64, description="Shingle size: words (shingle=word) or characters (shingle=char).")
+    shingle: Literal["word", "char"] = Field("word", description="Shingles of whitespace-separated words (prose) or of characters (better for code).")
+    verify_jaccard: bool = Field(False, description="Check candidate pairs with the exact Jaccard similarity before merging them.")
+    min_chars: int = Field(48, ge=0, description="Documents shorter than this many characters are dropped (or concatenated, see concatenate_short).")
+    max_chars: int = Field(100_000, ge=1, description="Documents longer than this are dropped or split (see long_docs).")
+    long_docs: Literal["drop", "split"] = Field("split", description="What to do with documents over max_chars.")
+    concatenate_short: bool = Field(True, description="Concatenate short documents up to max_chars instead of dropping them (seed 001).")
+    languages: list[str] = Field(default_factory=lambda: ["en"], description="Languages to keep (fastText lid.176 labels, e.g. en, de). Empty list: no language filter.")
+    language_threshold: float = Field(0.65, ge=0, le=1, description="Minimum language-ID confidence to keep a document.")
+    quality_model: Path | None = Field(None, description="fastText quality classifier (.bin/.ftz) trained with `consolidate quality train`; none: no quality filter.")
+    quality_threshold: float = Field(0.5, ge=0, le=1, description="Minimum probability of the positive label to keep a document.")
+    workers: int | None = Field(None, ge=1, description="Processes for signature computation and tokenization; none: all cores.")
+
+
+class SourceConfig(_Section):
+    name: str = Field(description="Source name, as it appears in the manifest and in metrics.")
+    path: Path = Field(description="Folder or file of parquet shards with a `text` column (relative paths are inside the workspace).")
+    weight: float = Field(gt=0, description="Sampling weight, counted in tokens.")
+    kind: Literal["corpus", "buffer", "curated"] = Field("curated", description="corpus: original training data; buffer: new data; curated: any other dataset.")
+    fim_rate: float = Field(0.0, ge=0, le=1, description="Fraction of this source's documents turned into fill-in-the-middle examples (0 for prose, 0.5 for code).")
+
+
+class SamplingConfig(_Section):
+    new_data_ratio: float = Field(0.1, gt=0, lt=1, description="Share of training tokens from tonight's new data; the rest is replay of the original corpus (seed default 1:9).")
+    sources: list[SourceConfig] = Field(default_factory=list, description="Extra sources (earlier nights, curated datasets). Empty: the two-source case of new_data_ratio.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature T: p_i ∝ w_i^(1/T). 1 keeps the weights, larger flattens them.")
+    final_temperature: float | None = Field(None, gt=0, description="Temperature at the end of training for an annealing schedule; none: constant.")
+    temperature_schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="How T moves from temperature to final_temperature over training progress.")
+    heldout_fraction: float = Field(0.1, ge=0, lt=1, description="Deterministic slice of tonight's curated data held out of training for the generalisation check.")
+    seed: int = Field(0, description="Seed of the manifest draw; same inputs + same seed give a byte-identical manifest.")
+    fim_rate_code: float = Field(0.5, ge=0, le=1, description="FIM rate of code sources (documents detected as code in the embedded corpus).")
+    fim_spm_rate: float = Field(0.5, ge=0, le=1, description="Share of FIM examples in SPM order (the rest PSM).")
+    fim_middle_only: bool = Field(False, description="Compute the loss on the middle span of FIM examples only (default: all tokens).")
+
+
+class TokenizerConfig(_Section):
+    path: Path | None = Field(None, description="Folder with tokenizer.json; none: the champion model's own tokenizer.")
+    vocab_size: int = Field(4096, ge=256, le=1 << 20, description="Vocabulary size when a BPE tokenizer is trained (embedded demo only).")
+
+
+class ModelConfig(_Section):
+    """Architecture of a model pre-trained from scratch (the demo's v0). Consolidation reads the
+    architecture from the champion's config.json instead."""
+
+    hidden_size: int = Field(768, ge=8, description="Transformer width.")
+    num_layers: int = Field(12, ge=1, description="Transformer blocks.")
+    num_heads: int = Field(12, ge=1, description="Attention heads.")
+    num_kv_heads: int | None = Field(None, ge=1, description="Key/value heads (grouped-query attention); none: as many as num_heads.")
+    intermediate_size: int | None = Field(None, ge=8, description="MLP width; none: 8/3 × hidden_size rounded to 64.")
+    max_position_embeddings: int = Field(2048, ge=16, description="Longest sequence the model attends over.")
+    pretrain_lr: float = Field(3e-4, gt=0, description="Peak learning rate of v0's pre-training (the 'original LR' later consolidations scale).")
+    pretrain_iterations: int = Field(5000, ge=1, description="Steps of v0's pre-training.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ModelConfig":
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        return self
+
+
+class TrainingConfig(_Section):
+    num_iterations: int = Field(1000, ge=1, description="Optimizer steps of one consolidation (seed: make the new data seen 3-10 times).")
+    total_batch_size: int = Field(524_288, ge=1, description="Tokens per optimizer step, over all ranks; reached with gradient accumulation.")
+    device_batch_size: int = Field(32, ge=1, description="Sequences per forward pass on one device.")
+    seq_len: int = Field(2048, ge=8, description="Tokens per training sequence (rows are seq_len + 1 for the shifted targets).")
+    lr_scale: float = Field(0.1, gt=0, description="Peak LR = the parent's original LR × lr_scale (seed default 1/10).")
+    warmup_ratio: float = Field(0.1, ge=0, le=1, description="Share of steps with linear LR warmup.")
+    warmdown_ratio: float = Field(0.5, ge=0, le=1, description="Share of steps at the end with LR decay to final_lr_frac × peak.")
+    final_lr_frac: float = Field(0.1, ge=0, le=1, description="LR at the last step as a fraction of the peak.")
+    weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay.")
+    adam_betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas.")
+    grad_clip: float = Field(1.0, ge=0, description="Gradient norm clipping; 0 disables it.")
+    optimizer_state: Literal["fresh", "inherit"] = Field("fresh", description="Start AdamW moments from zero (fresh) or from the parent's saved state, LRs reset (seed 000 open question 4).")
+    nproc_per_node: int = Field(1, ge=1, description="Processes torchrun starts on each node (GPUs per node on CUDA).")
+    nnodes: int = Field(1, ge=1, description="Nodes for multi-node torchrun.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.")
+    snapshot_every: int = Field(100, ge=1, description="Save a resumable snapshot every this many steps (and on SIGTERM).")
+    keep_snapshots: int = Field(2, ge=1, description="Complete snapshots kept; older ones are deleted.")
+    time_limit_s: float | None = Field(None, gt=0, description="Wall-clock limit of the training step; the run is stopped (snapshot kept) past it.")
+    seed: int = Field(1337, description="Seed of model init (v0) and of anything random in training.")
+
+    @model_validator(mode="after")
+    def _ratios(self) -> "TrainingConfig":
+        if self.warmup_ratio + self.warmdown_ratio > 1:
+            raise ValueError(f"warmup_ratio + warmdown_ratio must be at most 1, got {self.warmup_ratio} + {self.warmdown_ratio}")
+        return self
+
+
+class CheckpointConfig(_Section):
+    delta: bool = Field(True, description="Store a new version as a lossless zstd-compressed XOR delta against its parent.")
+    full_every: int = Field(5, ge=1, description="Store a full copy every this many versions in a chain, to bound restore time.")
+
+
+class EvalConfig(_Section):
+    max_docs: int | None = Field(None, ge=1, description="Cap on documents per evaluation set; none: all.")
+    batch_size: int = Field(8, ge=1, description="Sequences per forward pass during evaluation.")
+    probes: Path | None = Field(None, description="JSONL file of {prompt, expected} probes scored before and after; none: no probes.")
+
+
+class GateConfig(_Section):
+    max_forgetting: float = Field(0.02, ge=0, description="Largest allowed relative rise of bits per byte on the original validation split (seed: 2%).")
+    min_acquisition: float = Field(0.0, description="Smallest required relative drop of bits per byte on tonight's new data (0: must not get worse).")
+    probe_tolerance: float = Field(0.0, ge=0, description="Largest allowed drop in probe exact-match rate.")
+
+
+class ServeConfig(_Section):
+    host: str = Field("127.0.0.1", description="Address the inference server listens on.")
+    port: int = Field(8000, ge=1, le=65535, description="Port of the inference server.")
+    token: SecretStr | None = Field(None, description="Bearer token required by the server; none: no authentication.")
+    capture: bool = Field(True, description="Write served conversations into the memory buffer (per-request opt-out).")
+    strip_system_prompt: bool = Field(False, description="Leave system messages out of captured conversations (seed 000 open question 1).")
+    strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens from captured text.")
+    max_request_bytes: int = Field(1_000_000, ge=1, description="Largest accepted request body.")
+    max_new_tokens: int = Field(512, ge=1, description="Largest generation length a request may ask for.")
+
+
+class OrchestrationConfig(_Section):
+    task_runner: Literal["threads", "ray"] = Field("threads", description="Where per-shard data tasks run: local threads or a Ray cluster (prefect-ray).")
+    ray_address: str | None = Field(None, description="Ray cluster address; none with task_runner=ray: a local Ray.")
+    train_deployment: str | None = Field(None, description="Name 'flow/deployment' of the GPU training deployment; none: train inline on this machine.")
+    train_concurrency_limit: str = Field("consolidation-training", description="Name of the global concurrency limit held while training.")
+
+
+class ConsolidationConfig(_Section):
+    """Everything one nightly consolidation needs to know."""
+
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    buffer: BufferConfig = Field(default_factory=BufferConfig)
+    curation: CurationConfig = Field(default_factory=CurationConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict with secrets masked: safe for lineage, logs and artifacts."""
+        return json.loads(self.model_dump_json())
+
+
+# The tiny preset: a ~3 M-parameter Llama, 4k BPE, 256-token rows, livelier LR and new-data share
+# so that learning shows within minutes on 2 CPU cores (shared/NOTES.md replay experiment).
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "tiny": {
+        "buffer": {"flush_size": 100},
+        "curation": {"min_chars": 48, "max_chars": 8000},
+        "sampling": {"new_data_ratio": 0.25},
+        "tokenizer": {"vocab_size": 4096},
+        "model": {
+            "hidden_size": 128, "num_layers": 4, "num_heads": 4, "intermediate_size": 384,
+            "max_position_embeddings": 256, "pretrain_lr": 3e-3, "pretrain_iterations": 500,
+        },
+        "training": {
+            "num_iterations": 200, "total_batch_size": 2048, "device_batch_size": 8,
+            "seq_len": 256, "lr_scale": 0.3, "snapshot_every": 50,
+        },
+        "eval": {"max_docs": 200, "batch_size": 8},
+    },
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or out of range; the message names the field."""
+
+
+def _deep_merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_value(text: str) -> Any:
+    """Parse a command-line value the way YAML would: numbers, booleans, null, lists."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """Turn ["training.lr_scale=0.3", ...] into a nested dict."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r}: expected section.key=value, e.g. training.lr_scale=0.3")
+        node = tree
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part} is set twice")
+        node[parts[-1]] = _parse_value(value.strip())
+    return tree
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml", ".json"):
+            data = yaml.safe_load(text) or {}
+        else:
+            raise ConfigError(f"config file {path}: expected .yaml, .yml, .toml or .json")
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {path} is not valid {path.suffix[1:].upper()}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a mapping of sections")
+    return data
+
+
+def _explain(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(root)"
+        given = err.get("input")
+        given_text = "" if isinstance(given, dict) else f" (got {given!r})"
+        lines.append(f"{field}: {err['msg']}{given_text}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def build_config(data: dict[str, Any]) -> ConsolidationConfig:
+    try:
+        return ConsolidationConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc)) from None
+
+
+def load_config(
+    path: str | Path | None = None,
+    preset: str = "default",
+    overrides: list[str] | None = None,
+) -> ConsolidationConfig:
+    """Preset, then file, then `section.key=value` overrides; validated once at the end."""
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    data = PRESETS[preset]
+    if path is not None:
+        data = _deep_merge(data, read_config_file(path))
+    if overrides:
+        data = _deep_merge(data, parse_overrides(overrides))
+    return build_config(data)

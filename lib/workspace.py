@@ -1,0 +1,147 @@
+"""The one place that knows the workspace layout.
+
+```
+<root>/
+  buffers/               memory buffer parquet files + wal/ (write-ahead log of unflushed records)
+  quarantine/            buffer files (or rows) that failed validation, each with a .reason.json
+  corpora/<name>/        original corpus shards (parquet, column `text`), validation split in val/
+  index/                 curation state that grows night by night (exact hashes, MinHash bands)
+  runs/<run-id>/         curated/, manifest.parquet, shards/, train/ (snapshots, logs), eval/
+  checkpoints/<version>/ Hugging Face model folders + meta.json
+  lineage.duckdb         the registry: what exists and in which state
+```
+
+Every path a user hands in goes through `Workspace.resolve`, which refuses anything that lands
+outside the root (`../../etc/passwd`, an absolute path elsewhere, a symlink pointing out).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class WorkspaceError(ValueError):
+    """A path or name that would leave the workspace, or is not a valid name."""
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """Names of runs, versions and corpora become folder names: keep them plain."""
+    if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+        raise WorkspaceError(f"{what} {name!r} is not valid: use letters, digits, '.', '_' and '-' (at most 128), not starting with '.' or '-'")
+    return name
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    def __init__(self, root: str | Path):
+        object.__setattr__(self, "root", Path(root).expanduser().resolve())
+
+    # -- top-level folders -------------------------------------------------------------------
+    @property
+    def buffers(self) -> Path:
+        return self.root / "buffers"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine"
+
+    @property
+    def corpora(self) -> Path:
+        return self.root / "corpora"
+
+    @property
+    def index(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def lineage_db(self) -> Path:
+        return self.root / "lineage.duckdb"
+
+    # -- named children ----------------------------------------------------------------------
+    def corpus(self, name: str) -> Path:
+        return self.corpora / check_name(name, "corpus name")
+
+    def corpus_train(self, name: str) -> Path:
+        return self.corpus(name) / "train"
+
+    def corpus_val(self, name: str) -> Path:
+        return self.corpus(name) / "val"
+
+    def run(self, run_id: str) -> "RunDir":
+        return RunDir(self.runs / check_name(run_id, "run id"))
+
+    def checkpoint(self, version: str) -> Path:
+        return self.checkpoints / check_name(version, "version")
+
+    # -- safety ------------------------------------------------------------------------------
+    def resolve(self, path: str | Path) -> Path:
+        """Resolve a user-supplied path (relative paths are relative to the root) and refuse it
+        unless it stays inside the workspace after following symlinks."""
+        p = Path(path).expanduser()
+        p = (p if p.is_absolute() else self.root / p).resolve()
+        if p != self.root and self.root not in p.parents:
+            raise WorkspaceError(f"path {str(path)!r} resolves to {p}, outside the workspace {self.root}")
+        return p
+
+    def ensure(self) -> "Workspace":
+        for d in (self.buffers, self.quarantine, self.corpora, self.index, self.runs, self.checkpoints):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Folder of one nightly run: everything it produced, addressable by stage."""
+
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def curated(self) -> Path:
+        return self.path / "curated"
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / "manifest.parquet"
+
+    @property
+    def shards(self) -> Path:
+        return self.path / "shards"
+
+    @property
+    def train(self) -> Path:
+        return self.path / "train"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.train / "snapshots"
+
+    @property
+    def metrics(self) -> Path:
+        return self.train / "metrics.jsonl"
+
+    @property
+    def eval(self) -> Path:
+        return self.path / "eval"
+
+    def ensure(self) -> "RunDir":
+        for d in (self.curated, self.shards, self.train, self.eval):
+            d.mkdir(parents=True, exist_ok=True)
+        return self

@@ -1,0 +1,95 @@
+from pathlib import Path
+
+import pytest
+
+from lib.config import ConfigError, ConsolidationConfig, load_config, parse_overrides
+from lib.workspace import Workspace, WorkspaceError
+
+
+def test_seed_defaults():
+    cfg = ConsolidationConfig()
+    assert cfg.sampling.new_data_ratio == 0.1
+    assert cfg.training.lr_scale == 0.1
+    assert cfg.training.warmup_ratio == 0.1
+    assert cfg.training.warmdown_ratio == 0.5
+    assert cfg.training.num_iterations == 1000
+    assert cfg.training.total_batch_size == 524288
+    assert cfg.gate.max_forgetting == 0.02
+
+
+def test_every_field_has_a_description():
+    def walk(model_cls, prefix=""):
+        for name, field in model_cls.model_fields.items():
+            ann = field.annotation
+            if isinstance(ann, type) and hasattr(ann, "model_fields"):
+                walk(ann, f"{prefix}{name}.")
+            else:
+                assert field.description, f"{prefix}{name} has no description"
+
+    walk(ConsolidationConfig)
+
+
+def test_file_then_override(tmp_path: Path):
+    yaml_file = tmp_path / "night.yaml"
+    yaml_file.write_text("training:\n  lr_scale: 0.2\n  num_iterations: 50\nsampling:\n  new_data_ratio: 0.3\n")
+    cfg = load_config(yaml_file, preset="tiny", overrides=["training.lr_scale=0.05", "gate.max_forgetting=0.01"])
+    assert cfg.training.lr_scale == 0.05  # override beats file
+    assert cfg.training.num_iterations == 50  # file beats preset
+    assert cfg.training.seq_len == 256  # preset beats default
+    assert cfg.sampling.new_data_ratio == 0.3
+    assert cfg.gate.max_forgetting == 0.01
+
+    toml_file = tmp_path / "night.toml"
+    toml_file.write_text("[training]\nlr_scale = 0.4\n")
+    assert load_config(toml_file).training.lr_scale == 0.4
+
+
+@pytest.mark.parametrize(
+    "override, field, reason",
+    [
+        ("training.lr_scale=-1", "training.lr_scale", "greater than 0"),
+        ("sampling.new_data_ratio=1.5", "sampling.new_data_ratio", "less than 1"),
+        ("training.num_iterations=abc", "training.num_iterations", "integer"),
+        ("training.lr_sclae=0.1", "training.lr_sclae", "Extra inputs are not permitted"),
+        ("training.warmup_ratio=0.6", "training", "warmup_ratio + warmdown_ratio"),
+        ("model.num_heads=5", "model", "not divisible"),
+    ],
+)
+def test_bad_values_name_the_field(override, field, reason):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=[override])
+    message = str(info.value)
+    assert field in message and reason in message
+
+
+def test_bad_files_and_overrides(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="section.key=value"):
+        parse_overrides(["lr_scale"])
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_config(preset="huge")
+
+
+def test_secrets_masked_in_dict():
+    cfg = load_config(overrides=["serve.token=s3cret-token"])
+    assert cfg.serve.token.get_secret_value() == "s3cret-token"
+    assert "s3cret-token" not in str(cfg.to_dict())
+
+
+def test_workspace_refuses_paths_outside(tmp_path):
+    ws = Workspace(tmp_path / "ws").ensure()
+    assert ws.resolve("buffers/a.parquet") == ws.buffers / "a.parquet"
+    for bad in ["../escape", "/etc/passwd", "buffers/../../x"]:
+        with pytest.raises(WorkspaceError, match="outside the workspace"):
+            ws.resolve(bad)
+    (ws.root / "link").symlink_to(tmp_path)
+    with pytest.raises(WorkspaceError):
+        ws.resolve("link/other")
+    with pytest.raises(WorkspaceError, match="not valid"):
+        ws.checkpoint("../v1")
+    assert ws.run("night-1").manifest == ws.runs / "night-1" / "manifest.parquet"
