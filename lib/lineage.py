@@ -253,7 +253,47 @@ class Lineage:
                 [version, t, h],
             )
 
+    # -- versions and aliases ----------------------------------------------------------------
+    def get_version(self, version: str) -> dict[str, Any] | None:
+        with self.reading() as con:
+            row = con.execute(
+                "SELECT version, parent, path, digest, status, run_id, storage, created_at, meta FROM versions WHERE version = ?",
+                [version],
+            ).fetchone()
+        if row is None:
+            return None
+        keys = ("version", "parent", "path", "digest", "status", "run_id", "storage", "created_at", "meta")
+        out = dict(zip(keys, row))
+        if isinstance(out["meta"], str):
+            out["meta"] = json.loads(out["meta"])
+        return out
+
+    def alias(self, alias: str) -> str | None:
+        """The version an alias (`champion`, `latest`) points at, or None."""
+        with self.reading() as con:
+            row = con.execute("SELECT version FROM aliases WHERE alias = ?", [alias]).fetchone()
+        return row[0] if row else None
+
+    def set_alias(
+        self, alias: str, version: str, actor: str, reason: str = "", con: duckdb.DuckDBPyConnection | None = None
+    ) -> None:
+        """Point `alias` at `version` and record the move in alias_history (one transaction;
+        pass `con` to join a larger one)."""
+        if con is None:
+            with self.transaction() as own:
+                return self.set_alias(alias, version, actor, reason, own)
+        if not con.execute("SELECT 1 FROM versions WHERE version = ?", [version]).fetchone():
+            raise LineageError(f"unknown version {version!r}")
+        prev = con.execute("SELECT version FROM aliases WHERE alias = ?", [alias]).fetchone()
+        t = now()
+        con.execute("DELETE FROM aliases WHERE alias = ?", [alias])
+        con.execute("INSERT INTO aliases VALUES (?, ?, ?)", [alias, version, t])
+        con.execute(
+            "INSERT INTO alias_history VALUES (?, ?, ?, ?, ?, ?)", [alias, version, prev[0] if prev else None, actor, reason, t]
+        )
+
 
 def to_json(value: Any) -> str:
     """JSON for the registry's JSON columns (paths and datetimes as strings)."""
     return json.dumps(value, default=str, sort_keys=True)
+
