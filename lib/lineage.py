@@ -64,7 +64,7 @@ MIGRATIONS: list[list[str]] = [
             previous VARCHAR,
             actor VARCHAR,                      -- gate | promote | rollback | bootstrap
             reason VARCHAR,
-            at TIMESTAMPTZ NOT NULL
+            moved_at TIMESTAMPTZ NOT NULL
         )""",
         """CREATE TABLE runs (
             run_id VARCHAR PRIMARY KEY,
