@@ -37,6 +37,7 @@ class WorkspaceConfig(_Section):
 class BufferConfig(_Section):
     flush_size: int = Field(1000, ge=1, description="Records kept in memory (and in the write-ahead log) before a parquet file is written.")
     max_text_bytes: int = Field(10_000_000, ge=1, description="Largest accepted record in UTF-8 bytes; larger texts are refused with an error.")
+    durability: Literal["fsync", "flush"] = Field("fsync", description="fsync: every added record is on disk before add returns (survives power loss); flush: handed to the OS (survives a killed process, not a power cut).")
 
 
 class CurationConfig(_Section):
