@@ -159,6 +159,8 @@ class ServeConfig(_Section):
     strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens from captured text.")
     max_request_bytes: int = Field(1_000_000, ge=1, description="Largest accepted request body.")
     max_new_tokens: int = Field(512, ge=1, description="Largest generation length a request may ask for.")
+    reload_interval_s: float = Field(2.0, ge=0, description="How often the server re-reads the champion alias from lineage (0: on every request); a moved alias reloads the model.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device the served model runs on; auto: CUDA when available, else CPU.")
 
 
 class OrchestrationConfig(_Section):
