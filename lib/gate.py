@@ -1,0 +1,126 @@
+"""The regression gate: may a candidate checkpoint replace its parent as champion?
+
+- Inputs are the parent's and the candidate's metrics measured on the same data, as
+  {dataset: {metric: value}} (what `lib.evaluate.evaluate_pair` returns and lineage stores).
+- forgetting: relative rise of bits per byte on the original validation split (`old_val`) must be
+  at most `gate.max_forgetting` (seed 000 section 6: a rise over 2% is significant forgetting).
+- acquisition: relative drop of bits per byte on tonight's new data must be at least
+  `gate.min_acquisition`; measured on `new_heldout` (documents never trained on, so learning that
+  generalises) and, when no held-out slice exists, on `new_train`.
+- probes: when both sides were probed, the exact-match rate may drop by at most
+  `gate.probe_tolerance`.
+- A rule whose inputs are missing fails (fail closed): a gate that cannot measure must not promote.
+
+Trade-off: relative thresholds on one scalar per data set are coarse (seed 000 section 8: BPB
+misses forgetting of single facts), but they separate the cases that matter by a wide margin:
+no replay at lr×0.3 forgets +32.6% on old data vs −0.7% with 10% new data (shared/NOTES.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from lib.config import GateConfig
+
+Metrics = dict[str, dict[str, float]]
+# A value exactly at a limit passes: 2.04 / 2.0 - 1 is 0.020000000000000018 in floating point.
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    name: str
+    measured: float | None  # the relative change (or the drop, for probes) that was compared
+    limit: float
+    passed: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    passed: bool
+    rules: list[RuleResult] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        failed = [r.name for r in self.rules if not r.passed]
+        return "passed: " + ", ".join(r.name for r in self.rules) if self.passed else "rejected by " + ", ".join(failed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "rules": [asdict(r) for r in self.rules]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "GateDecision":
+        return cls(bool(data["passed"]), [RuleResult(**r) for r in data.get("rules", [])])
+
+    def to_markdown(self, title: str = "Regression gate") -> str:
+        verdict = "PASSED" if self.passed else "REJECTED"
+        lines = [f"### {title}: {verdict}", "", "| rule | measured | limit | result | reason |", "|---|---|---|---|---|"]
+        for r in self.rules:
+            measured = "n/a" if r.measured is None else f"{r.measured:+.2%}"
+            lines.append(f"| {r.name} | {measured} | {r.limit:+.2%} | {'pass' if r.passed else 'FAIL'} | {r.reason} |")
+        return "\n".join(lines)
+
+
+def _get(metrics: Metrics, dataset: str, metric: str) -> float | None:
+    value = (metrics or {}).get(dataset, {}).get(metric)
+    return None if value is None else float(value)
+
+
+def relative_change(parent: float, candidate: float) -> float:
+    return (candidate - parent) / abs(parent)
+
+
+class RegressionGate:
+    """`RegressionGate(cfg.gate).decide(parent_metrics, candidate_metrics) -> GateDecision`."""
+
+    def __init__(self, config: GateConfig | None = None):
+        self.config = config or GateConfig()
+
+    def decide(self, parent: Metrics, candidate: Metrics) -> GateDecision:
+        rules = [self._forgetting(parent, candidate), self._acquisition(parent, candidate)]
+        probes = self._probes(parent, candidate)
+        if probes is not None:
+            rules.append(probes)
+        return GateDecision(all(r.passed for r in rules), rules)
+
+    def _forgetting(self, parent: Metrics, candidate: Metrics) -> RuleResult:
+        limit = self.config.max_forgetting
+        p, c = _get(parent, "old_val", "bpb"), _get(candidate, "old_val", "bpb")
+        if p is None or c is None:
+            return RuleResult("forgetting", None, limit, False, "old_val bpb not measured for both parent and candidate")
+        rise = relative_change(p, c)
+        ok = rise <= limit + _EPS
+        verb = "rose" if rise > 0 else "fell"
+        reason = (f"original-data bits per byte {verb} {abs(rise):.2%} ({p:.4f} -> {c:.4f}); "
+                  f"{'within' if ok else 'over'} the allowed rise of {limit:.2%} (gate.max_forgetting)")
+        return RuleResult("forgetting", rise, limit, ok, reason)
+
+    def _acquisition(self, parent: Metrics, candidate: Metrics) -> RuleResult:
+        need = self.config.min_acquisition
+        for dataset in ("new_heldout", "new_train"):
+            p, c = _get(parent, dataset, "bpb"), _get(candidate, dataset, "bpb")
+            if p is not None and c is not None:
+                break
+        else:
+            return RuleResult("acquisition", None, -need, False, "no new-data bpb (new_heldout or new_train) measured for both")
+        change = relative_change(p, c)
+        ok = -change >= need - _EPS
+        verb = "fell" if change < 0 else "rose"
+        reason = (f"new-data ({dataset}) bits per byte {verb} {abs(change):.2%} ({p:.4f} -> {c:.4f}); "
+                  f"required drop {need:.2%} (gate.min_acquisition) {'met' if ok else 'not met'}")
+        return RuleResult("acquisition", change, -need, ok, reason)
+
+    def _probes(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
+        p, c = _get(parent, "probes", "exact_match"), _get(candidate, "probes", "exact_match")
+        if p is None and c is None:
+            return None  # probes are optional
+        tol = self.config.probe_tolerance
+        if p is None or c is None:
+            return RuleResult("probes", None, tol, False, "probes scored for only one of parent and candidate")
+        drop = p - c
+        ok = drop <= tol + _EPS
+        reason = (f"probe exact match {p:.1%} -> {c:.1%} (drop {max(drop, 0.0):.1%}); "
+                  f"{'within' if ok else 'over'} the tolerance of {tol:.1%} (gate.probe_tolerance)")
+        return RuleResult("probes", drop, tol, ok, reason)
