@@ -1,0 +1,560 @@
+"""The memory buffer: text captured by day, kept safe until the night's consolidation reads it.
+
+- `add(text, source)` validates the record (a non-empty str that encodes as UTF-8, at most
+  `max_text_bytes`), appends it as one framed record (magic, length, CRC32) to this writer's own
+  write-ahead log `buffer_dir/wal/<segment>.log`, and fsyncs before it returns.
+- When `flush_size` records are pending (or on `flush()`), the segment becomes one parquet file
+  `buffer_<segment>.parquet`: written under a temporary name, fsync'd, renamed into place; only
+  then is the log deleted. The parquet is named after its segment, so a crash between the rename
+  and the delete replays nothing twice: replay sees the segment's parquet and drops the log.
+- Each writer holds an exclusive `flock` on its log for its whole life. Opening a MemoryBuffer
+  (and every `flush()`) replays the logs that no live process holds, i.e. those of dead writers,
+  into their parquet files. A lock is released by the kernel when a process dies, even by SIGKILL.
+- Replay reads frames until the first one whose header or checksum does not match: that is a
+  torn last write (its `add` never returned), dropped and counted, never half-imported.
+- Segment names (UTC time with microseconds, pid, random suffix) never collide, across processes
+  or within one second, and sort by the time of the segment's first record.
+
+Trade-off: the fsync makes every returned `add` survive a power cut, at ~1.3 ms per add on this
+machine's disk (~750 adds/s, against ~90k/s with `durability="flush"`, which survives a killed
+process but not a power cut). `add_many` puts a whole batch under one fsync.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import secrets
+import struct
+import threading
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Literal, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+log = logging.getLogger(__name__)
+
+# The contract every reader of buffer files relies on (curation's ingest validates against it).
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("source", pa.string()),
+        pa.field("created_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+LOG_MAGIC = b"MBUFWAL1"  # first 8 bytes of every log file: format and version
+FRAME_MAGIC = b"MBR1"
+_FRAME = struct.Struct("<4sII")  # magic, payload length, crc32(payload)
+_PAYLOAD = struct.Struct("<qHII")  # created_at (us since epoch), id length, source length, text length
+_NO_SOURCE = 0xFFFFFFFF
+MAX_SOURCE_BYTES = 4096
+STALE_NEW_LOG_S = 60.0  # a half-created log older than this belongs to a dead writer
+
+Durability = Literal["fsync", "flush"]
+
+
+class InvalidRecordError(ValueError):
+    """A record was refused (not a str, empty, too large, not encodable as UTF-8); nothing else
+    in the buffer is affected."""
+
+
+# -- names and ids ---------------------------------------------------------------------------
+def new_segment_name() -> str:
+    """`YYYYmmdd_HHMMSS_micro_pid_rand`: sorts by time, unique across processes and within a second."""
+    t = datetime.now(timezone.utc)
+    return f"{t:%Y%m%d_%H%M%S}_{t.microsecond:06d}_{os.getpid()}_{secrets.token_hex(3)}"
+
+
+def new_record_id() -> str:
+    """A UUIDv7 (RFC 9562): 48-bit millisecond time, then 74 random bits. Ids sort roughly by
+    capture time and are unique without coordination between writers."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (
+        (ms & ((1 << 48) - 1)) << 80
+        | 0x7 << 76
+        | ((rand >> 62) & 0xFFF) << 64
+        | 0b10 << 62
+        | (rand & ((1 << 62) - 1))
+    )
+    return str(uuid.UUID(int=value))
+
+
+def content_hash(path: str | Path) -> str:
+    """xxh3-128 hex of a file's bytes: the identity of a buffer file in the lineage registry."""
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# -- records ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Record:
+    id: str
+    text: str
+    source: str | None
+    created_us: int  # microseconds since the epoch, UTC
+
+
+def validate_text(text: object, max_text_bytes: int, where: str = "text") -> bytes:
+    """The UTF-8 bytes of a valid record text, or InvalidRecordError saying what is wrong."""
+    if not isinstance(text, str):
+        raise InvalidRecordError(f"{where} must be str, got {type(text).__name__}")
+    if not text.strip():
+        raise InvalidRecordError(f"{where} is empty or whitespace only")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRecordError(
+            f"{where} cannot be encoded as UTF-8: {exc.reason} at character {exc.start} "
+            f"({text[exc.start]!r}); lone surrogates usually come from bytes decoded with errors='surrogateescape'"
+        ) from None
+    if len(data) > max_text_bytes:
+        raise InvalidRecordError(
+            f"{where} is {len(data):,} bytes in UTF-8, over the limit of {max_text_bytes:,} (buffer.max_text_bytes)"
+        )
+    return data
+
+
+def _validate_source(source: object, where: str) -> bytes | None:
+    if source is None:
+        return None
+    if not isinstance(source, str):
+        raise InvalidRecordError(f"{where} source must be str or None, got {type(source).__name__}")
+    try:
+        data = source.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRecordError(f"{where} source cannot be encoded as UTF-8") from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise InvalidRecordError(f"{where} source is {len(data):,} bytes, over {MAX_SOURCE_BYTES}")
+    return data
+
+
+def encode_frame(record_id: str, text_bytes: bytes, source_bytes: bytes | None, created_us: int) -> bytes:
+    id_bytes = record_id.encode("ascii")
+    src_len = _NO_SOURCE if source_bytes is None else len(source_bytes)
+    payload = b"".join(
+        (_PAYLOAD.pack(created_us, len(id_bytes), src_len, len(text_bytes)), id_bytes, source_bytes or b"", text_bytes)
+    )
+    return _FRAME.pack(FRAME_MAGIC, len(payload), zlib.crc32(payload)) + payload
+
+
+@dataclass
+class LogContents:
+    records: list[Record] = field(default_factory=list)
+    valid_bytes: int = 0  # header + complete frames
+    dropped_bytes: int = 0  # a torn or corrupt tail, not imported
+    foreign: bool = False  # the file does not start with LOG_MAGIC
+
+
+def parse_log(data: bytes) -> LogContents:
+    """Decode a write-ahead log. Stops at the first incomplete or corrupt frame."""
+    out = LogContents()
+    if len(data) < len(LOG_MAGIC):
+        # created, header not (fully) written: a writer that died at once; nothing to import
+        out.dropped_bytes = len(data)
+        out.foreign = not LOG_MAGIC.startswith(data)
+        return out
+    if not data.startswith(LOG_MAGIC):
+        out.foreign = True
+        out.dropped_bytes = len(data)
+        return out
+    pos = len(LOG_MAGIC)
+    view = memoryview(data)
+    while pos + _FRAME.size <= len(data):
+        magic, length, crc = _FRAME.unpack_from(data, pos)
+        start, end = pos + _FRAME.size, pos + _FRAME.size + length
+        if magic != FRAME_MAGIC or end > len(data) or length < _PAYLOAD.size:
+            break
+        payload = view[start:end]
+        if zlib.crc32(payload) != crc:
+            break
+        created_us, id_len, src_len, text_len = _PAYLOAD.unpack_from(payload, 0)
+        p = _PAYLOAD.size
+        rid = bytes(payload[p : p + id_len]).decode("ascii")
+        p += id_len
+        source = None
+        if src_len != _NO_SOURCE:
+            source = bytes(payload[p : p + src_len]).decode("utf-8")
+            p += src_len
+        text = bytes(payload[p : p + text_len]).decode("utf-8")
+        out.records.append(Record(rid, text, source, created_us))
+        pos = end
+    out.valid_bytes = pos
+    out.dropped_bytes = len(data) - pos
+    return out
+
+
+def read_log(path: str | Path) -> LogContents:
+    return parse_log(Path(path).read_bytes())
+
+
+def records_table(records: Sequence[Record]) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array([r.id for r in records], pa.string()),
+            "text": pa.array([r.text for r in records], pa.string()),
+            "source": pa.array([r.source for r in records], pa.string()),
+            "created_at": pa.array([r.created_us for r in records], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        },
+        schema=SCHEMA,
+    )
+
+
+# -- file system -----------------------------------------------------------------------------
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _open_if_abandoned(path: Path) -> int | None:
+    """An fd holding the exclusive lock of `path` if no live process holds it, else None.
+    Checks that `path` still names the locked file: a writer may have flushed and deleted it
+    between our open and our lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    try:
+        same = os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        same = False
+    if not same:
+        os.close(fd)
+        return None
+    return fd
+
+
+class MemoryBuffer:
+    """Durable buffer of captured text. Thread-safe within a process; any number of processes
+    may write to the same folder at once (each into its own log and parquet files)."""
+
+    def __init__(
+        self,
+        buffer_dir: str | Path,
+        flush_size: int = 1000,
+        max_text_bytes: int = 10_000_000,
+        durability: Durability = "fsync",
+        recover: bool = True,
+    ):
+        if not isinstance(flush_size, int) or flush_size < 1:
+            raise ValueError(f"MemoryBuffer flush_size must be a positive int, got {flush_size!r}")
+        if not isinstance(max_text_bytes, int) or max_text_bytes < 1:
+            raise ValueError(f"MemoryBuffer max_text_bytes must be a positive int, got {max_text_bytes!r}")
+        if durability not in ("fsync", "flush"):
+            raise ValueError(f"MemoryBuffer durability must be 'fsync' or 'flush', got {durability!r}")
+        self.buffer_dir = Path(buffer_dir)
+        self.wal_dir = self.buffer_dir / "wal"
+        self.wal_dir.mkdir(parents=True, exist_ok=True)
+        self.flush_size = flush_size
+        self.max_text_bytes = max_text_bytes
+        self.durability = durability
+        self._lock = threading.RLock()
+        self._pending: list[Record] = []
+        self._segment: str | None = None
+        self._fd: int | None = None
+        self._owner_pid = os.getpid()
+        self._log_size = 0
+        self.recovered = {"segments": 0, "records": 0, "dropped_bytes": 0, "already_flushed": 0}
+        if recover:
+            self.recover()
+
+    @classmethod
+    def from_config(cls, buffer_dir: str | Path, cfg, recover: bool = True) -> "MemoryBuffer":
+        """From a `lib.config.BufferConfig` (or a whole ConsolidationConfig)."""
+        section = getattr(cfg, "buffer", cfg)
+        return cls(buffer_dir, section.flush_size, section.max_text_bytes, section.durability, recover)
+
+    # -- paths ---------------------------------------------------------------------------------
+    def parquet_path(self, segment: str) -> Path:
+        return self.buffer_dir / f"buffer_{segment}.parquet"
+
+    def log_path(self, segment: str) -> Path:
+        return self.wal_dir / f"{segment}.log"
+
+    # -- writing -------------------------------------------------------------------------------
+    def add(self, text: str, source: str | None = None) -> str:
+        """Append one record; returns its id once the record is in the log (fsync'd by default)."""
+        return self.add_many([text], source)[0]
+
+    def add_many(self, texts: Iterable[str], source: str | None | Sequence[str | None] = None) -> list[str]:
+        """Append a batch under one fsync. `source` is one value for all, or one per text.
+        All-or-nothing validation: one bad text refuses the whole batch (nothing is added)."""
+        if isinstance(texts, (str, bytes)):
+            raise InvalidRecordError("add_many expects a list of texts, got a single str; use add()")
+        texts = list(texts)
+        if isinstance(source, (list, tuple)):
+            if len(source) != len(texts):
+                raise InvalidRecordError(f"add_many: {len(texts)} texts but {len(source)} sources")
+            sources = list(source)
+        else:
+            sources = [source] * len(texts)
+        many = len(texts) > 1
+        encoded: list[tuple[bytes, bytes | None]] = []
+        for i, (text, src) in enumerate(zip(texts, sources)):
+            where = f"record {i}: text" if many else "text"
+            encoded.append((validate_text(text, self.max_text_bytes, where), _validate_source(src, where)))
+        ids: list[str] = []
+        with self._lock:
+            i = 0
+            while i < len(texts):
+                room = max(1, self.flush_size - len(self._pending))
+                chunk = range(i, min(len(texts), i + room))
+                now_us = time.time_ns() // 1000
+                records = [Record(new_record_id(), texts[j], sources[j], now_us) for j in chunk]
+                frames = b"".join(encode_frame(r.id, encoded[j][0], encoded[j][1], now_us) for r, j in zip(records, chunk))
+                self._append(frames, records)
+                ids.extend(r.id for r in records)
+                i = chunk.stop
+                if len(self._pending) >= self.flush_size:
+                    self._flush_own()
+        return ids
+
+    def _append(self, frames: bytes, records: list[Record]) -> None:
+        if os.getpid() != self._owner_pid:
+            # a forked child: the log, its lock and the pending records belong to the parent
+            self._fd, self._segment, self._pending, self._log_size = None, None, [], 0
+            self._owner_pid = os.getpid()
+        if self._fd is None:
+            self._open_segment()
+        try:
+            _write_all(self._fd, frames)
+            if self.durability == "fsync":
+                os.fdatasync(self._fd)
+        except BaseException:
+            # never leave half a frame before the next record: cut the log back to the last good one
+            os.ftruncate(self._fd, self._log_size)
+            raise
+        self._log_size += len(frames)
+        self._pending.extend(records)
+
+    def _open_segment(self) -> None:
+        segment = new_segment_name()
+        # Created under a name replay never looks at, locked, then renamed: the lock travels with
+        # the inode, so no other process can ever see this log unlocked while we live.
+        tmp = self.wal_dir / f".{segment}.log.new"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _write_all(fd, LOG_MAGIC)
+            os.replace(tmp, self.log_path(segment))
+            if self.durability == "fsync":
+                os.fsync(fd)
+                _fsync_dir(self.wal_dir)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        self._fd, self._segment, self._log_size = fd, segment, len(LOG_MAGIC)
+
+    def _write_parquet(self, path: Path, records: Sequence[Record], segment: str) -> None:
+        table = records_table(records).replace_schema_metadata(
+            {b"memory_buffer": json.dumps({"format": 1, "segment": segment, "records": len(records)}).encode()}
+        )
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+        try:
+            pq.write_table(table, tmp, compression="zstd")
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+
+    def _close_segment(self, delete: bool) -> None:
+        if self._fd is None:
+            return
+        if delete:
+            self.log_path(self._segment).unlink(missing_ok=True)
+            _fsync_dir(self.wal_dir)
+        os.close(self._fd)  # releases the lock last: nobody replays a log we are still deleting
+        self._fd, self._segment, self._log_size, self._pending = None, None, 0, []
+
+    def _flush_own(self) -> Path | None:
+        if not self._pending or os.getpid() != self._owner_pid:
+            return None
+        path = self.parquet_path(self._segment)
+        self._write_parquet(path, self._pending, self._segment)
+        # From here the parquet holds every record: a crash before the delete below is harmless,
+        # replay finds buffer_<segment>.parquet and drops the log instead of importing it again.
+        self._close_segment(delete=True)
+        return path
+
+    def flush(self) -> Path | None:
+        """Write pending records to a new parquet file (None if none were pending), and replay
+        the logs of writers that died since this buffer was opened."""
+        with self._lock:
+            path = self._flush_own()
+            self.recover()
+            return path
+
+    def close(self, flush: bool = True) -> None:
+        """Flush (default) and release the log. With flush=False the records stay in the log,
+        and the next MemoryBuffer opened on this folder replays them."""
+        with self._lock:
+            if flush:
+                self._flush_own()
+            self._close_segment(delete=not self._pending)
+
+    def __enter__(self) -> "MemoryBuffer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(flush=True)
+
+    # -- replay --------------------------------------------------------------------------------
+    def recover(self) -> dict:
+        """Replay every log no live writer holds into `buffer_<segment>.parquet` (exactly once),
+        then delete it. Returns this call's counts (also accumulated in `self.recovered`)."""
+        report = {"segments": 0, "records": 0, "dropped_bytes": 0, "already_flushed": 0}
+        with self._lock:
+            for path in sorted(self.wal_dir.glob("*.log")):
+                segment = path.stem
+                if segment == self._segment:
+                    continue
+                fd = _open_if_abandoned(path)
+                if fd is None:
+                    continue
+                try:
+                    with open(fd, "rb", closefd=False) as f:
+                        contents = parse_log(f.read())
+                    if contents.foreign:
+                        log.warning("%s is not a memory-buffer log (bad header); left in place", path)
+                        continue
+                    target = self.parquet_path(segment)
+                    if target.exists():
+                        report["already_flushed"] += 1
+                    elif contents.records:
+                        self._write_parquet(target, contents.records, segment)
+                        report["segments"] += 1
+                        report["records"] += len(contents.records)
+                    if contents.dropped_bytes:
+                        log.warning("%s: dropped a torn tail of %d bytes (a write that never returned)", path, contents.dropped_bytes)
+                        report["dropped_bytes"] += contents.dropped_bytes
+                    path.unlink(missing_ok=True)
+                    _fsync_dir(self.wal_dir)
+                finally:
+                    os.close(fd)
+            self._remove_leftovers()
+        for key, value in report.items():
+            self.recovered[key] += value
+        return report
+
+    def _remove_leftovers(self) -> None:
+        # A temporary parquet whose log is gone was never renamed (its writer died mid-write):
+        # while a flush is in flight its log still exists, so this never races a live writer.
+        for tmp in self.buffer_dir.glob(".buffer_*.parquet.*.tmp"):
+            segment = tmp.name[len(".buffer_") :].split(".parquet.")[0]
+            if not self.log_path(segment).exists():
+                tmp.unlink(missing_ok=True)
+        # A log that was created but never renamed into place holds no records.
+        for new in self.wal_dir.glob(".*.log.new"):
+            try:
+                old = time.time() - new.stat().st_mtime > STALE_NEW_LOG_S
+            except FileNotFoundError:
+                continue
+            if old:
+                fd = _open_if_abandoned(new)
+                if fd is not None:
+                    new.unlink(missing_ok=True)
+                    os.close(fd)
+
+    # -- reading -------------------------------------------------------------------------------
+    def list_buffers(self) -> list[str]:
+        """Flushed parquet files of this folder, sorted (by name, i.e. by time)."""
+        return sorted(str(p) for p in self.buffer_dir.glob("*.parquet") if not p.name.startswith("."))
+
+    def pending(self) -> int:
+        """Records this writer holds in its log, not yet in a parquet file."""
+        return len(self._pending)
+
+    def _other_logs(self) -> list[tuple[Path, LogContents, bool]]:
+        """(path, contents, abandoned) for every log that is not this writer's."""
+        out = []
+        for path in sorted(self.wal_dir.glob("*.log")):
+            if path.stem == self._segment:
+                continue
+            try:
+                contents = read_log(path)
+            except FileNotFoundError:
+                continue  # flushed meanwhile
+            fd = _open_if_abandoned(path)
+            if fd is not None:
+                os.close(fd)
+            out.append((path, contents, fd is not None))
+        return out
+
+    def total_sequences(self) -> int:
+        """Rows in flushed parquet files + records waiting in any write-ahead log."""
+        s = self.stats()
+        return s["records"] + s["pending_log"]
+
+    def stats(self) -> dict:
+        """Counts for `consolidate buffer stats`: files, records and bytes on disk, and what
+        waits in the write-ahead logs (this writer's, live writers', dead writers')."""
+        with self._lock:
+            files, records, nbytes, unreadable = 0, 0, 0, []
+            for name in self.list_buffers():
+                try:
+                    rows = pq.ParquetFile(name).metadata.num_rows
+                    size = os.path.getsize(name)
+                except (OSError, pa.ArrowException) as exc:
+                    unreadable.append(f"{Path(name).name}: {exc}")
+                    continue
+                files += 1
+                records += rows
+                nbytes += size
+            others = self._other_logs()
+            own = len(self._pending)
+            return {
+                "buffer_dir": str(self.buffer_dir),
+                "files": files,
+                "records": records,
+                "bytes": nbytes,
+                "pending_log": own + sum(len(c.records) for _, c, _ in others),
+                "pending_own": own,
+                "log_segments": len(others) + (self._segment is not None),
+                "log_bytes": self._log_size + sum(c.valid_bytes + c.dropped_bytes for _, c, _ in others),
+                "abandoned_segments": sum(1 for _, _, dead in others if dead),
+                "unreadable_files": unreadable,
+                "durability": self.durability,
+                "flush_size": self.flush_size,
+            }
+
+
+def read_buffer_files(paths: Iterable[str | Path]) -> pa.Table:
+    """All rows of the given buffer files as one table with SCHEMA (for tests and tools)."""
+    tables = [pq.read_table(p, schema=SCHEMA) for p in paths]
+    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
