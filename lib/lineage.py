@@ -16,7 +16,10 @@ server, the CLI and the flow share the file without a daemon.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.metadata
 import json
+import subprocess
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -47,7 +50,7 @@ MIGRATIONS: list[list[str]] = [
             parent VARCHAR,
             path VARCHAR NOT NULL,
             digest VARCHAR,                     -- sha256 of model.safetensors
-            status VARCHAR NOT NULL,            -- candidate | accepted | rejected
+            status VARCHAR NOT NULL,            -- candidate | accepted | rejected | rolled_back
             run_id VARCHAR,
             storage VARCHAR,                    -- full | delta
             created_at TIMESTAMPTZ NOT NULL,
@@ -92,20 +95,22 @@ MIGRATIONS: list[list[str]] = [
             created_at TIMESTAMPTZ NOT NULL
         )""",
         """CREATE TABLE metrics (
+            run_id VARCHAR NOT NULL,            -- the run that measured it ('' if none): a night
+                                                -- measures parent and candidate on ITS data
             version VARCHAR NOT NULL,
             dataset VARCHAR NOT NULL,           -- old_val | new_heldout | new_train | probes | ...
             metric VARCHAR NOT NULL,            -- bpb | loss | exact_match | ...
             value DOUBLE,
-            run_id VARCHAR,
             recorded_at TIMESTAMPTZ NOT NULL,
-            PRIMARY KEY (version, dataset, metric)
+            PRIMARY KEY (run_id, version, dataset, metric)
         )""",
         """CREATE TABLE gate_decisions (
             version VARCHAR NOT NULL,
             run_id VARCHAR,
             passed BOOLEAN NOT NULL,
             rules JSON,                         -- each rule: measured value, limit, passed, reason
-            actor VARCHAR,                      -- gate | person (override)
+            actor VARCHAR NOT NULL,             -- gate | person (override)
+            reason VARCHAR,                     -- a person's reason for an override
             decided_at TIMESTAMPTZ NOT NULL
         )""",
     ],
@@ -291,6 +296,349 @@ class Lineage:
         con.execute(
             "INSERT INTO alias_history VALUES (?, ?, ?, ?, ?, ?)", [alias, version, prev[0] if prev else None, actor, reason, t]
         )
+
+    # -- runs --------------------------------------------------------------------------------
+    def start_run(
+        self,
+        run_id: str,
+        kind: str = "nightly",
+        parent: str | None = None,
+        flow_run_id: str | None = None,
+        config: dict[str, Any] | None = None,
+        code_version: str | None = None,
+    ) -> None:
+        """Record a run as running. Idempotent: re-running a night with the same run id updates
+        the one row (keeping its first start time) instead of adding a second."""
+        with self.transaction() as con:
+            t = now()
+            con.execute(
+                """INSERT INTO runs VALUES (?, ?, ?, ?, NULL, 'running', ?, ?, NULL, ?, NULL)
+                   ON CONFLICT (run_id) DO UPDATE SET flow_run_id = coalesce(excluded.flow_run_id, runs.flow_run_id),
+                     kind = excluded.kind, parent = excluded.parent, status = 'running',
+                     config = coalesce(excluded.config, runs.config),
+                     code_version = coalesce(excluded.code_version, runs.code_version), finished_at = NULL""",
+                [run_id, flow_run_id, kind, parent, None if config is None else to_json(config), code_version or code_version_string(), t],
+            )
+
+    def finish_run(self, run_id: str, status: str = "completed", version: str | None = None, timings: dict[str, float] | None = None) -> None:
+        """Close a run; `timings` (stage -> seconds) merge into what earlier attempts recorded."""
+        if status not in ("completed", "failed"):
+            raise LineageError(f"run status {status!r}: expected completed or failed")
+        with self.transaction() as con:
+            row = con.execute("SELECT timings FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None:
+                raise LineageError(f"unknown run {run_id!r}: start_run first")
+            merged = {**_json(row[0] or "{}"), **(timings or {})}
+            con.execute(
+                "UPDATE runs SET status = ?, version = coalesce(?, version), timings = ?, finished_at = ? WHERE run_id = ?",
+                [status, version, to_json(merged), now(), run_id],
+            )
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        with self.reading() as con:
+            return _run_row(con, run_id)
+
+    def record_inputs(self, run_id: str, content_hashes: list[str], con: duckdb.DuckDBPyConnection | None = None) -> None:
+        """The buffer files (by content hash) a run trains on. Re-recording is a no-op."""
+        if con is None:
+            with self.transaction() as own:
+                return self.record_inputs(run_id, content_hashes, own)
+        for h in content_hashes:
+            con.execute("INSERT INTO run_inputs VALUES (?, ?) ON CONFLICT DO NOTHING", [run_id, h])
+
+    def run_inputs(self, run_id: str) -> list[BufferFile]:
+        with self.reading() as con:
+            return _inputs(con, run_id)
+
+    def record_manifest(
+        self, manifest_hash: str, run_id: str | None, path: str | Path | None, stats: dict[str, Any] | None = None,
+        con: duckdb.DuckDBPyConnection | None = None,
+    ) -> None:
+        if con is None:
+            with self.transaction() as own:
+                return self.record_manifest(manifest_hash, run_id, path, stats, own)
+        con.execute(
+            """INSERT INTO manifests VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (manifest_hash) DO UPDATE SET run_id = excluded.run_id, path = excluded.path, stats = excluded.stats""",
+            [manifest_hash, run_id, None if path is None else str(path), to_json(stats or {}), now()],
+        )
+
+    # -- versions ----------------------------------------------------------------------------
+    def next_version(self, run_id: str | None = None) -> str:
+        """`vN` after the highest recorded N (`v0` on an empty registry). With `run_id`, the
+        version that run already recorded, if any: a re-run of a night reuses its version id."""
+        with self.reading() as con:
+            if run_id is not None:
+                row = con.execute("SELECT version FROM versions WHERE run_id = ? ORDER BY created_at LIMIT 1", [run_id]).fetchone()
+                if row:
+                    return row[0]
+            numbers = [int(v[1:]) for (v,) in con.execute("SELECT version FROM versions").fetchall() if v[:1] == "v" and v[1:].isdigit()]
+        return f"v{max(numbers) + 1 if numbers else 0}"
+
+    def record_version(
+        self,
+        version: str,
+        path: str | Path,
+        *,
+        parent: str | None = None,
+        run_id: str | None = None,
+        status: str = "candidate",
+        digest: str | None = None,
+        storage: str | None = None,
+        meta: dict[str, Any] | None = None,
+        inputs: list[str] | None = None,
+        manifest: dict[str, Any] | None = None,
+        metrics: dict[str, dict[str, dict[str, float]]] | None = None,
+    ) -> None:
+        """Everything about a new version in ONE transaction: its row, the buffer files its run
+        trained on, its manifest (`{"hash", "path", "stats"}`) and metrics
+        (`{version: {dataset: {metric: value}}}`, e.g. parent and candidate). A crash leaves all
+        of it or none. Re-recording the same version from the same run replaces it (idempotent);
+        a version id taken by another run is refused."""
+        if status not in ("candidate", "accepted", "rejected"):
+            raise LineageError(f"version status {status!r}: expected candidate, accepted or rejected")
+        with self.transaction() as con:
+            row = con.execute("SELECT run_id, status FROM versions WHERE version = ?", [version]).fetchone()
+            if row is not None and row[0] != run_id:
+                raise LineageError(f"version {version!r} was already recorded by run {row[0]!r}; ask next_version() for a free id")
+            if parent is not None and not con.execute("SELECT 1 FROM versions WHERE version = ?", [parent]).fetchone():
+                raise LineageError(f"parent version {parent!r} of {version!r} is not recorded")
+            if row is not None and row[1] != "candidate":
+                status = row[1]  # a decided version keeps its decision when a night is replayed
+            con.execute(
+                """INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (version) DO UPDATE SET parent = excluded.parent, path = excluded.path,
+                     digest = excluded.digest, status = excluded.status, storage = excluded.storage, meta = excluded.meta""",
+                [version, parent, str(path), digest, status, run_id, storage, now(), to_json(meta or {})],
+            )
+            if run_id is not None:
+                con.execute("UPDATE runs SET version = ? WHERE run_id = ?", [version, run_id])
+                self.record_inputs(run_id, list(inputs or []), con)
+            if manifest is not None:
+                self.record_manifest(manifest["hash"], run_id, manifest.get("path"), manifest.get("stats"), con)
+            for v, by_dataset in (metrics or {}).items():
+                self.record_metrics(v, by_dataset, run_id, con)
+
+    def set_status(self, version: str, status: str, con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("UPDATE versions SET status = ? WHERE version = ?", [status, version])
+
+    def versions(self) -> list[dict[str, Any]]:
+        """All versions in creation order, each with the aliases that point at it."""
+        with self.reading() as con:
+            rows = con.execute(f"SELECT {_VERSION_COLS} FROM versions ORDER BY created_at, version").fetchall()
+            aliases = con.execute("SELECT alias, version FROM aliases ORDER BY alias").fetchall()
+        out = [_version_dict(r) for r in rows]
+        for v in out:
+            v["aliases"] = [a for a, target in aliases if target == v["version"]]
+        return out
+
+    # -- metrics and decisions ---------------------------------------------------------------
+    def record_metrics(
+        self, version: str, metrics: dict[str, dict[str, float]], run_id: str | None = None,
+        con: duckdb.DuckDBPyConnection | None = None,
+    ) -> None:
+        """Upsert {dataset: {metric: value}} for `version` as measured by `run_id`."""
+        if con is None:
+            with self.transaction() as own:
+                return self.record_metrics(version, metrics, run_id, own)
+        t = now()
+        for dataset, values in metrics.items():
+            for metric, value in values.items():
+                con.execute(
+                    """INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?)
+                       ON CONFLICT (run_id, version, dataset, metric) DO UPDATE SET value = excluded.value, recorded_at = excluded.recorded_at""",
+                    [run_id or "", version, dataset, metric, None if value is None else float(value), t],
+                )
+
+    def metrics(self, version: str, run_id: str | None = None) -> dict[str, dict[str, float]]:
+        """{dataset: {metric: value}} of `version`, measured by `run_id` (default: every run,
+        the latest value of each metric winning)."""
+        with self.reading() as con:
+            return _metrics(con, version, run_id)
+
+    def record_gate_decision(
+        self, version: str, decision: dict[str, Any], run_id: str | None = None, actor: str = "gate",
+        reason: str | None = None, con: duckdb.DuckDBPyConnection | None = None,
+    ) -> None:
+        """The gate's decision replaces an earlier gate decision on the same version (a replayed
+        night); a person's override is always added."""
+        if con is None:
+            with self.transaction() as own:
+                return self.record_gate_decision(version, decision, run_id, actor, reason, own)
+        if actor == "gate":
+            con.execute("DELETE FROM gate_decisions WHERE version = ? AND actor = 'gate'", [version])
+        con.execute(
+            "INSERT INTO gate_decisions VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [version, run_id, bool(decision["passed"]), to_json(decision.get("rules", [])), actor, reason, now()],
+        )
+
+    def gate_decisions(self, version: str) -> list[dict[str, Any]]:
+        with self.reading() as con:
+            return _decisions(con, version)
+
+    def alias_history(self, alias: str | None = None) -> list[dict[str, Any]]:
+        query = "SELECT alias, version, previous, actor, reason, moved_at FROM alias_history"
+        params: list[Any] = []
+        if alias is not None:
+            query += " WHERE alias = ?"
+            params.append(alias)
+        with self.reading() as con:
+            rows = con.execute(query + " ORDER BY moved_at", params).fetchall()
+        return [dict(zip(("alias", "version", "previous", "actor", "reason", "moved_at"), r)) for r in rows]
+
+    # -- reading the history -----------------------------------------------------------------
+    def ancestry(self, version: str) -> list[dict[str, Any]]:
+        """`version` and its ancestors back to the root (newest first). Each step carries its
+        run, the buffer files it consumed, its metrics and the parent's on the same data, and
+        its gate decisions."""
+        steps = []
+        with self.reading() as con:
+            current: str | None = version
+            seen = set()
+            while current is not None:
+                if current in seen:
+                    raise LineageError(f"parent links of {version!r} form a cycle at {current!r}")
+                seen.add(current)
+                row = con.execute(f"SELECT {_VERSION_COLS} FROM versions WHERE version = ?", [current]).fetchone()
+                if row is None:
+                    raise LineageError(f"unknown version {current!r}" + (f" (an ancestor of {version!r})" if current != version else ""))
+                step = _version_dict(row)
+                run_id = step["run_id"]
+                step["run"] = _run_row(con, run_id) if run_id else None
+                step["inputs"] = [b.__dict__ for b in _inputs(con, run_id)] if run_id else []
+                step["metrics"] = _metrics(con, current, run_id or "")
+                step["parent_metrics"] = _metrics(con, step["parent"], run_id or "") if step["parent"] else {}
+                step["gate_decisions"] = _decisions(con, current)
+                steps.append(step)
+                current = step["parent"]
+        return steps
+
+    def diff(self, a: str, b: str) -> dict[str, Any]:
+        """What differs between two versions: config keys (dotted), metrics on datasets both
+        measured, and the buffer files each consumed."""
+        with self.reading() as con:
+            va, vb = (con.execute(f"SELECT {_VERSION_COLS} FROM versions WHERE version = ?", [v]).fetchone() for v in (a, b))
+            for v, row in ((a, va), (b, vb)):
+                if row is None:
+                    raise LineageError(f"unknown version {v!r}")
+            va, vb = _version_dict(va), _version_dict(vb)
+            configs = []
+            for v in (va, vb):
+                run = _run_row(con, v["run_id"]) if v["run_id"] else None
+                configs.append(_flatten((run or {}).get("config") or v["meta"].get("consolidation_config") or {}))
+            ma, mb = _metrics(con, a, va["run_id"] or ""), _metrics(con, b, vb["run_id"] or "")
+            ia = {x.content_hash for x in _inputs(con, va["run_id"])} if va["run_id"] else set()
+            ib = {x.content_hash for x in _inputs(con, vb["run_id"])} if vb["run_id"] else set()
+        config_diff = {
+            k: {"a": configs[0].get(k), "b": configs[1].get(k)}
+            for k in sorted(set(configs[0]) | set(configs[1]))
+            if configs[0].get(k) != configs[1].get(k)
+        }
+        metric_diff = {}
+        for dataset in sorted(set(ma) & set(mb)):
+            for metric in sorted(set(ma[dataset]) & set(mb[dataset])):
+                x, y = ma[dataset][metric], mb[dataset][metric]
+                rel = (y - x) / abs(x) if x else None
+                metric_diff[f"{dataset}.{metric}"] = {"a": x, "b": y, "relative_change": rel}
+        return {
+            "a": a, "b": b,
+            "parents": {"a": va["parent"], "b": vb["parent"]},
+            "status": {"a": va["status"], "b": vb["status"]},
+            "config": config_diff,
+            "metrics": metric_diff,
+            "inputs": {"only_a": sorted(ia - ib), "only_b": sorted(ib - ia), "both": len(ia & ib)},
+        }
+
+
+_VERSION_COLS = "version, parent, path, digest, status, run_id, storage, created_at, meta"
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _version_dict(row: tuple) -> dict[str, Any]:
+    out = dict(zip(_VERSION_COLS.split(", "), row))
+    out["meta"] = _json(out["meta"]) or {}
+    return out
+
+
+def _run_row(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any] | None:
+    keys = ("run_id", "flow_run_id", "kind", "parent", "version", "status", "config", "code_version", "timings", "started_at", "finished_at")
+    row = con.execute(f"SELECT {', '.join(keys)} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is None:
+        return None
+    out = dict(zip(keys, row))
+    out["config"], out["timings"] = _json(out["config"]), _json(out["timings"]) or {}
+    return out
+
+
+def _inputs(con: duckdb.DuckDBPyConnection, run_id: str) -> list[BufferFile]:
+    rows = con.execute(
+        """SELECT b.content_hash, b.path, b.rows, b.bytes, b.status, b.reason, b.run_id, b.consumed_by
+           FROM run_inputs i JOIN buffer_files b USING (content_hash) WHERE i.run_id = ? ORDER BY b.registered_at, b.path""",
+        [run_id],
+    ).fetchall()
+    return [BufferFile(*r) for r in rows]
+
+
+def _metrics(con: duckdb.DuckDBPyConnection, version: str, run_id: str | None) -> dict[str, dict[str, float]]:
+    query = "SELECT dataset, metric, value FROM metrics WHERE version = ?"
+    params: list[Any] = [version]
+    if run_id is not None:
+        query += " AND run_id = ?"
+        params.append(run_id)
+    out: dict[str, dict[str, float]] = {}
+    for dataset, metric, value in con.execute(query + " ORDER BY recorded_at", params).fetchall():
+        out.setdefault(dataset, {})[metric] = value
+    return out
+
+
+def _decisions(con: duckdb.DuckDBPyConnection, version: str) -> list[dict[str, Any]]:
+    keys = ("version", "run_id", "passed", "rules", "actor", "reason", "decided_at")
+    rows = con.execute(f"SELECT {', '.join(keys)} FROM gate_decisions WHERE version = ? ORDER BY decided_at", [version]).fetchall()
+    out = [dict(zip(keys, r)) for r in rows]
+    for d in out:
+        d["rules"] = _json(d["rules"]) or []
+    return out
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def version_digest(folder: str | Path) -> str:
+    """sha256 over the files of a version folder (relative path + bytes), meta.json excluded
+    (it is annotated after the weights are written). Same weights, same digest."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "meta.json"):
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0")
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def code_version_string() -> str:
+    """`git describe --always --dirty` of the source tree, else the installed package version."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=root, capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            return "git:" + out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return "pkg:" + importlib.metadata.version("nightly-consolidation")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def to_json(value: Any) -> str:

@@ -1,0 +1,114 @@
+"""Acting on a gate decision: promote a candidate, reject it, override, roll back.
+
+- `conclude(lineage, version, decision)`: pass -> the version becomes `accepted`, `champion` and
+  `latest` point at it, the buffer files its run trained on become consumed by it; fail -> it
+  becomes `rejected`, the champion does not move, the buffer files stay pending so the next night
+  tries them again. Either way the decision with every rule's reason is recorded. One transaction.
+- `promote(lineage, version, reason)`: a person overrides a rejection (or promotes by hand); the
+  same moves as a pass, recorded as actor "person" with the reason in gate_decisions and in
+  alias_history.
+- `rollback(lineage, reason)`: `champion` moves back to the champion's parent; the version left
+  becomes `rolled_back`; with `requeue=True` its buffer files return to pending.
+- Every function is idempotent: replaying a night after a crash between training and promotion
+  records the decision once and moves each alias once.
+
+Trade-off: `latest` follows promotions (the newest accepted version), not every trained candidate,
+so a client that serves `latest` never serves a rejected model; the newest candidate, accepted or
+not, is the last row of `lineage ls`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lib.gate import GateDecision
+from lib.lineage import Lineage, LineageError
+
+
+def _version_row(con, version: str) -> tuple[str | None, str, str | None]:
+    row = con.execute("SELECT parent, status, run_id FROM versions WHERE version = ?", [version]).fetchone()
+    if row is None:
+        raise LineageError(f"unknown version {version!r}: see `consolidate lineage ls`")
+    return row
+
+
+def _move(lineage: Lineage, con, alias: str, version: str, actor: str, reason: str) -> None:
+    # Skip a move that is already done, so a replayed night leaves one history row per move.
+    current = con.execute("SELECT version FROM aliases WHERE alias = ?", [alias]).fetchone()
+    if current is None or current[0] != version:
+        lineage.set_alias(alias, version, actor, reason, con)
+
+
+def _consume(lineage: Lineage, con, version: str, run_id: str | None, content_hashes: list[str] | None) -> list[str]:
+    if content_hashes is None:
+        rows = con.execute("SELECT content_hash FROM run_inputs WHERE run_id = ?", [run_id]).fetchall() if run_id else []
+        content_hashes = [r[0] for r in rows]
+    lineage.mark_consumed(content_hashes, version, con)
+    return content_hashes
+
+
+def conclude(
+    lineage: Lineage, version: str, decision: GateDecision | dict[str, Any], run_id: str | None = None,
+    content_hashes: list[str] | None = None,
+) -> str:
+    """Apply the gate's decision to `version`; returns its new status (accepted | rejected).
+    `content_hashes` defaults to the buffer files recorded as its run's inputs."""
+    data = decision.to_dict() if isinstance(decision, GateDecision) else dict(decision)
+    with lineage.transaction() as con:
+        parent, status, version_run = _version_row(con, version)
+        run_id = run_id or version_run
+        if status in ("accepted", "rolled_back") and not data["passed"]:
+            raise LineageError(f"version {version!r} is already {status}; a later failing gate cannot undo that (use rollback)")
+        lineage.record_gate_decision(version, data, run_id, "gate", None, con)
+        if data["passed"]:
+            lineage.set_status(version, "accepted", con)
+            summary = GateDecision.from_dict(data).summary
+            _move(lineage, con, "champion", version, "gate", summary)
+            _move(lineage, con, "latest", version, "gate", summary)
+            _consume(lineage, con, version, run_id, content_hashes)
+            return "accepted"
+        lineage.set_status(version, "rejected", con)
+        return "rejected"
+
+
+def promote(lineage: Lineage, version: str, reason: str, actor: str = "person", content_hashes: list[str] | None = None) -> dict[str, Any]:
+    """Make `version` the champion whatever the gate said. Recorded with `actor` and `reason`."""
+    if not reason or not reason.strip():
+        raise ValueError("promote: give a --reason; an override of the gate is recorded with why")
+    with lineage.transaction() as con:
+        parent, status, run_id = _version_row(con, version)
+        previous = con.execute("SELECT version FROM aliases WHERE alias = 'champion'").fetchone()
+        if previous and previous[0] == version:
+            return {"version": version, "previous": version, "changed": False, "status": status}
+        if actor == "person":
+            lineage.record_gate_decision(version, {"passed": True, "rules": []}, run_id, "person", reason, con)
+        lineage.set_status(version, "accepted", con)
+        _move(lineage, con, "champion", version, "promote" if actor == "person" else actor, reason)
+        _move(lineage, con, "latest", version, "promote" if actor == "person" else actor, reason)
+        consumed = _consume(lineage, con, version, run_id, content_hashes)
+        return {"version": version, "previous": previous[0] if previous else None, "changed": True,
+                "was": status, "status": "accepted", "consumed": consumed}
+
+
+def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[str, Any]:
+    """Move `champion` back to its parent. The version left becomes `rolled_back`; with
+    `requeue` the buffer files it consumed are pending again (the next night retries them)."""
+    with lineage.transaction() as con:
+        current = con.execute("SELECT version FROM aliases WHERE alias = 'champion'").fetchone()
+        if current is None:
+            raise LineageError("no champion to roll back: the registry has no promoted version yet")
+        version = current[0]
+        parent, _, _ = _version_row(con, version)
+        if parent is None:
+            raise LineageError(f"champion {version!r} has no parent to roll back to")
+        lineage.set_alias("champion", parent, "rollback", reason or f"rollback from {version}", con)
+        lineage.set_status(version, "rolled_back", con)
+        requeued = []
+        if requeue:
+            requeued = [r[0] for r in con.execute(
+                "SELECT content_hash FROM buffer_files WHERE consumed_by = ? AND status = 'consumed'", [version]).fetchall()]
+            con.execute(
+                "UPDATE buffer_files SET status = 'pending', consumed_by = NULL, updated_at = now() WHERE consumed_by = ? AND status = 'consumed'",
+                [version],
+            )
+        return {"from": version, "to": parent, "requeued": requeued}
