@@ -1,0 +1,196 @@
+"""Generation with the champion: load a version, continue a prompt, follow the `champion` alias.
+
+- `load_version(path, version)` materialises the version folder (a delta checkpoint becomes a full
+  Hugging Face folder, `lib.checkpoint.materialize`) and loads model + tokenizer onto the device
+  (CUDA when available and `serve.device=auto`, else CPU), in eval mode.
+- `LoadedModel.complete(prompt, ...)` tokenizes with a leading BOS (training packs documents
+  BOS-aligned, so a prompt without it is out of distribution), generates greedily at temperature 0
+  or samples (temperature, top_p, optional seed), stops at EOS or at a stop string, and returns the
+  text without the stop string plus token counts and the OpenAI finish reason.
+- `Champion` follows the lineage alias: it re-reads `champion` at most every `reload_interval_s`
+  seconds (0: every call), loads a moved alias's version beside the serving one, then swaps the
+  reference; a generation in flight finishes on the model it started with.
+- Generation runs under one lock per process: a torch model is not re-entrant across threads and
+  two CPU generations at once only split the same cores.
+
+Trade-off: one model call at a time caps throughput at one request (~20-60 ms for the 3 M tiny
+model on CPU, much more for a real one); batching concurrent requests would raise it, at the
+cost of a scheduler this project does not need for a nightly-consolidation demo.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class NoChampionError(RuntimeError):
+    """The lineage has no `champion` alias (or it points at a version without a folder)."""
+
+
+def pick_device(choice: str = "auto") -> str:
+    import torch
+
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError("serve.device=cuda but torch sees no CUDA device; use serve.device=auto or cpu")
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return choice
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" (EOS or stop string) | "length"
+
+
+class LoadedModel:
+    """One version in memory: model, tokenizer, device, and the lock its generations share."""
+
+    def __init__(self, version: str, folder: Path, model: Any, tokenizer: Any, device: str):
+        self.version = version
+        self.folder = folder
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
+        self.lock = threading.Lock()
+
+    @property
+    def special_tokens(self) -> list[str]:
+        return list(getattr(self.tokenizer, "all_special_tokens", []) or [])
+
+    def encode(self, prompt: str) -> list[int]:
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        bos = self.tokenizer.bos_token_id
+        if bos is not None and (not ids or ids[0] != bos):
+            ids = [bos] + ids
+        return ids
+
+    def complete(
+        self,
+        prompt: str,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+        prompt_ids: list[int] | None = None,
+    ) -> Completion:
+        import torch
+
+        ids = prompt_ids if prompt_ids is not None else self.encode(prompt)
+        if len(ids) + max_new_tokens > self.context_length:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens + max_tokens {max_new_tokens} exceeds the model's context of {self.context_length} tokens"
+            )
+        stop = [s for s in (stop or []) if s]
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id,
+            "eos_token_id": self.tokenizer.eos_token_id,
+        }
+        if temperature and temperature > 0:
+            kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p), top_k=0)
+        else:
+            kwargs.update(do_sample=False)
+        if stop:
+            kwargs.update(stop_strings=stop, tokenizer=self.tokenizer)
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        with self.lock, torch.inference_mode():
+            if seed is not None:
+                torch.manual_seed(int(seed))
+            out = self.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+        new_ids = out[0, len(ids):].tolist()
+        eos = self.tokenizer.eos_token_id
+        hit_eos = eos is not None and eos in new_ids
+        if hit_eos:
+            new_ids = new_ids[: new_ids.index(eos)]
+        text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+        finish = "stop" if hit_eos else "length"
+        for s in stop:
+            cut = text.find(s)
+            if cut >= 0:
+                text, finish = text[:cut], "stop"
+        return Completion(text=text, prompt_tokens=len(ids), completion_tokens=len(new_ids), finish_reason=finish)
+
+
+def materialize(version_dir: Path) -> Path:
+    """A folder `from_pretrained` loads: delta versions are rebuilt by the checkpoint module."""
+    try:
+        from lib.checkpoint import materialize as rebuild
+    except ModuleNotFoundError:  # checkpoint module not landed yet: only full folders are servable
+        if (Path(version_dir) / "config.json").is_file():
+            return Path(version_dir)
+        raise
+    return Path(rebuild(version_dir))
+
+
+def load_version(path: str | Path, version: str, device: str = "auto") -> LoadedModel:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(path)
+    if not (folder / "config.json").is_file() and not (folder / "meta.json").is_file():
+        raise FileNotFoundError(f"version {version}: {folder} holds no config.json or meta.json (not a checkpoint folder)")
+    folder = materialize(folder)
+    device = pick_device(device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return LoadedModel(version, folder, model, tokenizer, device)
+
+
+class Champion:
+    """Serves whatever `champion` points at; `current()` reloads when the alias has moved."""
+
+    def __init__(self, lineage: Any, *, alias: str = "champion", reload_interval_s: float = 2.0, device: str = "auto"):
+        self.lineage = lineage
+        self.alias = alias
+        self.reload_interval_s = reload_interval_s
+        self.device = device
+        self._loaded: LoadedModel | None = None
+        self._checked_at = float("-inf")
+        self._reload_lock = threading.Lock()
+        self.reloads = 0
+
+    def _target(self) -> tuple[str, Path]:
+        version = self.lineage.alias(self.alias)
+        if version is None:
+            raise NoChampionError(f"lineage {self.lineage.db_path} has no {self.alias!r} alias: bootstrap or promote a version first")
+        record = self.lineage.get_version(version)
+        if record is None:
+            raise NoChampionError(f"alias {self.alias!r} points at {version!r}, which lineage does not know")
+        return version, Path(record["path"])
+
+    def current(self) -> LoadedModel:
+        loaded = self._loaded
+        if loaded is not None and time.monotonic() - self._checked_at < self.reload_interval_s:
+            return loaded
+        with self._reload_lock:
+            loaded = self._loaded
+            if loaded is not None and time.monotonic() - self._checked_at < self.reload_interval_s:
+                return loaded
+            try:
+                version, path = self._target()
+            except Exception as exc:  # lineage busy (a nightly run holds the lock) or broken
+                if loaded is None:
+                    raise
+                log.warning("champion check failed, serving %s: %s", loaded.version, exc)
+                self._checked_at = time.monotonic()
+                return loaded
+            if loaded is None or loaded.version != version:
+                log.info("loading champion %s from %s", version, path)
+                self._loaded = load_version(path, version, self.device)
+                self.reloads += loaded is not None
+            self._checked_at = time.monotonic()
+            return self._loaded

@@ -1,0 +1,370 @@
+"""The inference server: the champion behind an OpenAI-compatible HTTP API, capturing by day.
+
+- `create_app(workspace, cfg)` builds a FastAPI app with `/v1/completions`,
+  `/v1/chat/completions`, `/v1/models` (enough for the official `openai` client) and `/health`.
+  The `model` field of a request is accepted and ignored: the champion answers, and the response's
+  `model` and `system_fingerprint` name the version that did.
+- Every request passes, in order: bearer-token check (`serve.token`, constant-time compare, 401),
+  body size (`serve.max_request_bytes`, refused from Content-Length before reading, or while
+  streaming the body in, 413), JSON (400), schema (422), limits (`max_tokens` over
+  `serve.max_new_tokens` or past the context, 400). Errors have OpenAI's shape:
+  `{"error": {"message", "type", "param", "code"}}`.
+- The model call, the lineage check and the capture run in a worker thread (the event loop stays
+  free for other connections); generation itself holds the model's lock (`lib.generate`).
+- After a successful generation the exchange goes through `lib.capture.Capture` into the memory
+  buffer (write-ahead logged before the response is sent) unless the request opted out with
+  `"capture": false` in the body (`extra_body` in the openai client) or a header `X-Capture: off`.
+  The record id comes back in the `X-Capture-Id` response header. The buffer is flushed on shutdown.
+- The champion is re-read from lineage every `serve.reload_interval_s`; a promotion (or rollback)
+  is served from the next request after the check, without a restart.
+
+Trade-off: a lineage check costs ~1-3 ms (a short read-only DuckDB connection); at the default
+2 s interval that is <0.2% of one core, and a promotion reaches clients within 2 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from lib.capture import Capture, chat_prompt, message_text, open_capture
+from lib.generate import Champion, LoadedModel, NoChampionError
+
+log = logging.getLogger(__name__)
+
+CHAT_STOPS = ["\nUser:", "\nSystem:"]  # a base model keeps writing the transcript: end the turn here
+DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    n: int = Field(1, ge=1)
+    capture: bool = True
+
+
+class CompletionRequest(_Request):
+    prompt: str | list[str]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(_Request):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+def _stops(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if len(stops) > 4:
+        raise APIError(400, f"stop takes at most 4 sequences, got {len(stops)}", param="stop")
+    return stops
+
+
+def _capture_flag(request_flag: bool, header: str | None) -> bool:
+    if header is not None and header.strip().lower() in ("0", "off", "false", "no"):
+        return False
+    return request_flag
+
+
+class Server:
+    """State of one running app: the champion, the capture hook, the limits."""
+
+    def __init__(self, workspace: Any, cfg: Any, champion: Champion | None = None, capture: Capture | None = None):
+        from lib.lineage import Lineage
+
+        self.workspace = workspace
+        self.cfg = cfg
+        if champion is None:
+            lineage = Lineage(workspace.lineage_db)
+            lineage.lock_timeout_s = 2.0  # a busy registry must not stall requests: keep serving the old champion
+            champion = Champion(lineage, reload_interval_s=cfg.serve.reload_interval_s, device=cfg.serve.device)
+        self.champion = champion
+        self._capture = capture
+        self._policy_version: str | None = None
+        token = cfg.serve.token
+        self._token = token.get_secret_value().encode() if token is not None else None
+
+    # -- checks ------------------------------------------------------------------------------
+    def check_auth(self, header: str | None) -> None:
+        if self._token is None:
+            return
+        scheme, _, given = (header or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            raise APIError(401, "missing or wrong bearer token: send 'Authorization: Bearer <serve.token>'", type="authentication_error", code="invalid_api_key")
+
+    def max_tokens(self, requested: int | None, default: int, loaded: LoadedModel, prompt_len: int) -> int:
+        limit = self.cfg.serve.max_new_tokens
+        if requested is not None and requested > limit:
+            raise APIError(400, f"max_tokens {requested} exceeds this server's limit serve.max_new_tokens={limit}", param="max_tokens", code="max_tokens_too_large")
+        room = loaded.context_length - prompt_len
+        if room < 1:
+            raise APIError(400, f"prompt of {prompt_len} tokens fills the model's context of {loaded.context_length} tokens", param="messages", code="context_length_exceeded")
+        if requested is None:
+            return min(default, limit, room)
+        if requested > room:
+            raise APIError(
+                400, f"prompt of {prompt_len} tokens + max_tokens {requested} exceeds the model's context of {loaded.context_length} tokens",
+                param="max_tokens", code="context_length_exceeded",
+            )
+        return requested
+
+    @staticmethod
+    def check_common(req: _Request) -> None:
+        if req.stream:
+            raise APIError(400, "stream=true is not supported by this server: send stream=false", param="stream")
+        if req.n != 1:
+            raise APIError(400, f"n={req.n}: this server returns one choice per request", param="n")
+
+    # -- model and capture -------------------------------------------------------------------
+    def loaded(self) -> LoadedModel:
+        try:
+            return self.champion.current()
+        except NoChampionError as exc:
+            raise APIError(503, str(exc), type="server_error", code="no_champion") from None
+
+    def capture_hook(self, loaded: LoadedModel) -> Capture | None:
+        if not self.cfg.serve.capture:
+            return None
+        if self._capture is None:
+            self._capture = open_capture(self.workspace, self.cfg, loaded.special_tokens)
+            self._policy_version = loaded.version
+        elif self._policy_version != loaded.version:  # a new champion may bring a new tokenizer
+            self._capture.policy = dataclasses.replace(self._capture.policy, special_tokens=tuple(loaded.special_tokens))
+            self._policy_version = loaded.version
+        return self._capture
+
+    # -- endpoints (run in a worker thread) ---------------------------------------------------
+    def completion(self, req: CompletionRequest, capture_on: bool) -> tuple[dict, str | None]:
+        self.check_common(req)
+        prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
+        if len(prompts) != 1:
+            raise APIError(400, f"prompt must be one string (got a list of {len(prompts)}): send one request per prompt", param="prompt")
+        prompt = prompts[0]
+        stops = _stops(req.stop)
+        loaded = self.loaded()
+        ids = loaded.encode(prompt)
+        n = self.max_tokens(req.max_tokens, DEFAULT_COMPLETION_TOKENS, loaded, len(ids))
+        out = loaded.complete(prompt, n, temperature=req.temperature, top_p=req.top_p, stop=stops, seed=req.seed, prompt_ids=ids)
+        record = None
+        hook = self.capture_hook(loaded)
+        if hook is not None:
+            record = hook.capture(prompt, out.text, {"capture": capture_on, "source": f"serve:completions:{loaded.version}"})
+        body = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": loaded.version,
+            "system_fingerprint": loaded.version,
+            "choices": [{"text": out.text, "index": 0, "logprobs": None, "finish_reason": out.finish_reason}],
+            "usage": _usage(out),
+        }
+        return body, record
+
+    def chat(self, req: ChatRequest, capture_on: bool) -> tuple[dict, str | None]:
+        self.check_common(req)
+        messages = [{"role": m.role, "content": message_text(m.content)} for m in req.messages]
+        stops = CHAT_STOPS + _stops(req.stop)
+        loaded = self.loaded()
+        prompt = chat_prompt(messages)
+        ids = loaded.encode(prompt)
+        requested = req.max_completion_tokens or req.max_tokens
+        n = self.max_tokens(requested, self.cfg.serve.max_new_tokens, loaded, len(ids))
+        out = loaded.complete(prompt, n, temperature=req.temperature, top_p=req.top_p, stop=stops, seed=req.seed, prompt_ids=ids)
+        reply = out.text.strip()
+        record = None
+        hook = self.capture_hook(loaded)
+        if hook is not None:
+            record = hook.capture_conversation(
+                messages + [{"role": "assistant", "content": reply}],
+                {"capture": capture_on, "source": f"serve:chat:{loaded.version}"},
+            )
+        body = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": loaded.version,
+            "system_fingerprint": loaded.version,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "logprobs": None, "finish_reason": out.finish_reason}],
+            "usage": _usage(out),
+        }
+        return body, record
+
+    def models(self) -> dict:
+        loaded = self.loaded()
+        card = {"object": "model", "created": int(loaded.folder.stat().st_mtime), "owned_by": "consolidation"}
+        return {"object": "list", "data": [{"id": loaded.version, **card}, {"id": self.champion.alias, **card}]}
+
+    def close(self) -> None:
+        if self._capture is not None:
+            self._capture.close()
+            log.info("capture closed: %d records captured, %d skipped", self._capture.captured, self._capture.skipped)
+
+
+def _usage(out: Any) -> dict[str, int]:
+    return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens, "total_tokens": out.prompt_tokens + out.completion_tokens}
+
+
+def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, capture: Capture | None = None, preload: bool = True):
+    """The FastAPI app serving `workspace`'s champion with `cfg.serve`'s policy and limits."""
+    server = Server(workspace, cfg, champion=champion, capture=capture)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        if preload:  # fail at start, not at the first request, when there is no champion
+            loaded = await run_in_threadpool(server.champion.current)
+            log.info("serving %s on %s", loaded.version, loaded.device)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(server.close)
+
+    app = FastAPI(title="consolidation inference server", lifespan=lifespan)
+    app.state.server = server
+
+    @app.exception_handler(APIError)
+    async def _api_error(request, exc: APIError):
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
+        server.check_auth(request.headers.get("authorization"))
+        limit = server.cfg.serve.max_request_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise APIError(413, f"request body of {declared} bytes exceeds serve.max_request_bytes={limit}", code="request_too_large")
+        chunks, size = [], 0
+        async for chunk in request.stream():  # chunked bodies carry no length: count as they come
+            size += len(chunk)
+            if size > limit:
+                raise APIError(413, f"request body exceeds serve.max_request_bytes={limit}", code="request_too_large")
+            chunks.append(chunk)
+        try:
+            data = json.loads(b"".join(chunks) or b"null")
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise APIError(400, f"request body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise APIError(400, "request body must be a JSON object")
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            param = ".".join(str(p) for p in err["loc"]) or None
+            raise APIError(422, f"{param}: {err['msg']}", param=param, code="invalid_value") from None
+
+    async def call(fn, *args) -> Any:
+        try:
+            return await run_in_threadpool(fn, *args)
+        except ValueError as exc:  # lib-level refusals (e.g. a text over buffer.max_text_bytes)
+            raise APIError(400, str(exc)) from None
+
+    def respond(body: dict, record: str | None) -> JSONResponse:
+        headers = {"X-Capture-Id": record} if record else {}
+        return JSONResponse(body, headers=headers)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        req = await read_json(request, CompletionRequest)
+        on = _capture_flag(req.capture, request.headers.get("x-capture"))
+        return respond(*await call(server.completion, req, on))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        req = await read_json(request, ChatRequest)
+        on = _capture_flag(req.capture, request.headers.get("x-capture"))
+        return respond(*await call(server.chat, req, on))
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        server.check_auth(request.headers.get("authorization"))
+        return await call(server.models)
+
+    @app.get("/health")
+    async def health():
+        loaded = server.champion._loaded
+        return {"status": "ok", "version": loaded.version if loaded else None}
+
+    return app
+
+
+class BackgroundServer:
+    """uvicorn serving an app from a thread (tests, benchmarks, notebooks): `with
+    BackgroundServer(app) as srv: srv.base_url`. Binds before start, so the port is known."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+        import uvicorn
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False))
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.startup_failed = False
+
+    def _run(self) -> None:
+        try:
+            self.server.run(sockets=[self.sock])
+        except SystemExit:  # uvicorn exits when the lifespan start-up fails (no champion); its log says why
+            self.startup_failed = True
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> "BackgroundServer":
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"inference server on {self.base_url} did not start (see the log above)")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=60)
+        self.sock.close()
+
+
+def run(workspace: Any, cfg: Any, log_level: str = "info") -> None:
+    """Serve in the foreground until interrupted (`consolidate serve`)."""
+    import uvicorn
+
+    app = create_app(workspace, cfg)
+    uvicorn.run(app, host=cfg.serve.host, port=cfg.serve.port, log_level=log_level)

@@ -1,0 +1,266 @@
+"""The inference server on loopback with real HTTP clients (the official `openai` client and
+httpx), a real uvicorn, real tiny Llama versions registered in a tmp workspace's lineage, and the
+real memory buffer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pyarrow.parquet as pq
+import pytest
+
+from lib.config import load_config
+from lib.lineage import Lineage, now, to_json
+from lib.serve import BackgroundServer, create_app
+
+
+def register_version(ws, version: str, folder: Path, parent: str | None = None) -> None:
+    lineage = Lineage(ws.lineage_db)
+    with lineage.transaction() as con:
+        con.execute(
+            "INSERT INTO versions (version, parent, path, digest, status, run_id, storage, created_at, meta) "
+            "VALUES (?, ?, ?, NULL, 'accepted', NULL, 'full', ?, ?)",
+            [version, parent, str(folder), now(), to_json({"version": version, "parent_checkpoint": parent})],
+        )
+
+
+@pytest.fixture()
+def two_versions(workspace, tiny_hf_model):
+    """v0 = the tiny model; v1 = the same architecture re-initialised with another seed (so greedy
+    outputs differ). champion -> v0."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    v0 = workspace.checkpoint("v0")
+    shutil.copytree(tiny_hf_model, v0)
+    v1 = workspace.checkpoint("v1")
+    shutil.copytree(tiny_hf_model, v1)
+    model = AutoModelForCausalLM.from_pretrained(v1)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    model.save_pretrained(v1, safe_serialization=True)
+    register_version(workspace, "v0", v0)
+    register_version(workspace, "v1", v1, parent="v0")
+    Lineage(workspace.lineage_db).set_alias("champion", "v0", actor="bootstrap")
+    return workspace
+
+
+def make_cfg(ws, *sets: str):
+    return load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "serve.reload_interval_s=0", *sets])
+
+
+def buffer_records(ws) -> list[dict]:
+    rows = []
+    for path in sorted(ws.buffers.glob("buffer_*.parquet")):
+        rows.extend(pq.read_table(path, columns=["id", "text", "source"]).to_pylist())
+    return rows
+
+
+def client(srv, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def test_openai_client_completions_and_chat_are_captured(two_versions):
+    ws = two_versions
+    with BackgroundServer(create_app(ws, make_cfg(ws))) as srv:
+        oa = client(srv)
+        models = [m.id for m in oa.models.list().data]
+        assert models == ["v0", "champion"]
+
+        raw = oa.completions.with_raw_response.create(model="champion", prompt="def add(a, b):", max_tokens=8, temperature=0)
+        done = raw.parse()
+        assert done.model == "v0" and done.system_fingerprint == "v0"
+        assert done.usage.completion_tokens <= 8 and done.usage.prompt_tokens > 1
+        completion_record = raw.headers["x-capture-id"]
+
+        raw = oa.chat.completions.with_raw_response.create(
+            model="champion",
+            messages=[
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "What does the zorbulator do?"},
+            ],
+            max_tokens=12, temperature=0,
+        )
+        chat = raw.parse()
+        assert chat.choices[0].message.role == "assistant"
+        reply = chat.choices[0].message.content
+        chat_record = raw.headers["x-capture-id"]
+    # the server flushed its buffer on shutdown: both exchanges are parquet records
+    records = {r["id"]: r for r in buffer_records(ws)}
+    assert set(records) == {completion_record, chat_record}
+    assert records[completion_record]["text"] == ("def add(a, b):" + done.choices[0].text).strip()
+    assert records[completion_record]["source"] == "serve:completions:v0"
+    convo = records[chat_record]["text"]
+    assert convo == f"System: You are terse.\nUser: What does the zorbulator do?\nAssistant: {reply}".strip()
+
+
+def test_opted_out_requests_are_not_captured(two_versions):
+    ws = two_versions
+    with BackgroundServer(create_app(ws, make_cfg(ws))) as srv:
+        oa = client(srv)
+        a = oa.completions.with_raw_response.create(model="m", prompt="secret one", max_tokens=4, extra_body={"capture": False})
+        b = oa.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "secret two"}], max_tokens=4, extra_headers={"X-Capture": "off"}
+        )
+        kept = oa.completions.with_raw_response.create(model="m", prompt="public three", max_tokens=4)
+        assert "x-capture-id" not in a.headers and "x-capture-id" not in b.headers
+    texts = [r["text"] for r in buffer_records(ws)]
+    assert len(texts) == 1 and texts[0].startswith("public three")
+    assert not any("secret" in t for t in texts)
+    assert kept.headers["x-capture-id"] == buffer_records(ws)[0]["id"]
+
+
+def test_policy_strips_system_prompt_and_special_tokens(two_versions):
+    ws = two_versions
+    cfg = make_cfg(ws, "serve.strip_system_prompt=true")
+    with BackgroundServer(create_app(ws, cfg)) as srv:
+        client(srv).chat.completions.create(
+            model="m", max_tokens=4,
+            messages=[{"role": "system", "content": "HIDDEN RULES"}, {"role": "user", "content": "hi <|bos|>there<|fim_middle|>"}],
+        )
+    (text,) = [r["text"] for r in buffer_records(ws)]
+    assert "HIDDEN RULES" not in text and "<|" not in text
+    assert text.startswith("User: hi there\nAssistant:")
+
+
+def test_bearer_token_is_required_when_configured(two_versions):
+    ws = two_versions
+    with BackgroundServer(create_app(ws, make_cfg(ws, "serve.token=s3cret-token"))) as srv:
+        with pytest.raises(openai.AuthenticationError):
+            client(srv, key="wrong").completions.create(model="m", prompt="x", max_tokens=2)
+        r = httpx.post(f"{srv.base_url}/v1/completions", json={"prompt": "x", "max_tokens": 2})
+        assert r.status_code == 401
+        assert r.json()["error"]["code"] == "invalid_api_key" and "s3cret" not in r.text
+        assert httpx.get(f"{srv.base_url}/v1/models").status_code == 401
+        ok = client(srv, key="s3cret-token").completions.create(model="m", prompt="x", max_tokens=2)
+        assert ok.model == "v0"
+    assert len(buffer_records(ws)) == 1  # refused requests capture nothing
+
+
+def test_oversize_and_bad_requests_get_clear_4xx(two_versions):
+    ws = two_versions
+    cfg = make_cfg(ws, "serve.max_request_bytes=2000", "serve.max_new_tokens=16")
+    with BackgroundServer(create_app(ws, cfg)) as srv:
+        url = f"{srv.base_url}/v1/completions"
+        big = httpx.post(url, json={"prompt": "x" * 5000, "max_tokens": 2})
+        assert big.status_code == 413 and "serve.max_request_bytes=2000" in big.json()["error"]["message"]
+
+        def chunks():  # no Content-Length: the limit is enforced while reading
+            for _ in range(10):
+                yield b" " * 500
+
+        chunked = httpx.post(url, content=chunks(), headers={"content-type": "application/json"})
+        assert chunked.status_code == 413
+
+        with pytest.raises(openai.BadRequestError) as exc:
+            client(srv).completions.create(model="m", prompt="x", max_tokens=17)
+        assert exc.value.status_code == 400 and "serve.max_new_tokens=16" in exc.value.message
+
+        bad_json = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"})
+        assert bad_json.status_code == 400 and bad_json.json()["error"]["type"] == "invalid_request_error"
+
+        bad_field = httpx.post(url, json={"prompt": "x", "temperature": "hot"})
+        assert bad_field.status_code == 422 and bad_field.json()["error"]["param"] == "temperature"
+
+        missing = httpx.post(f"{srv.base_url}/v1/chat/completions", json={"messages": []})
+        assert missing.status_code == 422 and missing.json()["error"]["param"] == "messages"
+
+        stream = httpx.post(url, json={"prompt": "x", "stream": True})
+        assert stream.status_code == 400 and stream.json()["error"]["param"] == "stream"
+
+        too_long_prompt = httpx.post(url, json={"prompt": "word " * 300, "max_tokens": 16})
+        assert too_long_prompt.status_code in (400, 413)
+    assert buffer_records(ws) == []
+
+
+def test_promotion_is_served_without_restart(two_versions):
+    ws = two_versions
+    prompt = "import os\nimport sys\n\ndef main("
+    with BackgroundServer(create_app(ws, make_cfg(ws))) as srv:
+        oa = client(srv)
+        before = oa.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0)
+        assert before.model == "v0"
+        Lineage(ws.lineage_db).set_alias("champion", "v1", actor="promote", reason="test")
+        after = oa.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0)
+        assert after.model == "v1" and after.system_fingerprint == "v1"
+        assert after.choices[0].text != before.choices[0].text
+        assert [m.id for m in oa.models.list().data][0] == "v1"
+    sources = sorted(r["source"] for r in buffer_records(ws))
+    assert sources == ["serve:completions:v0", "serve:completions:v1"]
+
+
+def test_no_champion_refuses_to_start(workspace):
+    Lineage(workspace.lineage_db)
+    with pytest.raises(RuntimeError, match="did not start"):
+        with BackgroundServer(create_app(workspace, make_cfg(workspace))):
+            pass
+
+
+def test_concurrent_clients_lose_and_duplicate_no_record(two_versions):
+    """Bounded load test: 4 clients for 3 s; every 200 has exactly one buffer record."""
+    ws = two_versions
+    ids: list[str] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    with BackgroundServer(create_app(ws, make_cfg(ws, "buffer.flush_size=7"))) as srv:
+        deadline = time.monotonic() + 3.0
+
+        def worker(k: int) -> None:
+            with httpx.Client(base_url=srv.base_url, timeout=60) as http:
+                i = 0
+                while time.monotonic() < deadline:
+                    r = http.post("/v1/completions", json={"prompt": f"client {k} request {i}:", "max_tokens": 4})
+                    with lock:
+                        (ids.append(r.headers["x-capture-id"]) if r.status_code == 200 else failures.append(r.text))
+                    i += 1
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not failures
+    records = buffer_records(ws)
+    stored = [r["id"] for r in records]
+    assert len(ids) >= 8
+    assert len(stored) == len(set(stored)) == len(ids)
+    assert set(stored) == set(ids)
+
+
+def test_chat_command_captures_the_session(two_versions):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    ws = two_versions
+    result = CliRunner().invoke(
+        app,
+        ["chat", "--preset", "tiny", "-w", str(ws.root), "--temperature", "0", "--max-new-tokens", "6", "--system", "Be brief."],
+        input="Tell me about the zorbulator.\nAnd its colour?\n/exit\n",
+    )
+    assert result.exit_code == 0, result.output
+    assert "champion v0" in result.output and "session captured" in result.output
+    (record,) = buffer_records(ws)
+    lines = record["text"].split("\n")
+    assert lines[0] == "System: Be brief."
+    assert lines[1] == "User: Tell me about the zorbulator."
+    assert record["text"].count("Assistant:") == 2 and "User: And its colour?" in record["text"]
+    assert record["source"] == "chat:v0"
+
+
+def test_chat_command_without_champion_is_a_clear_error(workspace):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    result = CliRunner().invoke(app, ["chat", "--preset", "tiny", "-w", str(workspace.root)], input="/exit\n")
+    assert result.exit_code != 0
+    assert "lineage.duckdb" in str(result.exception) or "champion" in str(result.exception)
