@@ -9,6 +9,7 @@
   runs/<run-id>/         curated/, manifest.parquet, shards/, train/ (snapshots, logs), eval/
   checkpoints/<version>/ Hugging Face model folders + meta.json
   lineage.duckdb         the registry: what exists and in which state
+  cache/                 orchestrator's cached stage results, keyed on input content hashes
 ```
 
 Every path a user hands in goes through `Workspace.resolve`, which refuses anything that lands
@@ -70,6 +71,11 @@ class Workspace:
     @property
     def lineage_db(self) -> Path:
         return self.root / "lineage.duckdb"
+
+    @property
+    def task_cache(self) -> Path:
+        """Persisted results and cache records of the orchestrator's data stages (Prefect)."""
+        return self.root / "cache"
 
     # -- named children ----------------------------------------------------------------------
     def corpus(self, name: str) -> Path:
