@@ -1,0 +1,474 @@
+"""Prepare one run's training data: tokenize every source to shards, hold out new documents for
+evaluation, and draw the sampling manifest (seed 000 section 4, seed 004 sections 11.2 and 11.5).
+
+- Sources are named parquet folders with `id` and `text` columns, each with a weight counted in
+  TOKENS. `default_sources` is the seed's two-source case: the original corpus at 1 - r, the
+  night's curated data ("new") at r = `sampling.new_data_ratio`.
+- Every input parquet file becomes one token shard (lib/shards.py), tokenized in parallel
+  processes. Documents of `kind="buffer"` sources whose id hashes below `heldout_fraction` go to
+  `heldout/<source>.parquet` instead (same split every night for the same id). Documents with
+  identical text inside a source are kept once (seed 004 11.5: dedup before resampling).
+- FIM (lib/fim.py) is applied per piece at tokenization time: code documents (a `kind` column
+  equal to "code") at `fim_rate_code`, or at the source's own `fim_rate` when it sets one.
+- The manifest lists pieces of at most `seq_len` tokens (one packed row with its BOS) in training
+  order. Each source walks its documents in a fresh seeded permutation per epoch (no document
+  twice in an epoch until the source is exhausted); the next piece comes from the source whose
+  token count lags its target the most, where the target grows by p_i(T) per token drawn and
+  p_i ∝ w_i^(1/T) with T annealed constant/linear/cosine over training progress. So the token
+  ratio is exact to within one piece, not just in expectation.
+- Same inputs (content hashes), tokenizer and seed give a byte-identical manifest.parquet.
+
+Manifest columns: `source`, `doc_id`, `shard` (shard stem relative to the data folder, e.g.
+`shards/new/shard-00000`), `doc_index` (document number inside that token shard), `offset` (token
+offset of the piece inside that document), `length` (tokens of the piece, BOS not counted),
+`epoch` (pass over that source), `fim` (the document is a FIM example).
+
+Trade-off: the draw covers the budget plus 5% slack because best-fit cropping wastes ~1-2% of
+tokens; if training still runs out, the loader wraps around the manifest deterministically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import math
+import os
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from lib.config import ConsolidationConfig, SamplingConfig, SourceConfig
+from lib.fim import fim_rng, fim_transform
+from lib.shards import write_shard_arrays
+
+log = logging.getLogger(__name__)
+
+NEW_SOURCE = "new"            # name of the night's curated data in the two-source case
+SLACK = 0.05                  # over-draw for tokens lost to cropping
+EXPOSURE_RANGE = (3.0, 10.0)  # seed 000 rule of thumb: each new document seen 3-10 times
+MANIFEST_SCHEMA = pa.schema([
+    ("source", pa.string()), ("doc_id", pa.string()), ("shard", pa.string()),
+    ("doc_index", pa.int64()), ("offset", pa.int64()), ("length", pa.int64()),
+    ("epoch", pa.int32()), ("fim", pa.bool_()),
+])
+
+
+def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Path) -> list[SourceConfig]:
+    """The seed's mix: corpus train split (weight 1 - r, kind corpus) + tonight's curated data
+    (weight r, kind buffer), then any extra `sampling.sources` with their own weights."""
+    r = cfg.sampling.new_data_ratio
+    sources = [
+        SourceConfig(name=cfg.workspace.corpus, path=workspace.corpus_train(cfg.workspace.corpus), weight=1 - r, kind="corpus"),
+        SourceConfig(name=NEW_SOURCE, path=Path(new_data_dir), weight=r, kind="buffer"),
+    ]
+    for extra in cfg.sampling.sources:
+        path = extra.path if extra.path.is_absolute() else workspace.resolve(extra.path)
+        sources.append(extra.model_copy(update={"path": path}))
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sampling.sources: source names must be unique, got {names}")
+    return sources
+
+
+def temperature_at(sampling: SamplingConfig, progress: float) -> float:
+    """T at training progress in [0, 1] (seed 004 11.2: anneal from explore to exploit)."""
+    t0, t1 = sampling.temperature, sampling.final_temperature
+    if t1 is None or sampling.temperature_schedule == "constant":
+        return t0
+    x = min(max(progress, 0.0), 1.0)
+    if sampling.temperature_schedule == "linear":
+        return t0 + (t1 - t0) * x
+    return t1 + (t0 - t1) * 0.5 * (1 + math.cos(math.pi * x))
+
+
+def source_probabilities(weights, temperature: float) -> np.ndarray:
+    """p_i ∝ w_i^(1/T), computed in log space so tiny weights at small T do not underflow."""
+    logw = np.log(np.asarray(weights, dtype=np.float64)) / temperature
+    p = np.exp(logw - logw.max())
+    return p / p.sum()
+
+
+def source_files(source: SourceConfig) -> list[Path]:
+    path = Path(source.path)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+    else:
+        raise FileNotFoundError(f"source {source.name!r}: {path} does not exist")
+    if not files:
+        raise FileNotFoundError(f"source {source.name!r}: no .parquet files under {path}")
+    return files
+
+
+def file_hash(path: Path) -> str:
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_heldout(doc_id: str, fraction: float) -> bool:
+    """Deterministic held-out split by id: the same document is held out every night."""
+    return fraction > 0 and xxhash.xxh64_intdigest(doc_id.encode("utf-8")) < fraction * 2.0**64
+
+
+# -- tokenization workers -----------------------------------------------------------------------
+
+_WORKER_TOKENIZER = None
+
+
+def _init_worker(tokenizer_dir: str) -> None:
+    # One tokenizer thread per process: parallelism comes from processes over input shards.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    global _WORKER_TOKENIZER
+    from lib.tokenizer import load_tokenizer
+
+    _WORKER_TOKENIZER = load_tokenizer(tokenizer_dir)
+
+
+def _read_source_file(path: Path) -> tuple[list[str], list[str], list[str] | None]:
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable parquet file: {exc}") from exc
+    missing = [c for c in ("id", "text") if c not in schema.names]
+    if missing:
+        raise ValueError(f"{path} lacks column(s) {missing}: a training source needs `id` and `text` (has {schema.names})")
+    cols = ["id", "text"] + (["kind"] if "kind" in schema.names else [])
+    table = pq.read_table(path, columns=cols)
+    ids = [str(x) if x is not None else None for x in table.column("id").to_pylist()]
+    texts = table.column("text").to_pylist()
+    kinds = table.column("kind").to_pylist() if "kind" in cols else None
+    return ids, texts, kinds
+
+
+def tokenize_file(task: dict, tokenizer=None) -> dict:
+    """Tokenize one parquet file into one token shard. Returns per-document records (small)."""
+    tok = tokenizer or _WORKER_TOKENIZER
+    path = Path(task["file"])
+    ids, texts, kinds = _read_source_file(path)
+    heldout_ids, heldout_texts = [], []
+    keep_ids, keep_texts, keep_fim = [], [], []
+    skipped = 0
+    for i, (doc_id, text) in enumerate(zip(ids, texts)):
+        if doc_id is None or text is None or text == "":
+            skipped += 1
+            continue
+        if task["kind"] == "buffer" and is_heldout(doc_id, task["heldout_fraction"]):
+            heldout_ids.append(doc_id)
+            heldout_texts.append(text)
+            continue
+        rate = task["fim_rate"]
+        if rate is None:  # source did not set one: code documents get the code rate
+            rate = task["fim_rate_code"] if kinds is not None and kinds[i] == "code" else 0.0
+        keep_ids.append(doc_id)
+        keep_texts.append(text)
+        keep_fim.append(rate)
+
+    unit_tokens: list[list[int]] = []
+    unit_doc: list[int] = []      # index into keep_* of the document a unit belongs to
+    unit_fim: list[bool] = []
+    fim_on = task["fim_enabled"]
+    piece_tokens = task["fim_piece_tokens"]
+    batch = 512
+    for start in range(0, len(keep_texts), batch):
+        encodings = tok.encode_batch_raw(keep_texts[start:start + batch])
+        for j, enc in enumerate(encodings):
+            d = start + j
+            ids_ = enc.ids
+            if not fim_on or keep_fim[d] <= 0 or len(ids_) < 2:
+                unit_tokens.append(ids_)
+                unit_doc.append(d)
+                unit_fim.append(False)
+                continue
+            # FIM per piece: cut the text at the character offsets of every piece_tokens-th
+            # token, so each FIM example fits in one row with its sentinels.
+            text = keep_texts[d]
+            offsets = enc.offsets
+            cuts = [0] + [offsets[k][0] for k in range(piece_tokens, len(ids_), piece_tokens)] + [len(text)]
+            for p in range(len(cuts) - 1):
+                piece = text[cuts[p]:cuts[p + 1]]
+                if not piece:
+                    continue
+                rng = fim_rng(task["seed"], task["source"], keep_ids[d], p)
+                if rng.random() < keep_fim[d]:
+                    toks = fim_transform(piece, tok.encode_batch, rng, spm_rate=task["fim_spm_rate"],
+                                         prefix_id=tok.fim_prefix_id, middle_id=tok.fim_middle_id,
+                                         suffix_id=tok.fim_suffix_id, eos_id=tok.eos_id)
+                    unit_fim.append(True)
+                else:
+                    toks = tok.encode(piece)
+                    unit_fim.append(False)
+                unit_tokens.append(toks)
+                unit_doc.append(d)
+
+    lengths = np.fromiter((len(u) for u in unit_tokens), dtype=np.int64, count=len(unit_tokens))
+    total = int(lengths.sum())
+    flat = np.fromiter(itertools.chain.from_iterable(unit_tokens), dtype=np.int64, count=total)
+    write_shard_arrays(flat, np.cumsum(lengths).astype(np.uint64), task["stem"],
+                       tokenizer_hash=tok.hash, vocab_size=tok.vocab_size,
+                       extra={"source": task["source"], "input": str(path), "input_hash": task["input_hash"]})
+    doc_hashes = [xxhash.xxh3_64_intdigest(t.encode("utf-8")) for t in keep_texts]
+    return {
+        "file_index": task["file_index"],
+        "doc_ids": keep_ids,
+        "doc_hash": np.asarray(doc_hashes, dtype=np.uint64),
+        "unit_doc": np.asarray(unit_doc, dtype=np.int64),
+        "unit_len": lengths,
+        "unit_fim": np.asarray(unit_fim, dtype=bool),
+        "heldout_ids": heldout_ids,
+        "heldout_texts": heldout_texts,
+        "skipped": skipped,
+        "tokens": total,
+        "bytes": sum(len(t.encode("utf-8")) for t in keep_texts),
+    }
+
+
+def run_tokenize_tasks(tasks: list[dict], tokenizer_dir: str | Path, workers: int | None) -> list[dict]:
+    """Tokenize files in `workers` processes (inline when 1); results in task order."""
+    workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
+    if workers == 1:
+        from lib.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(tokenizer_dir)
+        return [tokenize_file(t, tok) for t in tasks]
+    # spawn, not fork: a forked child inherits the parent's tokenizer thread pool in a bad state.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                             initializer=_init_worker, initargs=(str(tokenizer_dir),)) as pool:
+        # Largest files first so the last worker does not start the biggest shard alone.
+        order = sorted(range(len(tasks)), key=lambda i: -Path(tasks[i]["file"]).stat().st_size)
+        futures = {i: pool.submit(tokenize_file, tasks[i]) for i in order}
+        return [futures[i].result() for i in range(len(tasks))]
+
+
+# -- the manifest draw ---------------------------------------------------------------------------
+
+class _SourceStream:
+    """One source's pieces in epoch order: a seeded permutation of its documents per epoch."""
+
+    def __init__(self, index: int, name: str, docs: dict, seq_len: int, seed_key: list[int]):
+        self.index, self.name = index, name
+        self.docs = docs  # doc_id, shard, unit_start, unit_count; units: doc_index, len, fim
+        self.seq_len = seq_len
+        self.seed_key = seed_key
+        self.n_docs = len(docs["doc_id"])
+        self.epoch = -1
+        self.order = np.zeros(0, dtype=np.int64)
+        self.pos = 0
+        self.pending: list[tuple] = []
+        self.exposures = np.zeros(self.n_docs, dtype=np.int64)
+
+    def _next_doc(self) -> int:
+        if self.pos >= self.order.size:
+            self.epoch += 1
+            self.order = np.random.default_rng(self.seed_key + [self.epoch]).permutation(self.n_docs)
+            self.pos = 0
+        d = int(self.order[self.pos])
+        self.pos += 1
+        return d
+
+    def next_piece(self) -> tuple:
+        while not self.pending:
+            d = self._next_doc()
+            self.exposures[d] += 1
+            u0, n = int(self.docs["unit_start"][d]), int(self.docs["unit_count"][d])
+            for u in range(u0, u0 + n):
+                length = int(self.docs["unit_len"][u])
+                for off in range(0, length, self.seq_len):
+                    self.pending.append((d, u, off, min(self.seq_len, length - off)))
+            self.pending.reverse()
+        d, u, off, length = self.pending.pop()
+        return (self.docs["doc_id"][d], self.docs["unit_shard"][u], int(self.docs["unit_index"][u]),
+                off, length, self.epoch, bool(self.docs["unit_fim"][u]))
+
+
+def draw_manifest(streams: list[_SourceStream], weights: list[float], sampling: SamplingConfig,
+                  target_tokens: int) -> tuple[dict, np.ndarray]:
+    """Interleave pieces by token deficit until `target_tokens` packed tokens (pieces + BOS)."""
+    cols = {name: [] for name in MANIFEST_SCHEMA.names}
+    drawn = np.zeros(len(streams))
+    expected = np.zeros(len(streams))
+    total = 0
+    cached_T, p = None, None
+    while total < target_tokens:
+        T = temperature_at(sampling, total / target_tokens)
+        if T != cached_T:
+            cached_T, p = T, source_probabilities(weights, T)
+        i = int(np.argmax(expected - drawn))  # ties: the first source
+        s = streams[i]
+        doc_id, shard, doc_index, off, length, epoch, fim = s.next_piece()
+        for key, value in zip(MANIFEST_SCHEMA.names, (s.name, doc_id, shard, doc_index, off, length, epoch, fim)):
+            cols[key].append(value)
+        n = length + 1  # the BOS the packer adds is a trained token too
+        drawn[i] += n
+        expected += p * n
+        total += n
+    return cols, drawn
+
+
+def write_manifest(cols: dict, path: Path) -> str:
+    """Write the manifest with fixed writer options (byte-identical for equal content); returns
+    its sha256."""
+    table = pa.table({k: pa.array(cols[k], type=MANIFEST_SCHEMA.field(k).type) for k in MANIFEST_SCHEMA.names},
+                     schema=MANIFEST_SCHEMA)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd", compression_level=3, row_group_size=1 << 20,
+                   use_dictionary=["source", "shard"], write_statistics=False, store_schema=False)
+    os.replace(tmp, path)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def prepare_training_data(
+    sources: list[SourceConfig],
+    tokenizer_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    token_budget: int,
+    sampling: SamplingConfig,
+    seq_len: int,
+    workers: int | None = None,
+) -> dict:
+    """Tokenize `sources` into `out_dir/shards/<source>/`, hold out new documents into
+    `out_dir/heldout/<source>.parquet`, draw `out_dir/manifest.parquet` covering `token_budget`
+    training tokens, and write `out_dir/data.json`. Returns the data.json content."""
+    from lib.tokenizer import load_tokenizer
+
+    if not sources:
+        raise ValueError("prepare_training_data needs at least one source")
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be positive, got {token_budget}")
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ValueError(f"source names must be unique, got {names}")
+    for s in sources:
+        if not s.name or "/" in s.name or s.name.startswith("."):
+            raise ValueError(f"source name {s.name!r} must be a plain folder name")
+    out = Path(out_dir)
+    tok = load_tokenizer(tokenizer_dir)
+    warnings: list[str] = []
+    wants_fim = sampling.fim_rate_code > 0 or any(s.fim_rate > 0 for s in sources)
+    fim_enabled = tok.has_fim
+    if wants_fim and not fim_enabled:
+        warnings.append(f"tokenizer {tokenizer_dir} has no FIM tokens (<|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>): FIM is off for this run")
+    fim_piece_tokens = max(8, seq_len - 8)  # room for 3 sentinels + EOS + re-encoding drift
+
+    tasks = []
+    for s in sources:
+        for k, f in enumerate(source_files(s)):
+            tasks.append({
+                "source": s.name, "kind": s.kind, "file": str(f), "file_index": k,
+                "stem": str(out / "shards" / s.name / f"shard-{k:05d}"), "input_hash": file_hash(f),
+                "heldout_fraction": sampling.heldout_fraction,
+                "fim_rate": s.fim_rate if "fim_rate" in s.model_fields_set else None,
+                "fim_rate_code": sampling.fim_rate_code, "fim_spm_rate": sampling.fim_spm_rate,
+                "fim_enabled": fim_enabled, "fim_piece_tokens": fim_piece_tokens, "seed": sampling.seed,
+            })
+    results = run_tokenize_tasks(tasks, tokenizer_dir, workers)
+
+    inputs_digest = hashlib.sha256(json.dumps(
+        [[t["source"], t["input_hash"]] for t in tasks] + [tok.hash, seq_len, sampling.seed], sort_keys=True
+    ).encode()).hexdigest()
+    streams, source_stats = [], {}
+    (out / "heldout").mkdir(parents=True, exist_ok=True)
+    for si, s in enumerate(sources):
+        mine = [(t, r) for t, r in zip(tasks, results) if t["source"] == s.name]
+        doc_id, doc_hash, unit_start, unit_count = [], [], [], []
+        unit_shard, unit_index, unit_len, unit_fim = [], [], [], []
+        seen: set[int] = set()
+        duplicates = 0
+        for t, r in mine:
+            shard_rel = str(Path(t["stem"]).relative_to(out))
+            unit_doc = r["unit_doc"]
+            bounds = np.searchsorted(unit_doc, np.arange(len(r["doc_ids"]) + 1))
+            for d, did in enumerate(r["doc_ids"]):
+                h = int(r["doc_hash"][d])
+                u0, u1 = int(bounds[d]), int(bounds[d + 1])
+                if h in seen:
+                    duplicates += 1
+                    continue
+                if int(r["unit_len"][u0:u1].sum()) == 0:
+                    continue
+                seen.add(h)
+                doc_id.append(did)
+                doc_hash.append(h)
+                unit_start.append(len(unit_len))
+                unit_count.append(u1 - u0)
+                for u in range(u0, u1):
+                    unit_shard.append(shard_rel)
+                    unit_index.append(u)
+                    unit_len.append(int(r["unit_len"][u]))
+                    unit_fim.append(bool(r["unit_fim"][u]))
+        if not doc_id:
+            raise ValueError(f"source {s.name!r} ({s.path}): no non-empty documents left to train on")
+        docs = {"doc_id": doc_id, "unit_start": np.asarray(unit_start), "unit_count": np.asarray(unit_count),
+                "unit_shard": unit_shard, "unit_index": np.asarray(unit_index), "unit_len": np.asarray(unit_len),
+                "unit_fim": np.asarray(unit_fim)}
+        seed_key = [sampling.seed & 0xFFFFFFFF, zlib.crc32(s.name.encode()), int(inputs_digest[:8], 16)]
+        streams.append(_SourceStream(si, s.name, docs, seq_len, seed_key))
+        if s.kind == "buffer":
+            held = pa.table({"id": pa.array([i for _, r in mine for i in r["heldout_ids"]], pa.string()),
+                             "text": pa.array([x for _, r in mine for x in r["heldout_texts"]], pa.string())})
+            pq.write_table(held, out / "heldout" / f"{s.name}.parquet", compression="zstd")
+        source_stats[s.name] = {
+            "kind": s.kind, "path": str(s.path), "weight": s.weight,
+            "files": [{"path": t["file"], "hash": t["input_hash"], "shard": str(Path(t["stem"]).relative_to(out)),
+                       "tokens": r["tokens"], "docs": len(r["doc_ids"])} for t, r in mine],
+            "docs": len(doc_id), "duplicates_dropped": duplicates,
+            "skipped_empty": sum(r["skipped"] for _, r in mine),
+            "heldout_docs": sum(len(r["heldout_ids"]) for _, r in mine),
+            "tokens_available": int(np.sum(unit_len)) + len(unit_len),
+            "fim_units": int(np.sum(unit_fim)), "units": len(unit_len),
+            "bytes": sum(r["bytes"] for _, r in mine),
+        }
+
+    # Rows of seq_len + 1 tokens give seq_len trained positions each.
+    target = int(math.ceil(token_budget * (seq_len + 1) / seq_len * (1 + SLACK)))
+    weights = [s.weight for s in sources]
+    cols, drawn = draw_manifest(streams, weights, sampling, target)
+    manifest_hash = write_manifest(cols, out / "manifest.parquet")
+
+    total_drawn = float(drawn.sum())
+    for s, st, n in zip(sources, streams, drawn):
+        e = st.exposures
+        stats = source_stats[s.name]
+        stats.update({
+            "tokens_drawn": int(n), "share": float(n / total_drawn), "epochs": st.epoch + (st.pos / max(1, st.order.size)),
+            "pieces": int(sum(1 for x in cols["source"] if x == s.name)),
+            "exposures": {"mean": float(e.mean()), "min": int(e.min()), "max": int(e.max()),
+                          "histogram": {str(k): int(v) for k, v in zip(*np.unique(e, return_counts=True))}},
+        })
+        if s.kind == "buffer":
+            lo, hi = EXPOSURE_RANGE
+            if not lo <= e.mean() <= hi:
+                warnings.append(
+                    f"source {s.name!r}: each new document is seen {e.mean():.1f} times on average, outside the "
+                    f"seed's rule of thumb of {lo:g}-{hi:g}; adjust training.num_iterations or sampling.new_data_ratio")
+    for w in warnings:
+        log.warning(w)
+    data = {
+        "format": "training-data", "version": 1,
+        "seq_len": seq_len, "token_budget": token_budget, "tokens_drawn": int(total_drawn),
+        "manifest": "manifest.parquet", "manifest_hash": manifest_hash, "manifest_rows": len(cols["source"]),
+        "inputs_digest": inputs_digest,
+        "tokenizer_hash": tok.hash, "tokenizer_dir": str(tokenizer_dir), "vocab_size": tok.vocab_size,
+        "bos_id": tok.bos_id, "eos_id": tok.eos_id, "pad_id": tok.pad_id,
+        "fim": {"enabled": fim_enabled, "middle_id": tok.fim_middle_id, "middle_only": sampling.fim_middle_only,
+                "rate_code": sampling.fim_rate_code, "spm_rate": sampling.fim_spm_rate},
+        "sampling": json.loads(sampling.model_dump_json()),
+        "sources": source_stats,
+        "tokens_per_source": {name: source_stats[name]["tokens_drawn"] for name in names},
+        "warnings": warnings,
+    }
+    (out / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    return data
