@@ -1,0 +1,283 @@
+"""`consolidate buffer add|flush|ls|stats`: put text into the memory buffer and look at it.
+
+`add` takes plain text / markdown files (one record each), `.jsonl` (a `text` field per line,
+an optional `source`), `.parquet` (a `text` column, an optional `source` column) and `-` (stdin,
+one record). A file is imported all or nothing: any bad record (invalid UTF-8, empty, too large,
+bad JSON) refuses that file with a message naming it and the line or row; the other files
+proceed, and the command exits 1 at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+
+STDIN = "-"
+PROGRESS_MIN_RECORDS = 2000  # smaller imports finish before a bar would be worth drawing
+ADD_CHUNK = 1000  # records per add_many (one fsync each): bounds the log write and moves the bar
+
+
+class FileRejected(ValueError):
+    """One input file cannot be imported; the message names the file (and line or row)."""
+
+
+@dataclass
+class ParsedInput:
+    name: str
+    texts: list[str] = field(default_factory=list)
+    sources: list[str | None] = field(default_factory=list)
+
+
+def _decode(data: bytes, name: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileRejected(
+            f"{name}: not valid UTF-8 at byte {exc.start} ({exc.reason}); convert it first, e.g. "
+            f"`iconv -f latin1 -t utf-8`"
+        ) from None
+
+
+def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInput:
+    """Read one input into validated records, or raise FileRejected."""
+    from lib.buffer import InvalidRecordError, validate_text
+
+    out = ParsedInput(name)
+    default_source = source or ("stdin" if name == STDIN else f"file:{name}")
+
+    def take(text: object, where: str, src: object = None) -> None:
+        try:
+            validate_text(text, max_text_bytes, where)
+        except InvalidRecordError as exc:
+            raise FileRejected(str(exc)) from None
+        if src is not None and not isinstance(src, str):
+            raise FileRejected(f"{where}: source must be a string, got {type(src).__name__}")
+        out.texts.append(text)
+        out.sources.append(source or src or default_source)
+
+    if name == STDIN:
+        stream = getattr(sys.stdin, "buffer", None)
+        data = stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
+        take(_decode(data, "stdin"), "stdin")
+        return out
+    path = Path(name)
+    if not path.exists():
+        raise FileRejected(f"{name}: no such file")
+    if path.is_dir():
+        raise FileRejected(f"{name}: is a directory; pass the files (e.g. {name}/*.md)")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            schema = pq.read_schema(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise FileRejected(f"{name}: not a readable parquet file ({exc})") from None
+        if "text" not in schema.names:
+            raise FileRejected(f"{name}: no `text` column (columns: {', '.join(schema.names)})")
+        if not pa.types.is_string(schema.field("text").type) and not pa.types.is_large_string(schema.field("text").type):
+            raise FileRejected(f"{name}: column `text` has type {schema.field('text').type}, expected string")
+        columns = ["text"] + (["source"] if "source" in schema.names else [])
+        table = pq.read_table(path, columns=columns)
+        texts = table.column("text").to_pylist()
+        sources = table.column("source").to_pylist() if "source" in columns else [None] * len(texts)
+        for row, (text, src) in enumerate(zip(texts, sources)):
+            take(text, f"{name}: row {row}: text", src)
+        return out
+    text = _decode(path.read_bytes(), name)
+    if suffix == ".jsonl":
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise FileRejected(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict) or "text" not in obj:
+                raise FileRejected(f"{name}:{lineno}: expected an object with a `text` field")
+            take(obj["text"], f"{name}:{lineno}: text", obj.get("source"))
+        if not out.texts:
+            raise FileRejected(f"{name}: no records (empty JSONL file)")
+        return out
+    take(text, f"{name}: text")
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="The memory buffer: captured text waiting for the nightly consolidation.", no_args_is_help=True)
+
+    def open_buffer(config, preset, set_, workspace, recover: bool = True):
+        from lib.buffer import MemoryBuffer
+
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        return cfg, ws, MemoryBuffer.from_config(ws.buffers, cfg, recover=recover)
+
+    @group.command("add")
+    def add(
+        files: Annotated[list[str], typer.Argument(help="Text/markdown files (one record each), .jsonl (`text` per line), .parquet (`text` column), or - for stdin.")],
+        source: Annotated[Optional[str], typer.Option("--source", help="Source label for every record (default: the file's `source` field/column, else file:<path> or stdin).")] = None,
+        flush: Annotated[bool, typer.Option("--flush/--no-flush", help="Write a parquet file at the end (--no-flush leaves the records in the write-ahead log).")] = True,
+        config: ConfigOpt = None,
+        preset: PresetOpt = "default",
+        set_: SetOpt = None,
+        workspace: WorkspaceOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """Add files (or stdin) to the memory buffer, durably."""
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        if files.count(STDIN) > 1:
+            raise ValueError("stdin (-) can be given only once")
+        cfg, ws, buf = open_buffer(config, preset, set_, workspace)
+        errors: list[str] = []
+        added: dict[str, int] = {}
+        parsed: list[ParsedInput] = []
+        for name in files:
+            try:
+                parsed.append(parse_input(name, source, buf.max_text_bytes))
+            except FileRejected as exc:
+                errors.append(str(exc))
+        total = sum(len(p.texts) for p in parsed)
+        console = Console(stderr=True)
+        progress = Progress(
+            TextColumn("[bold]buffer add"), BarColumn(), MofNCompleteColumn(), TextColumn("records"), TimeRemainingColumn(),
+            console=console, transient=True, disable=json_ or total < PROGRESS_MIN_RECORDS,
+        )
+        before = set(buf.list_buffers())
+        with progress:
+            task = progress.add_task("add", total=total)
+            for p in parsed:
+                for start in range(0, len(p.texts), ADD_CHUNK):
+                    chunk = slice(start, start + ADD_CHUNK)
+                    buf.add_many(p.texts[chunk], p.sources[chunk])
+                    progress.advance(task, len(p.texts[chunk]))
+                added[p.name] = len(p.texts)
+        if flush:
+            buf.flush()
+        written = sorted(set(buf.list_buffers()) - before)
+        result = {
+            "added": sum(added.values()),
+            "inputs": added,
+            "errors": errors,
+            "flushed": [Path(f).name for f in written],
+            "pending_log": buf.pending(),
+        }
+        if json_:
+            typer.echo(json.dumps(result, indent=2))
+        else:
+            where = f"; written to {', '.join(result['flushed'])}" if written else (
+                f"; {buf.pending()} in the write-ahead log" if buf.pending() else "")
+            typer.echo(f"added {result['added']} records from {len(added)} of {len(files)} inputs{where}")
+        for message in errors:
+            typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+        buf.close(flush=flush)
+        if errors:
+            raise typer.Exit(1)
+
+    @group.command("flush")
+    def flush_cmd(
+        config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """Replay write-ahead logs left by stopped writers into parquet files.
+        Records held by live writers (a running server) stay with them until they flush."""
+        cfg, ws, buf = open_buffer(config, preset, set_, workspace, recover=False)
+        before = set(buf.list_buffers())
+        buf.flush()
+        report = dict(buf.recovered)
+        stats = buf.stats()
+        report.update(
+            files_written=[Path(f).name for f in sorted(set(buf.list_buffers()) - before)],
+            live_writer_records=stats["pending_log"],
+            live_writer_logs=stats["log_segments"],
+        )
+        if json_:
+            typer.echo(json.dumps(report, indent=2))
+            return
+        typer.echo(
+            f"replayed {report['records']} records from {report['segments']} logs of stopped writers"
+            + (f" into {', '.join(report['files_written'])}" if report["files_written"] else "")
+        )
+        if report["dropped_bytes"]:
+            typer.echo(f"dropped {report['dropped_bytes']} bytes of torn log tails (writes that never returned)")
+        if report["live_writer_logs"]:
+            typer.echo(f"{report['live_writer_records']} records stay in {report['live_writer_logs']} logs of live writers")
+
+    @group.command("ls")
+    def ls(
+        config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """List the buffer's parquet files: rows, size, lineage status (pending/consumed/quarantined)."""
+        import pyarrow.parquet as pq
+
+        from lib.buffer import content_hash
+
+        cfg, ws, buf = open_buffer(config, preset, set_, workspace, recover=False)
+        status: dict[str, str] = {}
+        if ws.lineage_db.exists():
+            from lib.lineage import Lineage
+
+            status = {f.content_hash: f.status for f in Lineage(ws.lineage_db).buffer_files()}
+        rows = []
+        for name in buf.list_buffers():
+            path = Path(name)
+            try:
+                n = pq.ParquetFile(path).metadata.num_rows
+            except Exception as exc:  # a foreign or broken file: list it, say why
+                n = None
+                state = f"unreadable: {exc}"
+            else:
+                state = status.get(content_hash(path), "unregistered")
+            rows.append({"file": path.name, "rows": n, "bytes": path.stat().st_size, "status": state})
+        if json_:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"memory buffer {buf.buffer_dir}")
+        for col, justify in (("file", "left"), ("rows", "right"), ("bytes", "right"), ("status", "left")):
+            table.add_column(col, justify=justify)
+        for r in rows:
+            table.add_row(r["file"], "?" if r["rows"] is None else f"{r['rows']:,}", f"{r['bytes']:,}", r["status"])
+        Console().print(table)
+
+    @group.command("stats")
+    def stats_cmd(
+        config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """Records, bytes and files in the buffer, and records pending in write-ahead logs."""
+        cfg, ws, buf = open_buffer(config, preset, set_, workspace, recover=False)
+        stats = buf.stats()
+        if json_:
+            typer.echo(json.dumps(stats, indent=2))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"memory buffer {stats['buffer_dir']}", show_header=False)
+        table.add_column(justify="left")
+        table.add_column(justify="right")
+        for key, label in (
+            ("files", "parquet files"), ("records", "records in files"), ("bytes", "bytes on disk"),
+            ("pending_log", "records pending in write-ahead logs"), ("log_segments", "write-ahead logs"),
+            ("abandoned_segments", "  of stopped writers (replayed on next open)"), ("log_bytes", "log bytes"),
+        ):
+            table.add_row(label, f"{stats[key]:,}")
+        Console().print(table)
+        for problem in stats["unreadable_files"]:
+            typer.secho(f"warning: unreadable {problem}", fg=typer.colors.YELLOW, err=True)
+
+    app.add_typer(group, name="buffer")
+
