@@ -3,19 +3,23 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+SHELL  := bash
+.SHELLFLAGS := -eo pipefail -c
+# This machine's pip config lists local index folders that do not all exist; drop that noise only.
+QUIET  := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 PIP    := $(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test install install-test bench lint-docker clean
+.PHONY: demo test install install-test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: $(PY) pyproject.toml constraints.txt
-	$(PIP) -e .
+	$(PIP) -e . $(QUIET)
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) -e '.[test]'
+	$(PIP) -e '.[test]' $(QUIET)
 	touch $@
 
 install: $(VENV)/.installed
