@@ -1,0 +1,381 @@
+"""Checkpoint versions: Hugging Face folders with meta.json, stored full or as a lossless delta.
+
+- A version is `<ws>/checkpoints/<version>/`: config.json, model.safetensors, tokenizer files and
+  meta.json (version, parent_checkpoint, consolidation_config, memory_buffer_stats, manifest_hash,
+  original_lr, optimizer_state, final_metrics, digest = sha256 of model.safetensors). v0 and every
+  consolidation use the same layout, so `AutoModelForCausalLM.from_pretrained` loads any of them.
+  `optimizer.pt` (AdamW state, plain tensors; `torch.load(weights_only=True)`) sits beside the
+  weights when the pipeline inherits optimizer state.
+- Writes are atomic: the folder is assembled under a temporary name and renamed into place.
+- Delta storage (seed 003): `compact(version, parent)` replaces model.safetensors by
+  model.delta.zst: the safetensors header verbatim, then every tensor's raw bits XOR the parent's
+  tensor of the same name/dtype/shape (others stored raw), byte-plane shuffled per tensor
+  (all sign/exponent bytes together, then the mantissa bytes), zstd-compressed. No float
+  arithmetic, so the restore is bit-exact and checked against the recorded sha256.
+- `materialize(version)` returns a folder `from_pretrained` loads: the version itself when full,
+  else `<version>/.full/` rebuilt from the parent chain (recursively), cached and verified.
+  `store_version` keeps every `full_every`-th version of a chain full to bound restore time.
+
+Trade-off: XOR keeps the restore exact but cannot shrink bits that really changed: after a
+consolidation the low mantissa bytes are close to random, so an fp32 delta costs roughly half a
+full checkpoint (measured in bench/bench_delta.py and the README) while the sign/exponent plane
+compresses to almost nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+MODEL_FILE = "model.safetensors"
+DELTA_FILE = "model.delta.zst"
+DELTA_META = "delta.json"
+META_FILE = "meta.json"
+OPTIMIZER_FILE = "optimizer.pt"
+MATERIALIZED = ".full"
+DELTA_FORMAT = "xor-byteplane-zstd/1"
+
+# Files of a Hugging Face tokenizer folder that travel with every version.
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
+)
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+             "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+
+
+class CheckpointError(ValueError):
+    """A version folder that is incomplete, corrupt, or whose delta chain cannot be restored."""
+
+
+# -- digests and meta -----------------------------------------------------------------------------
+def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_meta(version_dir: str | Path) -> dict[str, Any]:
+    """meta.json of a version; an empty dict for a plain Hugging Face folder (e.g. a user's model)."""
+    path = Path(version_dir) / META_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def is_full(version_dir: str | Path) -> bool:
+    return (Path(version_dir) / MODEL_FILE).is_file()
+
+
+def is_delta(version_dir: str | Path) -> bool:
+    d = Path(version_dir)
+    return not is_full(d) and (d / DELTA_FILE).is_file() and (d / DELTA_META).is_file()
+
+
+# -- writing a version ----------------------------------------------------------------------------
+def copy_tokenizer_files(src: str | Path, dst: str | Path) -> list[str]:
+    """Copy the tokenizer files found in `src` (a tokenizer or model folder) into `dst`."""
+    src, dst = Path(src), Path(dst)
+    copied = [name for name in TOKENIZER_FILES if (src / name).is_file()]
+    if "tokenizer.json" not in copied and "tokenizer.model" not in copied:
+        raise FileNotFoundError(f"no tokenizer.json in {src}: a version must carry its tokenizer")
+    for name in copied:
+        shutil.copy2(src / name, dst / name)
+    return copied
+
+
+def write_version(
+    out_dir: str | Path,
+    model,
+    *,
+    tokenizer_dir: str | Path,
+    meta: dict[str, Any],
+    optimizer_state: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write a full version folder atomically: HF weights + config, tokenizer files, meta.json
+    with the sha256 digest of model.safetensors, and optionally optimizer.pt."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per file in a nightly log is noise
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise FileExistsError(f"version folder {out_dir} already exists; pick a new --out or remove it")
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir(parents=True)
+    try:
+        # one shard: delta storage and the digest address one file; generation_config is irrelevant here
+        model.save_pretrained(tmp, safe_serialization=True, max_shard_size="1000GB")
+        if not (tmp / MODEL_FILE).is_file():
+            raise CheckpointError(f"save_pretrained did not write {MODEL_FILE} in {tmp}")
+        copy_tokenizer_files(tokenizer_dir, tmp)
+        if optimizer_state is not None:
+            torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
+        full = dict(meta)
+        full.setdefault("version", out_dir.name)
+        full["digest"] = sha256_file(tmp / MODEL_FILE)
+        full["model_bytes"] = (tmp / MODEL_FILE).stat().st_size
+        full["has_optimizer_state"] = optimizer_state is not None
+        full.setdefault("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        _write_json_atomic(tmp / META_FILE, full)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def load_optimizer_state(version_dir: str | Path) -> dict | None:
+    """The AdamW state saved beside a version (plain tensors, loaded with weights_only=True)."""
+    import torch
+
+    path = Path(version_dir) / OPTIMIZER_FILE
+    if not path.is_file():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def verify(version_dir: str | Path) -> str:
+    """Check the (materialised) weights against meta.json's digest; returns the digest."""
+    folder = materialize(version_dir)
+    expected = read_meta(version_dir).get("digest")
+    actual = sha256_file(folder / MODEL_FILE)
+    if expected and actual != expected:
+        raise CheckpointError(f"{folder / MODEL_FILE}: sha256 {actual} does not match meta.json digest {expected}")
+    return actual
+
+
+# -- safetensors layout ---------------------------------------------------------------------------
+def _split_safetensors(raw: bytes | memoryview, where: str) -> tuple[bytes, dict, memoryview]:
+    """(header bytes incl. length prefix, parsed header, data section) of a safetensors file."""
+    raw = memoryview(raw)
+    if len(raw) < 8:
+        raise CheckpointError(f"{where} is too short to be a safetensors file")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if 8 + n > len(raw):
+        raise CheckpointError(f"{where}: safetensors header length {n} exceeds the file size")
+    header = json.loads(bytes(raw[8 : 8 + n]))
+    return bytes(raw[: 8 + n]), header, raw[8 + n :]
+
+
+def _tensors(header: dict) -> dict[str, dict]:
+    return {k: v for k, v in header.items() if k != "__metadata__"}
+
+
+def _reference(target_header: dict, data_len: int, parent_header: dict, parent_data: memoryview):
+    """Parent bytes laid out at the target's offsets for every tensor both share (zeros elsewhere)."""
+    import numpy as np
+
+    ref = np.zeros(data_len, dtype=np.uint8)
+    parent_tensors = _tensors(parent_header)
+    matched = 0
+    for name, info in _tensors(target_header).items():
+        p = parent_tensors.get(name)
+        if p is None or p["dtype"] != info["dtype"] or p["shape"] != info["shape"]:
+            continue
+        b, e = info["data_offsets"]
+        pb, pe = p["data_offsets"]
+        ref[b:e] = np.frombuffer(parent_data[pb:pe], dtype=np.uint8)
+        matched += 1
+    return ref, matched
+
+
+def _byteplanes(buf, header: dict, inverse: bool) -> None:
+    """In place: group byte k of every element of a tensor together (or undo it)."""
+    for info in _tensors(header).values():
+        k = _ITEMSIZE.get(info["dtype"], 1)
+        b, e = info["data_offsets"]
+        if k == 1 or e <= b or (e - b) % k:
+            continue
+        seg = buf[b:e]
+        buf[b:e] = (seg.reshape(k, -1).T if inverse else seg.reshape(-1, k).T).reshape(-1)
+
+
+# -- delta storage --------------------------------------------------------------------------------
+def encode_delta(target: bytes, parent: bytes, *, level: int = 3) -> tuple[bytes, dict]:
+    """Compress the safetensors bytes `target` against `parent`: returns (delta bytes, stats)."""
+    import numpy as np
+    import zstandard
+
+    head, t_header, t_data = _split_safetensors(target, "target")
+    _, p_header, p_data = _split_safetensors(parent, "parent")
+    ref, matched = _reference(t_header, len(t_data), p_header, p_data)
+    x = np.frombuffer(t_data, dtype=np.uint8) ^ ref
+    _byteplanes(x, t_header, inverse=False)
+    payload = zstandard.ZstdCompressor(level=level, threads=-1).compress(head + x.tobytes())
+    return payload, {"tensors": len(_tensors(t_header)), "tensors_xored": matched}
+
+
+def decode_delta(payload: bytes, parent: bytes) -> bytes:
+    """Inverse of `encode_delta`: the target file's exact bytes."""
+    import numpy as np
+    import zstandard
+
+    raw = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
+    head, t_header, t_data = _split_safetensors(raw, "delta payload")
+    _, p_header, p_data = _split_safetensors(parent, "parent")
+    ref, _ = _reference(t_header, len(t_data), p_header, p_data)
+    x = np.frombuffer(t_data, dtype=np.uint8).copy()
+    _byteplanes(x, t_header, inverse=True)
+    return head + (x ^ ref).tobytes()
+
+
+def chain_depth(version_dir: str | Path) -> int:
+    """Delta hops from this version down to a full one (0 for a full folder)."""
+    d, depth = Path(version_dir), 0
+    while is_delta(d):
+        depth += 1
+        d = _parent_of_delta(d)
+        if depth > 10_000:
+            raise CheckpointError(f"delta chain of {version_dir} does not end in a full version")
+    return depth
+
+
+def _parent_of_delta(version_dir: Path) -> Path:
+    info = json.loads((version_dir / DELTA_META).read_text(encoding="utf-8"))
+    candidates = [Path(info["parent_path"])] if info.get("parent_path") else []
+    if info.get("parent_version"):
+        # the version folders may have moved together (a copied workspace): try the sibling
+        candidates.append(version_dir.parent / info["parent_version"])
+    for c in candidates:
+        if is_full(c) or is_delta(c):
+            return c
+    raise CheckpointError(
+        f"{version_dir} is stored as a delta against {info.get('parent_version')!r} "
+        f"({info.get('parent_path')}), which is missing: restore that version first"
+    )
+
+
+def compact(version_dir: str | Path, parent_dir: str | Path, *, level: int = 3) -> dict[str, Any]:
+    """Turn a full version folder into a delta against `parent_dir` (full or delta itself).
+    The restore is verified before model.safetensors is removed."""
+    version_dir, parent_dir = Path(version_dir), Path(parent_dir)
+    if is_delta(version_dir):
+        raise CheckpointError(f"{version_dir} is already stored as a delta")
+    if not is_full(version_dir):
+        raise CheckpointError(f"{version_dir} has no {MODEL_FILE} to compact")
+    if version_dir.resolve() == parent_dir.resolve():
+        raise CheckpointError(f"{version_dir} cannot be a delta against itself")
+    target_path = version_dir / MODEL_FILE
+    target = target_path.read_bytes()
+    digest = hashlib.sha256(target).hexdigest()
+    recorded = read_meta(version_dir).get("digest")
+    if recorded and recorded != digest:
+        raise CheckpointError(f"{target_path}: sha256 does not match meta.json digest; refusing to compact a corrupt file")
+    parent_file = materialize(parent_dir) / MODEL_FILE
+    parent = parent_file.read_bytes()
+    payload, stats = encode_delta(target, parent, level=level)
+    if decode_delta(payload, parent) != target:  # never drop the only full copy without proof
+        raise CheckpointError(f"delta of {version_dir} against {parent_dir} did not round-trip; left full")
+    parent_meta = read_meta(parent_dir)
+    info = {
+        "format": DELTA_FORMAT,
+        "parent_version": parent_meta.get("version", parent_dir.name),
+        "parent_path": str(parent_dir.resolve()),
+        "parent_digest": hashlib.sha256(parent).hexdigest(),
+        "digest": digest,
+        "full_bytes": len(target),
+        "delta_bytes": len(payload),
+        "ratio": len(payload) / len(target),
+        **stats,
+    }
+    tmp = version_dir / f".{DELTA_FILE}.tmp"
+    tmp.write_bytes(payload)
+    os.replace(tmp, version_dir / DELTA_FILE)
+    _write_json_atomic(version_dir / DELTA_META, info)
+    target_path.unlink()
+    shutil.rmtree(version_dir / MATERIALIZED, ignore_errors=True)
+    return info
+
+
+def restore(version_dir: str | Path) -> Path:
+    """Make a delta-stored version full again, in place (the reverse of `compact`)."""
+    version_dir = Path(version_dir)
+    if is_full(version_dir):
+        return version_dir
+    folder = materialize(version_dir)
+    tmp = version_dir / f".{MODEL_FILE}.tmp"
+    shutil.copyfile(folder / MODEL_FILE, tmp)
+    os.replace(tmp, version_dir / MODEL_FILE)
+    (version_dir / DELTA_FILE).unlink()
+    (version_dir / DELTA_META).unlink()
+    shutil.rmtree(folder, ignore_errors=True)
+    return version_dir
+
+
+def materialize(version_dir: str | Path) -> Path:
+    """A folder `AutoModelForCausalLM.from_pretrained` loads: the version itself if full, else
+    `<version>/.full/` rebuilt bit-exactly from the parent chain (cached, digest-checked)."""
+    version_dir = Path(version_dir)
+    if is_full(version_dir):
+        return version_dir
+    if not is_delta(version_dir):
+        if not version_dir.exists():
+            raise FileNotFoundError(f"checkpoint version folder {version_dir} does not exist")
+        if any(version_dir.glob("*.safetensors")) or (version_dir / "model.safetensors.index.json").is_file():
+            return version_dir  # a sharded HF folder: loadable as it is
+        raise CheckpointError(f"{version_dir} holds neither {MODEL_FILE} nor a delta ({DELTA_FILE} + {DELTA_META})")
+    info = json.loads((version_dir / DELTA_META).read_text(encoding="utf-8"))
+    if info.get("format") != DELTA_FORMAT:
+        raise CheckpointError(f"{version_dir / DELTA_META}: unknown delta format {info.get('format')!r}")
+    cache = version_dir / MATERIALIZED
+    cached = cache / MODEL_FILE
+    if cached.is_file() and cached.stat().st_size == info["full_bytes"] and sha256_file(cached) == info["digest"]:
+        return cache
+    parent_dir = _parent_of_delta(version_dir)
+    parent = (materialize(parent_dir) / MODEL_FILE).read_bytes()
+    if hashlib.sha256(parent).hexdigest() != info["parent_digest"]:
+        raise CheckpointError(
+            f"{version_dir} was stored against parent weights with sha256 {info['parent_digest']}, "
+            f"but {parent_dir} now holds different weights; the delta cannot be restored"
+        )
+    target = decode_delta((version_dir / DELTA_FILE).read_bytes(), parent)
+    if hashlib.sha256(target).hexdigest() != info["digest"]:
+        raise CheckpointError(f"{version_dir / DELTA_FILE} is corrupt: restored weights fail the sha256 check")
+    tmp = version_dir / f".full.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for item in version_dir.iterdir():
+            if item.is_file() and item.name not in (DELTA_FILE, DELTA_META, OPTIMIZER_FILE):
+                shutil.copy2(item, tmp / item.name)
+        (tmp / MODEL_FILE).write_bytes(target)
+        shutil.rmtree(cache, ignore_errors=True)
+        os.replace(tmp, cache)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return cache
+
+
+def store_version(version_dir: str | Path, parent_dir: str | Path | None, *, delta: bool = True, full_every: int = 5) -> dict[str, Any]:
+    """Storage policy after a version is accepted: a delta against its parent unless the chain
+    would reach `full_every` hops (then it stays full, bounding a restore to full_every - 1 decodes)."""
+    version_dir = Path(version_dir)
+    if not delta or parent_dir is None or not (is_full(parent_dir) or is_delta(parent_dir)):
+        return {"stored": "full", "reason": "delta storage off or no parent version"}
+    depth = chain_depth(parent_dir) + 1
+    if depth >= full_every:
+        return {"stored": "full", "reason": f"chain depth {depth} reaches checkpoints.full_every={full_every}"}
+    info = compact(version_dir, parent_dir)
+    return {"stored": "delta", "chain_depth": depth, **info}

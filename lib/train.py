@@ -1,0 +1,602 @@
+"""The consolidation trainer: continue pre-training a Hugging Face causal LM on a prepared mix.
+
+Run as `python -m lib.train --config FILE --data DIR --out DIR (--parent VERSION | --init) [--resume]`
+or under `torchrun --nproc-per-node N -m lib.train ...` (`torchrun_command` builds that line).
+
+- Setup: gloo on CPU, nccl on CUDA, DistributedDataParallel when world size > 1; the data's
+  tokenizer hash must equal the parent's (v0: the given tokenizer's); fp32 master weights,
+  bf16 autocast on CUDA with the logits cast to fp32 before the cross-entropy (seed 001), fp32
+  on CPU with deterministic algorithms so a resumed run is bit-identical.
+- One step = `total_batch_size / (device_batch_size × seq_len × world)` micro-batches per rank.
+  The micro-batches of a step are fetched first, the valid targets (≠ -100) counted over all
+  ranks, and each micro-batch's summed loss divided by that global count: the gradient is the
+  exact mean over the step's tokens however they are split across ranks and micro-batches, so
+  2 processes and 1 process with twice the accumulation follow the same loss curve.
+- LR = peak × `lib.schedule.lr_multiplier(step)`, peak = the parent's `original_lr` × lr_scale
+  (v0: model.pretrain_lr); AdamW (fused on CUDA), weight decay on matrices only, grad clipping.
+  Optimizer state fresh or inherited from the parent's optimizer.pt, LRs reset (recorded in meta).
+- Snapshots every `snapshot_every` steps and on SIGTERM / past `time_limit_s` (lib.snapshot);
+  `--resume` continues from the newest complete one. Rank 0 writes metrics.jsonl (loss, lr,
+  tokens/s, tokens per source) and, at the end, the version folder via lib.checkpoint.
+
+Trade-off: fetching the whole step's micro-batches before the first forward holds
+accum × B × (T+1) × 16 bytes (4 MB at the default 0.5 M-token step) and costs one 8-byte
+all-reduce per step, in exchange for a loss normalisation that is independent of the split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger("lib.train")
+
+EXIT_STOPPED = 3  # stopped early (SIGTERM or time limit) with a snapshot saved: resume with --resume
+
+
+# -- command line for the orchestration area -------------------------------------------------------
+def torchrun_command(
+    config_path: str | Path,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    parent: str | Path | None = None,
+    init: bool = False,
+    resume: bool = False,
+    nproc_per_node: int = 1,
+    nnodes: int = 1,
+    *,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str | None = None,
+    meta: str | Path | None = None,
+    tokenizer: str | Path | None = None,
+    overrides: list[str] | None = None,
+    preset: str | None = None,
+    python: str | None = None,
+) -> list[str]:
+    """argv of `python -m torch.distributed.run ... -m lib.train ...` (standalone on one node,
+    c10d rendezvous at `rdzv_endpoint` on several)."""
+    if parent is None and not init:
+        raise ValueError("torchrun_command needs a parent version (parent=...) or init=True for a model from scratch")
+    if parent is not None and init:
+        raise ValueError("torchrun_command: give either parent or init=True, not both")
+    cmd = [python or sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={int(nproc_per_node)}"]
+    if nnodes == 1:
+        cmd.append("--standalone")
+    else:
+        if not rdzv_endpoint:
+            raise ValueError(f"multi-node torchrun (nnodes={nnodes}) needs rdzv_endpoint host:port")
+        cmd += [f"--nnodes={int(nnodes)}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
+                f"--rdzv-id={rdzv_id or 'consolidation'}"]
+        if node_rank is not None:
+            cmd.append(f"--node-rank={int(node_rank)}")
+    cmd += ["-m", "lib.train", "--config", str(config_path), "--data", str(data_dir), "--out", str(out_dir)]
+    cmd += ["--init"] if init else ["--parent", str(parent)]
+    if resume:
+        cmd.append("--resume")
+    if meta is not None:
+        cmd += ["--meta", str(meta)]
+    if tokenizer is not None:
+        cmd += ["--tokenizer", str(tokenizer)]
+    if preset is not None:
+        cmd += ["--preset", preset]
+    for item in overrides or []:
+        cmd += ["--set", item]
+    return cmd
+
+
+# -- distributed setup -----------------------------------------------------------------------------
+class Dist:
+    """Rank, world size and device of this process; collectives are no-ops on one process."""
+
+    def __init__(self, device_pref: str = "auto"):
+        import torch
+        import torch.distributed as dist
+
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if device_pref == "cuda" and not torch.cuda.is_available():
+            raise ValueError("training.device=cuda but no CUDA device is visible; use training.device=cpu or auto")
+        use_cuda = device_pref == "cuda" or (device_pref == "auto" and torch.cuda.is_available())
+        if use_cuda:
+            torch.cuda.set_device(self.local_rank)
+            self.device = torch.device("cuda", self.local_rank)
+        else:
+            self.device = torch.device("cpu")
+        self.backend = "nccl" if use_cuda else "gloo"
+        self.initialized = False
+        if self.world_size > 1:
+            kwargs = {"device_id": self.device} if use_cuda else {}
+            dist.init_process_group(backend=self.backend, **kwargs)
+            self.initialized = True
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.initialized:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        if not self.initialized:
+            return values
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.backend == "nccl" else "cpu")
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def gather_objects(self, obj: Any) -> list[Any]:
+        if not self.initialized:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def close(self) -> None:
+        if self.initialized:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self.initialized = False
+
+
+def steps_accumulation(total_batch_size: int, device_batch_size: int, seq_len: int, world_size: int) -> int:
+    """Micro-batches per rank per optimizer step; the token counts must divide exactly."""
+    per_pass = device_batch_size * seq_len * world_size
+    if total_batch_size % per_pass:
+        raise ValueError(
+            f"training.total_batch_size={total_batch_size} tokens is not a multiple of "
+            f"device_batch_size × seq_len × world_size = {device_batch_size} × {seq_len} × {world_size} = {per_pass}; "
+            f"choose total_batch_size as a multiple of {per_pass}"
+        )
+    return total_batch_size // per_pass
+
+
+# -- pieces of setup -----------------------------------------------------------------------------
+def _tokenizer_hash(folder: Path) -> str:
+    from lib.tokenizer import load_tokenizer
+
+    return load_tokenizer(folder).hash
+
+
+def check_tokenizer(data_dir: Path, tokenizer_dir: Path) -> str:
+    """The data was tokenized with the model's tokenizer, or training would learn garbage ids:
+    the data area's `validate` checks data.json and every shard against the model's hash."""
+    from lib.loader import validate
+
+    model_hash = _tokenizer_hash(tokenizer_dir)
+    validate(data_dir, model_hash)
+    return model_hash
+
+
+def param_groups(model, weight_decay: float) -> list[dict]:
+    """Decay matrices (and embeddings), not norms and biases: decaying a norm gain pulls it to 0."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model, tcfg, device, lr: float):
+    import torch
+
+    kwargs: dict[str, Any] = {"lr": lr, "betas": tuple(tcfg.adam_betas), "eps": 1e-8}
+    if device.type == "cuda":
+        kwargs["fused"] = True  # one kernel for all parameters: ~10% of a small model's step time
+    else:
+        kwargs["foreach"] = False  # the single-tensor path: same results on every resume
+    return torch.optim.AdamW(param_groups(model, tcfg.weight_decay), **kwargs)
+
+
+def reset_hyperparameters(optimizer, tcfg, lr: float) -> None:
+    """After loading an inherited state: this run's LR, betas and decay, not the parent's."""
+    for i, group in enumerate(optimizer.param_groups):
+        group["lr"] = lr
+        group["initial_lr"] = lr
+        group["betas"] = tuple(tcfg.adam_betas)
+        group["weight_decay"] = tcfg.weight_decay if i == 0 else 0.0
+
+
+def _read_data_json(data_dir: Path) -> dict[str, Any]:
+    path = data_dir / "data.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: --data must be a folder prepared by lib.sampling.prepare_training_data")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def default_loader(data_dir, batch_size, seq_len, rank, world_size, tokenizer_hash=None):
+    from lib.loader import TrainLoader
+
+    return TrainLoader(data_dir, batch_size, seq_len, rank=rank, world_size=world_size, tokenizer_hash=tokenizer_hash)
+
+
+class _StopFlag:
+    """SIGTERM sets it; the step loop checks it (with all ranks) after each optimizer step."""
+
+    def __init__(self):
+        self.reason: str | None = None
+
+    def __call__(self, signum, frame):
+        self.reason = f"signal {signal.Signals(signum).name}"
+
+
+class _Progress:
+    """A rich progress bar when a person watches (stderr is a TTY), log lines otherwise."""
+
+    def __init__(self, total: int, start: int, enabled: bool):
+        self.total, self.bar, self.task = total, None, None
+        self.every = max(1, total // 50)
+        if enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("train", total=total, completed=start, info="")
+        self.enabled = enabled
+
+    def update(self, step: int, loss: float, lr: float, tok_s: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step + 1, info=f"loss {loss:.4f} lr {lr:.2e} {tok_s:,.0f} tok/s")
+        elif (step + 1) % self.every == 0 or step + 1 == self.total:
+            log.info("step %d/%d loss %.4f lr %.3e %.0f tok/s", step + 1, self.total, loss, lr, tok_s)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+# -- the training run ------------------------------------------------------------------------------
+def train(
+    cfg,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    parent: str | Path | None = None,
+    init: bool = False,
+    resume: bool = False,
+    tokenizer_dir: str | Path | None = None,
+    meta: dict[str, Any] | None = None,
+    train_dir: str | Path | None = None,
+    make_loader: Callable = default_loader,
+    install_signal_handlers: bool = True,
+) -> dict[str, Any]:
+    """Run the training loop on this process (one rank of a torchrun job or a lone process).
+    Returns {'status': 'done'|'stopped', 'step', 'out', 'final_metrics'}."""
+    import torch
+    import torch.nn.functional as F
+
+    from lib import snapshot as snap
+    from lib.checkpoint import load_optimizer_state, read_meta, write_version
+    from lib.model import build_model, count_parameters, flops_per_token, load_model
+    from lib.schedule import lr_at, peak_lr
+    from lib.workspace import RunDir
+
+    if (parent is None) == (not init):
+        raise ValueError("give exactly one of --parent VERSION_DIR (consolidation) or --init (pre-train v0 from scratch)")
+    tcfg = cfg.training
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    run = RunDir(data_dir)
+    train_dir = Path(train_dir) if train_dir else run.train
+    snapshot_dir = train_dir / "snapshots"
+    metrics_path = train_dir / "metrics.jsonl"
+    data_info = _read_data_json(data_dir)
+    if out_dir.exists() and not resume:
+        raise FileExistsError(f"--out {out_dir} already exists; choose a new version folder (or --resume an interrupted run)")
+
+    d = Dist(tcfg.device)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    previous_sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
+        if d.device.type == "cpu":
+            # bit-exact resume needs the same kernels in the same order every time
+            torch.use_deterministic_algorithms(True)
+
+        # model, tokenizer, original LR
+        if init:
+            tok_dir = Path(tokenizer_dir or cfg.tokenizer.path or data_info.get("tokenizer_dir") or "")
+            if not (tok_dir / "tokenizer.json").is_file():
+                raise FileNotFoundError(f"--init needs a tokenizer folder with tokenizer.json (--tokenizer or tokenizer.path); got {str(tok_dir)!r}")
+            from lib.tokenizer import load_tokenizer
+
+            tok = load_tokenizer(tok_dir)
+            model = build_model(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, seed=tcfg.seed)
+            original_lr, lr_scale, parent_meta = cfg.model.pretrain_lr, 1.0, {}
+            num_iterations = cfg.model.pretrain_iterations
+        else:
+            parent = Path(parent)
+            tok_dir = Path(tokenizer_dir) if tokenizer_dir else parent
+            parent_meta = read_meta(parent)
+            model = load_model(parent)
+            original_lr = parent_meta.get("original_lr")
+            if original_lr is None:
+                original_lr = cfg.model.pretrain_lr
+                if d.is_main:
+                    log.warning("parent %s records no original_lr (meta.json); using model.pretrain_lr=%g", parent, original_lr)
+            lr_scale = tcfg.lr_scale
+            num_iterations = tcfg.num_iterations
+        tok_hash = check_tokenizer(data_dir, tok_dir)
+        if tcfg.seq_len > model.config.max_position_embeddings:
+            raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={model.config.max_position_embeddings}")
+        peak = peak_lr(original_lr, lr_scale)
+        sched = tcfg.model_copy(update={"num_iterations": num_iterations})
+
+        model.to(d.device)
+        model.train()
+        model.config.use_cache = False
+        optimizer = make_optimizer(model, tcfg, d.device, peak)
+        optimizer_choice = tcfg.optimizer_state
+        if not init and optimizer_choice == "inherit":
+            state = load_optimizer_state(parent)
+            if state is None:
+                optimizer_choice = "fresh (parent has no optimizer.pt)"
+                if d.is_main:
+                    log.warning("training.optimizer_state=inherit but %s has no optimizer.pt: starting fresh", parent)
+            else:
+                try:
+                    optimizer.load_state_dict(state)
+                except (ValueError, KeyError) as exc:
+                    raise ValueError(f"{parent}/optimizer.pt does not match this model's parameters: {exc}") from None
+                reset_hyperparameters(optimizer, tcfg, peak)
+        if d.is_main:
+            log.info("model %s: %.2fM parameters, device %s, world %d, accumulation %d, peak lr %.3e, %d steps",
+                     type(model).__name__, count_parameters(model) / 1e6, d.device, d.world_size, accum, peak, num_iterations)
+
+        loader = make_loader(data_dir, tcfg.device_batch_size, tcfg.seq_len, d.rank, d.world_size, tokenizer_hash=tok_hash)
+
+        # resume
+        start_step, history = 0, {"loss": [], "tokens": 0, "elapsed_s": 0.0, "tokens_per_source": {}}
+        import random
+
+        import numpy as np
+
+        random.seed(tcfg.seed + d.rank)
+        np.random.seed((tcfg.seed + d.rank) % 2**32)
+        torch.manual_seed(tcfg.seed + d.rank)
+        if resume:
+            latest = snap.latest_complete(snapshot_dir)
+            if latest is None:
+                if d.is_main:
+                    log.warning("--resume: no complete snapshot in %s, starting from step 0", snapshot_dir)
+            else:
+                from safetensors.torch import load_model as load_weights
+
+                s = snap.load(latest, d.rank, d.world_size)
+                load_weights(model, str(s["model_file"]), device=str(d.device))
+                optimizer.load_state_dict(s["optimizer"])
+                loader.load_state_dict(s["loader"])
+                snap.set_rng_state(s["rng"], s["rng_tensors"])
+                start_step, history = s["step"], s["state"]["history"]
+                if d.is_main:
+                    log.info("resumed from %s at step %d", latest, start_step)
+
+        ddp_model = model
+        if d.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ddp_model = DDP(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
+        autocast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if d.device.type == "cuda" else nullcontext())
+
+        if d.is_main:
+            train_dir.mkdir(parents=True, exist_ok=True)
+            snapshot_dir.mkdir(parents=True, exist_ok=True)
+            _truncate_metrics(metrics_path, start_step)
+        d.barrier()
+        metrics_file = open(metrics_path, "a", encoding="utf-8") if d.is_main else None
+
+        stop = _StopFlag()
+        if install_signal_handlers:
+            signal.signal(signal.SIGTERM, stop)
+        progress = _Progress(num_iterations, start_step, enabled=d.is_main)
+        flops = flops_per_token(model, tcfg.seq_len)
+        t_run = time.perf_counter()
+        elapsed_before = history["elapsed_s"]
+        step = start_step
+        status = "done"
+        while step < num_iterations:
+            t0 = time.perf_counter()
+            lr = lr_at(step, peak, sched)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batches = [loader.next_batch() for _ in range(accum)]
+            local_count = sum(int((y != -100).sum()) for _, y, _ in batches)
+            (global_count,) = d.all_sum([float(local_count)])
+            if global_count == 0:
+                raise ValueError(f"step {step}: every target of the batch is masked (-100); the data in {data_dir} yields no loss")
+            # DDP averages gradients over ranks; × world turns that into the sum over all tokens
+            scale = d.world_size / global_count
+            loss_sum = torch.zeros((), dtype=torch.float64, device=d.device)
+            src_tokens: dict[str, int] = {}
+            for i, (x, y, per_source) in enumerate(batches):
+                x = x.to(d.device, non_blocking=True)
+                y = y.to(d.device, non_blocking=True)
+                sync = ddp_model.no_sync() if (d.world_size > 1 and i < accum - 1) else nullcontext()
+                with sync:
+                    with autocast:
+                        logits = ddp_model(input_ids=x).logits
+                    # fp32 cross-entropy: bf16 log-softmax over a large vocab loses ~2 digits (seed 001)
+                    loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), ignore_index=-100, reduction="sum")
+                    (loss * scale).backward()
+                loss_sum += loss.detach()
+                for name, n in per_source.items():
+                    src_tokens[name] = src_tokens.get(name, 0) + int(n)
+            if tcfg.grad_clip > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip))
+            else:
+                grad_norm = float("nan")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+            # one collective for the logged numbers and the stop decision of every rank
+            over_time = tcfg.time_limit_s is not None and (elapsed_before + time.perf_counter() - t_run) > tcfg.time_limit_s
+            gathered = d.gather_objects((float(loss_sum), src_tokens, stop.reason or ("time limit" if over_time else None)))
+            step_loss = sum(g[0] for g in gathered) / global_count
+            step_sources: dict[str, int] = {}
+            for _, per_src, _ in gathered:
+                for name, n in per_src.items():
+                    step_sources[name] = step_sources.get(name, 0) + n
+            stop_reason = next((g[2] for g in gathered if g[2]), None)
+            if not math.isfinite(step_loss):
+                raise FloatingPointError(f"step {step}: loss is {step_loss}; lower training.lr_scale or check the data")
+
+            dt = time.perf_counter() - t0
+            step_tokens = tcfg.total_batch_size
+            history["loss"].append(step_loss)
+            history["tokens"] += step_tokens
+            for name, n in step_sources.items():
+                history["tokens_per_source"][name] = history["tokens_per_source"].get(name, 0) + n
+            step += 1
+            if metrics_file is not None:
+                tok_s = step_tokens / dt
+                record = {"step": step - 1, "loss": step_loss, "lr": lr, "grad_norm": grad_norm, "tokens": step_tokens,
+                          "tokens_per_s": tok_s, "mfu_flops_per_s": tok_s * flops, "dt_s": dt,
+                          "tokens_per_source": step_sources, "valid_targets": int(global_count)}
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+                progress.update(step - 1, step_loss, lr, tok_s)
+
+            history["elapsed_s"] = elapsed_before + time.perf_counter() - t_run
+            at_interval = step % tcfg.snapshot_every == 0 and step < num_iterations
+            if at_interval or (stop_reason and step < num_iterations):
+                _save_snapshot(d, snapshot_dir, step, model, optimizer, loader, history, tcfg.keep_snapshots)
+            if stop_reason and step < num_iterations:
+                status = "stopped"
+                if d.is_main:
+                    log.warning("stopped at step %d/%d (%s); snapshot saved, continue with --resume", step, num_iterations, stop_reason)
+                break
+        progress.close()
+        if metrics_file is not None:
+            metrics_file.close()
+
+        final_metrics = {
+            "steps": step,
+            "num_iterations": num_iterations,
+            "final_loss": history["loss"][-1] if history["loss"] else None,
+            "mean_loss_last_10": (sum(history["loss"][-10:]) / len(history["loss"][-10:])) if history["loss"] else None,
+            "tokens": history["tokens"],
+            "tokens_per_source": history["tokens_per_source"],
+            "elapsed_s": history["elapsed_s"],
+            "tokens_per_s": history["tokens"] / history["elapsed_s"] if history["elapsed_s"] > 0 else None,
+        }
+        if status == "done" and d.is_main:
+            version_meta = {
+                "parent_checkpoint": None if init else parent_meta.get("version", Path(parent).name),
+                "parent_path": None if init else str(Path(parent).resolve()),
+                "parent_digest": None if init else parent_meta.get("digest"),
+                "consolidation_config": cfg.to_dict(),
+                "memory_buffer_stats": {name: st for name, st in (data_info.get("sources") or {}).items() if st.get("kind") == "buffer"},
+                "manifest_hash": data_info.get("manifest_hash"),
+                "tokenizer_hash": tok_hash,
+                "original_lr": original_lr,
+                "lr_scale": lr_scale,
+                "peak_lr": peak,
+                "optimizer_state": "none (pre-training from scratch)" if init else optimizer_choice,
+                "final_metrics": final_metrics,
+                "world_size": d.world_size,
+                "data_dir": str(data_dir.resolve()),
+                "training_kind": "pretrain" if init else "consolidation",
+            }
+            version_meta.update(meta or {})
+            save_opt = optimizer.state_dict() if tcfg.optimizer_state == "inherit" else None
+            write_version(out_dir, model, tokenizer_dir=tok_dir, meta=version_meta, optimizer_state=save_opt, overwrite=resume)
+            log.info("wrote version %s (final loss %.4f)", out_dir, final_metrics["final_loss"] or float("nan"))
+        d.barrier()
+        return {"status": status, "step": step, "out": str(out_dir), "final_metrics": final_metrics}
+    finally:
+        # leave the process as found: an in-process caller (tests, a notebook) keeps its settings
+        torch.use_deterministic_algorithms(was_deterministic)
+        if install_signal_handlers:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+        d.close()
+
+
+def _truncate_metrics(path: Path, start_step: int) -> None:
+    """After a crash the file may hold steps past the snapshot (or a torn last line): drop them."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if rec.get("step", -1) < start_step:
+            keep.append(line)
+    path.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
+
+
+def _save_snapshot(d: Dist, snapshot_dir: Path, step: int, model, optimizer, loader, history, keep: int) -> None:
+    from lib import snapshot as snap
+
+    if d.is_main:
+        tmp = snap.begin(snapshot_dir, step)
+    d.barrier()
+    tmp = snap.tmp_dir(snapshot_dir, step)
+    snap.write_rank(tmp, d.rank, loader.state_dict())
+    if d.is_main:
+        snap.write_shared(tmp, model, optimizer.state_dict(), {"step": step, "world_size": d.world_size, "history": history})
+    d.barrier()
+    if d.is_main:
+        snap.commit(snapshot_dir, step, keep)
+    d.barrier()
+
+
+# -- entry point -----------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m lib.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", type=Path, help="YAML/TOML config file (lib.config).")
+    p.add_argument("--preset", default="default", help="Config preset under the file: default or tiny.")
+    p.add_argument("--set", action="append", default=[], help="Override section.key=value (repeatable).")
+    p.add_argument("--data", type=Path, required=True, help="Prepared data folder (data.json, manifest, shards).")
+    p.add_argument("--out", type=Path, required=True, help="Version folder to write (a Hugging Face folder + meta.json).")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--parent", type=Path, help="Version folder to continue from (any AutoModelForCausalLM folder).")
+    who.add_argument("--init", action="store_true", help="Pre-train a new model from scratch (v0) from model.* settings.")
+    p.add_argument("--resume", action="store_true", help="Continue from the newest complete snapshot.")
+    p.add_argument("--tokenizer", type=Path, help="Tokenizer folder (default: the parent's; --init: tokenizer.path).")
+    p.add_argument("--meta", type=Path, help="JSON file of extra meta.json fields (version, memory_buffer_stats, ...).")
+    p.add_argument("--train-dir", type=Path, help="Where metrics.jsonl and snapshots/ go (default: DATA/train).")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lib.config import ConfigError, load_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    args = parse_args(argv)
+    if int(os.environ.get("RANK", "0")) != 0:
+        logging.getLogger().setLevel(logging.WARNING)
+    try:
+        cfg = load_config(args.config, preset=args.preset, overrides=args.set)
+        meta = json.loads(args.meta.read_text(encoding="utf-8")) if args.meta else None
+        result = train(cfg, args.data, args.out, parent=args.parent, init=args.init, resume=args.resume,
+                       tokenizer_dir=args.tokenizer, meta=meta, train_dir=args.train_dir)
+    except (ConfigError, ValueError, FileNotFoundError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if result["status"] == "done" else EXIT_STOPPED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

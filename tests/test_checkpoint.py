@@ -1,0 +1,138 @@
+"""Version folders and delta storage: HF-loadable, digest-checked, XOR deltas restored bit-exactly."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from lib.checkpoint import (
+    DELTA_FILE, MATERIALIZED, MODEL_FILE, CheckpointError, chain_depth, compact, is_delta, is_full,
+    load_optimizer_state, materialize, read_meta, restore, sha256_file, store_version, verify, write_version,
+)
+from lib.config import ModelConfig
+
+MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size=128, max_position_embeddings=64)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    from conftest import stdlib_texts
+    from lib.tokenizer import train_bpe
+
+    return train_bpe(stdlib_texts(30), 300, tmp_path_factory.mktemp("tok") / "tokenizer")
+
+
+def _model(seed=0):
+    from lib.model import build_model
+
+    return build_model(MODEL, 300, bos_id=0, eos_id=1, pad_id=2, seed=seed)
+
+
+def _nudge(model, scale, seed):
+    """What a consolidation does to weights: small relative changes to every parameter."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1 + scale * torch.randn(p.shape, generator=g))
+    return model
+
+
+def _versions(root, tokenizer_dir, n):
+    model = _model()
+    dirs = []
+    for i in range(n):
+        if i:
+            _nudge(model, 0.01, i)
+        dirs.append(write_version(root / f"v{i}", model, tokenizer_dir=tokenizer_dir,
+                                  meta={"version": f"v{i}", "parent_checkpoint": f"v{i-1}" if i else None, "original_lr": 3e-3}))
+    return dirs
+
+
+def test_write_version_is_hf_loadable_with_meta_and_digest(tmp_path, tokenizer_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(input_ids=torch.tensor([[0, 5, 6, 7]]), labels=torch.tensor([[0, 5, 6, 7]])).loss.backward()
+    opt.step()
+    out = write_version(tmp_path / "v0", model, tokenizer_dir=tokenizer_dir,
+                        meta={"parent_checkpoint": None, "original_lr": 3e-3, "manifest_hash": "abc"},
+                        optimizer_state=opt.state_dict())
+    meta = read_meta(out)
+    assert meta["version"] == "v0" and meta["original_lr"] == 3e-3 and meta["manifest_hash"] == "abc"
+    assert meta["digest"] == sha256_file(out / MODEL_FILE) and meta["has_optimizer_state"]
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    for (n, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), n
+    assert AutoTokenizer.from_pretrained(out).convert_tokens_to_ids("<|bos|>") == 0
+    state = load_optimizer_state(out)  # weights_only=True inside
+    assert torch.equal(state["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    assert not list(tmp_path.glob(".v0.tmp-*")), "no temporary folder left behind"
+    with pytest.raises(FileExistsError, match="already exists"):
+        write_version(out, model, tokenizer_dir=tokenizer_dir, meta={})
+
+
+def test_delta_round_trip_is_bit_exact_over_a_chain(tmp_path, tokenizer_dir):
+    from transformers import AutoModelForCausalLM
+
+    v0, v1, v2 = _versions(tmp_path, tokenizer_dir, 3)
+    originals = {v: (v / MODEL_FILE).read_bytes() for v in (v1, v2)}
+    info2 = compact(v2, v1)   # v2 against a still-full v1 ...
+    info1 = compact(v1, v0)   # ... then v1 against v0: v2's parent is now a delta itself
+    assert is_delta(v1) and is_delta(v2) and is_full(v0)
+    assert not (v2 / MODEL_FILE).exists() and (v2 / DELTA_FILE).is_file()
+    assert chain_depth(v2) == 2 and chain_depth(v0) == 0
+    assert info1["tensors_xored"] == info1["tensors"] and info1["ratio"] < 1
+    for v in (v1, v2):
+        folder = materialize(v)
+        assert folder == v / MATERIALIZED
+        assert (folder / MODEL_FILE).read_bytes() == originals[v], "restore must be bit-exact"
+        assert verify(v) == read_meta(v)["digest"]
+        AutoModelForCausalLM.from_pretrained(folder)
+    assert materialize(v0) == v0, "a full folder materialises to itself"
+    assert info2["digest"] == read_meta(v2)["digest"]
+    # restore in place turns it back into a full folder with the same bytes
+    restore(v2)
+    assert is_full(v2) and (v2 / MODEL_FILE).read_bytes() == originals[v2]
+
+
+def test_corrupt_delta_and_missing_or_changed_parent_are_refused(tmp_path, tokenizer_dir):
+    v0, v1 = _versions(tmp_path, tokenizer_dir, 2)
+    compact(v1, v0)
+    raw = bytearray((v1 / DELTA_FILE).read_bytes())
+    good = bytes(raw)
+    raw[len(raw) // 2] ^= 0xFF
+    (v1 / DELTA_FILE).write_bytes(bytes(raw))
+    with pytest.raises(Exception):
+        materialize(v1)
+    (v1 / DELTA_FILE).write_bytes(good)
+    moved = tmp_path / "elsewhere"
+    shutil.move(v0, moved)
+    with pytest.raises(CheckpointError, match="missing"):
+        materialize(v1)
+    shutil.move(moved, v0)
+    other = _nudge(_model(), 0.5, 99)
+    shutil.rmtree(v0)
+    write_version(v0, other, tokenizer_dir=tokenizer_dir, meta={"version": "v0"})
+    with pytest.raises(CheckpointError, match="different weights"):
+        materialize(v1)
+
+
+def test_full_every_bounds_the_chain(tmp_path, tokenizer_dir):
+    dirs = _versions(tmp_path, tokenizer_dir, 5)
+    stored = [store_version(d, p, delta=True, full_every=3)["stored"] for p, d in zip(dirs, dirs[1:])]
+    # v1 depth 1, v2 depth 2, v3 would be depth 3 = full_every → full, v4 depth 1 again
+    assert stored == ["delta", "delta", "full", "delta"]
+    assert [chain_depth(d) for d in dirs] == [0, 1, 2, 0, 1]
+    assert store_version(dirs[0], None)["stored"] == "full"
+
+
+def test_parent_moved_together_with_child_is_found_as_sibling(tmp_path, tokenizer_dir):
+    v0, v1 = _versions(tmp_path / "a", tokenizer_dir, 2)
+    expected = (v1 / MODEL_FILE).read_bytes()
+    compact(v1, v0)
+    shutil.move(tmp_path / "a", tmp_path / "b")  # a copied workspace: absolute parent path is stale
+    assert (materialize(tmp_path / "b" / "v1") / MODEL_FILE).read_bytes() == expected
+    info = json.loads((tmp_path / "b" / "v1" / "delta.json").read_text())
+    assert info["format"].startswith("xor-byteplane-zstd")
