@@ -9,6 +9,7 @@
   runs/<run-id>/         curated/, manifest.parquet, shards/, train/ (snapshots, logs), eval/
   checkpoints/<version>/ Hugging Face model folders + meta.json
   lineage.duckdb         the registry: what exists and in which state
+  tokenizer/             BPE tokenizer trained by the bootstrap on the corpus
   cache/                 orchestrator's cached stage results, keyed on input content hashes
 ```
 
@@ -71,6 +72,11 @@ class Workspace:
     @property
     def lineage_db(self) -> Path:
         return self.root / "lineage.duckdb"
+
+    @property
+    def tokenizer(self) -> Path:
+        """The tokenizer the bootstrap trains on the corpus (v0 and its descendants carry a copy)."""
+        return self.root / "tokenizer"
 
     @property
     def task_cache(self) -> Path:
