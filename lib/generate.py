@@ -69,7 +69,9 @@ class LoadedModel:
         return list(getattr(self.tokenizer, "all_special_tokens", []) or [])
 
     def encode(self, prompt: str) -> list[int]:
-        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        # split_special_tokens: a prompt that literally contains "<|eos|>" stays characters, as in
+        # training (lib.tokenizer encodes with special-token matching off): no control-token injection
+        ids = self.tokenizer(prompt, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         bos = self.tokenizer.bos_token_id
         if bos is not None and (not ids or ids[0] != bos):
             ids = [bos] + ids
