@@ -290,3 +290,25 @@ def test_stats_counts_files_records_and_logs(tmp_path):
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     stats = writer.stats()
     assert stats["files"] == 1 and len(stats["unreadable_files"]) == 1
+
+
+def test_threads_of_one_process_share_a_buffer_safely(tmp_path):
+    import threading
+
+    buf = MemoryBuffer(tmp_path, flush_size=37, durability="flush")
+    ids: list[str] = []
+
+    def worker(name: str) -> None:
+        for i in range(200):
+            ids.append(buf.add(f"{name}-{i}", source=name))
+
+    threads = [threading.Thread(target=worker, args=(f"t{k}",)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    buf.close()
+    rows = all_rows(buf)
+    assert sorted(r["id"] for r in rows) == sorted(ids) and len(set(ids)) == 800
+    assert {r["text"] for r in rows} == {f"t{k}-{i}" for k in range(4) for i in range(200)}
+    assert all(pq.ParquetFile(f).metadata.num_rows <= 37 for f in buf.list_buffers())
