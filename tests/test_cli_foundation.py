@@ -168,3 +168,15 @@ def test_corpus_and_demo_commands(tmp_path):
     assert "original corpus 'small' (already there)" in demo.stdout  # built above: not rebuilt
     assert "demo memory buffer (built)" not in demo.stdout  # the buffer has records: not rebuilt
     assert f"{info['records']}" in demo.stdout
+
+
+def test_buffer_add_large_jsonl_in_chunks(tmp_path):
+    ws = tmp_path / "ws"
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(json.dumps({"text": f"line {i} " + "é" * (i % 7)}) + "\n" for i in range(2500)), encoding="utf-8")
+    result = cli(ws, "buffer", "add", str(big), "--set", "buffer.flush_size=1000", "--set", "buffer.durability=flush", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["added"] == 2500
+    files = MemoryBuffer(ws / "buffers", recover=False).list_buffers()
+    assert [pq.ParquetFile(f).metadata.num_rows for f in files] == [1000, 1000, 500]
+    assert [r["text"] for r in buffer_rows(ws)] == [f"line {i} " + "é" * (i % 7) for i in range(2500)]
