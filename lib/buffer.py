@@ -339,11 +339,15 @@ class MemoryBuffer:
                     self._flush_own()
         return ids
 
-    def _append(self, frames: bytes, records: list[Record]) -> None:
+    def _forget_if_forked(self) -> None:
         if os.getpid() != self._owner_pid:
-            # a forked child: the log, its lock and the pending records belong to the parent
+            # a forked child: the log, its lock and the pending records belong to the parent;
+            # the child starts a log of its own and must never delete the parent's
             self._fd, self._segment, self._pending, self._log_size = None, None, [], 0
             self._owner_pid = os.getpid()
+
+    def _append(self, frames: bytes, records: list[Record]) -> None:
+        self._forget_if_forked()
         if self._fd is None:
             self._open_segment()
         try:
@@ -395,6 +399,7 @@ class MemoryBuffer:
         _fsync_dir(path.parent)
 
     def _close_segment(self, delete: bool) -> None:
+        self._forget_if_forked()
         if self._fd is None:
             return
         if delete:
@@ -404,7 +409,8 @@ class MemoryBuffer:
         self._fd, self._segment, self._log_size, self._pending = None, None, 0, []
 
     def _flush_own(self) -> Path | None:
-        if not self._pending or os.getpid() != self._owner_pid:
+        self._forget_if_forked()
+        if not self._pending:
             return None
         path = self.parquet_path(self._segment)
         self._write_parquet(path, self._pending, self._segment)
@@ -428,6 +434,15 @@ class MemoryBuffer:
             if flush:
                 self._flush_own()
             self._close_segment(delete=not self._pending)
+
+    def __del__(self) -> None:
+        # An abandoned buffer is a dead writer: release the log (records stay in it, replayed by
+        # the next MemoryBuffer on the folder) instead of holding its lock until the process ends.
+        try:
+            if self._fd is not None and os.getpid() == self._owner_pid:
+                self._close_segment(delete=not self._pending)
+        except Exception:
+            pass
 
     def __enter__(self) -> "MemoryBuffer":
         return self

@@ -312,3 +312,31 @@ def test_threads_of_one_process_share_a_buffer_safely(tmp_path):
     assert sorted(r["id"] for r in rows) == sorted(ids) and len(set(ids)) == 800
     assert {r["text"] for r in rows} == {f"t{k}-{i}" for k in range(4) for i in range(200)}
     assert all(pq.ParquetFile(f).metadata.num_rows <= 37 for f in buf.list_buffers())
+
+
+def test_an_abandoned_buffer_releases_its_log_for_replay(tmp_path):
+    import gc
+
+    buf = MemoryBuffer(tmp_path, flush_size=100)
+    buf.add("left behind by a buffer nobody closed")
+    del buf
+    gc.collect()
+    other = MemoryBuffer(tmp_path)
+    assert other.recovered["records"] == 1
+    assert [r["text"] for r in all_rows(other)] == ["left behind by a buffer nobody closed"]
+
+
+def test_a_forked_child_never_touches_the_parents_log(tmp_path):
+    buf = MemoryBuffer(tmp_path, flush_size=100)
+    buf.add("parent record")
+    pid = os.fork()
+    if pid == 0:  # child: its own record goes to a log of its own (no parquet: no pyarrow after fork)
+        try:
+            buf.add("child record")
+            buf.close(flush=False)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert buf.pending() == 1
+    buf.close()
+    assert sorted(r["text"] for r in all_rows(buf)) == ["child record", "parent record"]
