@@ -306,3 +306,11 @@ def run_eval_sets(workspace, corpus: str, run_dir=None, max_docs: int | None = N
         sets[NEW_HELDOUT] = _cap(heldout, max_docs)
         sets[NEW_TRAIN] = _cap(_parquet_texts(run_dir.curated.glob("*.parquet"), {i for i, _ in heldout}), max_docs)
     return sets
+
+
+def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, device: str | None = None) -> PairEvaluation:
+    """The nightly evaluation: parent and candidate on the run's sets (`run_eval_sets`), with
+    `cfg.eval` (max_docs, batch_size, probes) and the corpus of `cfg.workspace.corpus`."""
+    sets = run_eval_sets(workspace, cfg.workspace.corpus, run_dir, cfg.eval.max_docs)
+    probes = read_probes(cfg.eval.probes) if cfg.eval.probes else None
+    return evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size, device=device)

@@ -273,6 +273,16 @@ class Lineage:
             out["meta"] = json.loads(out["meta"])
         return out
 
+    def resolve_version(self, name: str) -> str:
+        """A version id or an alias (`champion`, `latest`) -> the version id; unknown: LineageError."""
+        with self.reading() as con:
+            row = con.execute("SELECT version FROM aliases WHERE alias = ?", [name]).fetchone()
+            if row:
+                return row[0]
+            if con.execute("SELECT 1 FROM versions WHERE version = ?", [name]).fetchone():
+                return name
+        raise LineageError(f"unknown version or alias {name!r} in {self.db_path}: see `consolidate lineage ls`")
+
     def alias(self, alias: str) -> str | None:
         """The version an alias (`champion`, `latest`) points at, or None."""
         with self.reading() as con:

@@ -112,3 +112,23 @@ def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[
                 [version],
             )
         return {"from": version, "to": parent, "requeued": requeued}
+
+
+def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True) -> tuple[GateDecision, str]:
+    """Decide on `version` from the metrics its run recorded for it and its parent (the same
+    data), and with `apply` act on the decision. Returns (decision, status)."""
+    from lib.gate import RegressionGate
+
+    row = lineage.get_version(version)
+    if row is None:
+        raise LineageError(f"unknown version {version!r}: see `consolidate lineage ls`")
+    if row["parent"] is None:
+        raise LineageError(f"version {version!r} has no parent to compare with: the gate judges consolidations")
+    run_id = row["run_id"] or ""
+    candidate, parent = lineage.metrics(version, run_id), lineage.metrics(row["parent"], run_id)
+    if not candidate or not parent:
+        raise LineageError(f"no metrics recorded for {version!r} and its parent {row['parent']!r} by run {run_id!r}: "
+                           f"run `consolidate eval {version}` first")
+    decision = RegressionGate(gate_config).decide(parent, candidate)
+    status = conclude(lineage, version, decision, run_id or None) if apply else row["status"]
+    return decision, status

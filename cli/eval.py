@@ -1,0 +1,100 @@
+"""`consolidate eval VERSION` and `consolidate gate VERSION`: the two steps after training, run alone.
+
+eval measures the version and its parent on the same data (old_val, new_heldout, new_train,
+probes) and records both in lineage under the version's run; gate reads those metrics, prints
+each rule's measured value and reason, and with --apply promotes or rejects. gate exits 1 when the
+candidate is rejected, so a script can branch on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+from cli.lineage import console, echo_json, user_errors
+
+
+def _version_dir(ws, row: dict) -> Path:
+    path = Path(row["path"])
+    path = path if path.is_absolute() else ws.root / path
+    if not path.exists():
+        raise FileNotFoundError(f"folder of version {row['version']} is missing: {path}")
+    return path
+
+
+def register(app: typer.Typer) -> None:
+    from rich.table import Table
+
+    @app.command("eval")
+    @user_errors
+    def eval_cmd(
+        version: Annotated[str, typer.Argument(help="Version id or alias to evaluate against its parent.")],
+        parent: Annotated[Optional[str], typer.Option("--parent", help="Compare with this version instead of the recorded parent.")] = None,
+        run: Annotated[Optional[str], typer.Option("--run", help="Run whose held-out and curated data to use (default: the version's run).")] = None,
+        record: Annotated[bool, typer.Option("--record/--no-record", help="Store the metrics in lineage.")] = True,
+        device: Annotated[Optional[str], typer.Option("--device", help="cpu or cuda (default: CUDA when available).")] = None,
+        config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Bits per byte of VERSION and its parent on old_val, new_heldout, new_train (+ probes)."""
+        from lib.evaluate import evaluate_candidate
+        from lib.lineage import Lineage
+
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        if not ws.lineage_db.exists():
+            raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or pass --workspace")
+        lin = Lineage(ws.lineage_db)
+        row = lin.get_version(lin.resolve_version(version))
+        parent_id = lin.resolve_version(parent) if parent else row["parent"]
+        if parent_id is None:
+            raise ValueError(f"version {row['version']} has no parent: pass --parent VERSION to compare with")
+        run_id = run or row["run_id"]
+        run_dir = ws.run(run_id) if run_id and ws.run(run_id).path.exists() else None
+        table = evaluate_candidate(ws, cfg, _version_dir(ws, row), _version_dir(ws, lin.get_version(parent_id)), run_dir, device=device)
+        if record:
+            with lin.transaction() as con:
+                lin.record_metrics(parent_id, table.parent, run_id, con)
+                lin.record_metrics(row["version"], table.candidate, run_id, con)
+        if as_json:
+            return echo_json({"version": row["version"], "parent": parent_id, "run_id": run_id, "rows": table.rows()})
+        out = Table(title=f"{parent_id} -> {row['version']} on the data of run {run_id or '(none)'}")
+        for col in ("dataset", "metric", "docs", parent_id, row["version"], "change"):
+            out.add_column(col)
+        for r in table.rows():
+            change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
+            out.add_row(r["dataset"], r["metric"], str(r.get("docs", "")), f"{r['parent']:.4f}", f"{r['candidate']:.4f}", change)
+        console().print(out)
+
+    @app.command("gate")
+    @user_errors
+    def gate_cmd(
+        version: Annotated[str, typer.Argument(help="Candidate version id (its metrics come from `consolidate eval`).")],
+        apply: Annotated[bool, typer.Option("--apply", help="Act on the decision: promote on pass, mark rejected on fail.")] = False,
+        config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Run the regression gate on VERSION's recorded metrics; exit 1 if it is rejected."""
+        from lib.lineage import Lineage
+        from lib.promotion import gate_version
+
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        if not ws.lineage_db.exists():
+            raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or pass --workspace")
+        lin = Lineage(ws.lineage_db)
+        decision, status = gate_version(lin, cfg.gate, lin.resolve_version(version), apply=apply)
+        if as_json:
+            echo_json({"version": version, "status": status, "applied": apply, **decision.to_dict()})
+        else:
+            out = Table(title=f"gate on {version}: {'PASSED' if decision.passed else 'REJECTED'}" + ("" if apply else " (not applied)"))
+            for col in ("rule", "measured", "limit", "result", "reason"):
+                out.add_column(col)
+            for r in decision.rules:
+                out.add_row(r.name, "n/a" if r.measured is None else f"{r.measured:+.2%}", f"{r.limit:+.2%}",
+                            "pass" if r.passed else "FAIL", r.reason)
+            console().print(out)
+            typer.echo(f"{version}: {status}; champion is {lin.alias('champion')}")
+        if not decision.passed:
+            raise typer.Exit(1)

@@ -1,0 +1,190 @@
+"""`consolidate lineage ls|show|diff`, `consolidate promote VERSION`, `consolidate rollback`.
+
+Tables for a terminal (rich), `--json` for scripts. Versions may be named by id (`v3`) or alias
+(`champion`, `latest`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+
+
+def open_lineage(config, preset, set_, workspace, must_exist: bool = True):
+    """The workspace's registry; reading commands refuse to create an empty one by accident."""
+    from lib.lineage import Lineage
+
+    _, ws = resolve_config(config, preset, set_, workspace)
+    if must_exist and not ws.lineage_db.exists():
+        raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or pass --workspace")
+    return Lineage(ws.lineage_db), ws
+
+
+def user_errors(fn):
+    """LineageError (unknown version, nothing to roll back) is a user error: one line, exit 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from lib.lineage import LineageError
+
+        try:
+            return fn(*args, **kwargs)
+        except LineageError as exc:
+            raise ValueError(str(exc)) from None
+
+    return wrapper
+
+
+def echo_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str, sort_keys=True))
+
+
+def console():
+    """A rich console; when output is piped (no terminal width to fit), wide enough not to cut cells."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=180)
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{value:+.2%}"
+
+
+def _metrics_text(metrics: dict[str, dict[str, float]], parent: dict[str, dict[str, float]] | None = None) -> str:
+    parts = []
+    for dataset in sorted(metrics):
+        for metric, value in sorted(metrics[dataset].items()):
+            text = f"{dataset}.{metric}={_fmt(value)}"
+            before = (parent or {}).get(dataset, {}).get(metric)
+            if before:
+                text += f" ({_pct((value - before) / abs(before))})"
+            parts.append(text)
+    return "\n".join(parts)
+
+
+def register(app: typer.Typer) -> None:
+    from rich.table import Table
+
+    group = typer.Typer(help="Checkpoint versions: their parents, data, metrics and decisions.", no_args_is_help=True)
+
+    @group.command("ls")
+    @user_errors
+    def ls(config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+           as_json: JsonOpt = False) -> None:
+        """List every version with its parent, status, aliases and old-data bits per byte."""
+        lin, _ = open_lineage(config, preset, set_, workspace)
+        rows = lin.versions()
+        for row in rows:
+            row["metrics"] = lin.metrics(row["version"], row["run_id"] or "")
+            row["inputs"] = len(lin.run_inputs(row["run_id"])) if row["run_id"] else 0
+        if as_json:
+            return echo_json(rows)
+        table = Table(title=f"versions in {lin.db_path}")
+        for col in ("version", "parent", "status", "aliases", "created", "run", "buffer files", "old_val bpb"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["version"], r["parent"] or "", r["status"], ", ".join(r["aliases"]), str(r["created_at"])[:19],
+                          r["run_id"] or "", str(r["inputs"]), _fmt(r["metrics"].get("old_val", {}).get("bpb")))
+        console().print(table)
+
+    @group.command("show")
+    @user_errors
+    def show(version: Annotated[str, typer.Argument(help="Version id or alias (champion, latest).")],
+             config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+             as_json: JsonOpt = False) -> None:
+        """Ancestry of VERSION back to v0: each step's data, metrics and gate decisions."""
+        lin, _ = open_lineage(config, preset, set_, workspace)
+        chain = lin.ancestry(lin.resolve_version(version))
+        if as_json:
+            return echo_json(chain)
+        table = Table(title=f"ancestry of {chain[0]['version']}", show_lines=True)
+        for col in ("version", "parent", "status", "run", "consumed buffer files", "metrics (vs parent, same data)", "gate"):
+            table.add_column(col)
+        for s in chain:
+            files = "\n".join(f"{b['path'].rsplit('/', 1)[-1]} ({b['rows']} rows, {b['content_hash'][:12]})" for b in s["inputs"])
+            gate = "\n".join(
+                f"{d['actor']}: {'pass' if d['passed'] else 'FAIL'}" + (f" - {d['reason']}" if d["reason"] else "")
+                + "".join(f"\n  {r['name']}: {_pct(r['measured'])} {'ok' if r['passed'] else 'FAIL'}" for r in d["rules"])
+                for d in s["gate_decisions"]
+            )
+            table.add_row(s["version"], s["parent"] or "", s["status"], s["run_id"] or "", files,
+                          _metrics_text(s["metrics"], s["parent_metrics"]), gate)
+        console().print(table)
+
+    @group.command("diff")
+    @user_errors
+    def diff(a: Annotated[str, typer.Argument(help="First version (id or alias).")],
+             b: Annotated[str, typer.Argument(help="Second version (id or alias).")],
+             config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+             as_json: JsonOpt = False) -> None:
+        """Config keys and metrics that differ between A and B, and the data each consumed."""
+        lin, _ = open_lineage(config, preset, set_, workspace)
+        d = lin.diff(lin.resolve_version(a), lin.resolve_version(b))
+        if as_json:
+            return echo_json(d)
+        out = console()
+        table = Table(title=f"{d['a']} -> {d['b']}: configuration")
+        for col in ("key", d["a"], d["b"]):
+            table.add_column(col)
+        for key, v in d["config"].items():
+            table.add_row(key, json.dumps(v["a"], default=str), json.dumps(v["b"], default=str))
+        out.print(table if d["config"] else "configuration: identical")
+        table = Table(title=f"{d['a']} -> {d['b']}: metrics (new-data sets differ night to night)")
+        for col in ("metric", d["a"], d["b"], "change"):
+            table.add_column(col)
+        for key, v in d["metrics"].items():
+            table.add_row(key, _fmt(v["a"]), _fmt(v["b"]), _pct(v["relative_change"]))
+        out.print(table)
+        i = d["inputs"]
+        out.print(f"buffer files: {len(i['only_a'])} only in {d['a']}, {len(i['only_b'])} only in {d['b']}, {i['both']} in both")
+
+    app.add_typer(group, name="lineage")
+
+    @app.command("promote")
+    @user_errors
+    def promote_cmd(version: Annotated[str, typer.Argument(help="Version id to make champion.")],
+                    reason: Annotated[str, typer.Option("--reason", "-r", help="Why the gate is overridden (recorded).")] = "",
+                    config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+                    as_json: JsonOpt = False) -> None:
+        """Make VERSION the champion whatever the gate decided; recorded as a person's override."""
+        from lib.promotion import promote
+
+        lin, _ = open_lineage(config, preset, set_, workspace)
+        out = promote(lin, lin.resolve_version(version), reason)
+        if as_json:
+            return echo_json(out)
+        if not out["changed"]:
+            typer.echo(f"{out['version']} is already the champion")
+        else:
+            typer.echo(f"champion: {out['previous']} -> {out['version']} (was {out['was']}; "
+                       f"{len(out['consumed'])} buffer files consumed); reason recorded: {reason}")
+
+    @app.command("rollback")
+    @user_errors
+    def rollback_cmd(reason: Annotated[str, typer.Option("--reason", "-r", help="Why (recorded).")] = "",
+                     requeue: Annotated[bool, typer.Option("--requeue", help="Put the buffer files the rolled-back version consumed back to pending.")] = False,
+                     config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+                     as_json: JsonOpt = False) -> None:
+        """Move the champion back to its parent (recorded)."""
+        from lib.promotion import rollback
+
+        lin, _ = open_lineage(config, preset, set_, workspace)
+        out = rollback(lin, reason, requeue=requeue)
+        if as_json:
+            return echo_json(out)
+        typer.echo(f"champion: {out['from']} -> {out['to']}" + (f"; {len(out['requeued'])} buffer files pending again" if requeue else ""))
+
