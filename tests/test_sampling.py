@@ -1,0 +1,210 @@
+"""Sampling: token-exact mixing, byte-identical manifests, epochs, held-out split, temperature,
+exposure warnings, FIM placement, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from data_fixtures import train_tokenizer, two_sources, write_parquet, write_sources
+from lib.config import SamplingConfig, SourceConfig, load_config
+from lib.sampling import (NEW_SOURCE, default_sources, prepare_training_data, source_probabilities,
+                          temperature_at)
+from lib.shards import read_shard
+from lib.tokenizer import load_tokenizer
+
+SEQ = 128
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sampling")
+    tok = train_tokenizer(root / "tok", 512)
+    corpus, new = write_sources(root)
+    return {"root": root, "tok": tok, "corpus": corpus, "new": new}
+
+
+def _prepare(env, out, *, budget=80_000, workers=1, sources=None, **sampling):
+    cfg = SamplingConfig(**{"heldout_fraction": 0.2, "fim_rate_code": 0.0, **sampling})
+    srcs = sources or two_sources(env["corpus"], env["new"], 0.25)
+    return prepare_training_data(srcs, env["tok"], env["root"] / out, token_budget=budget,
+                                 sampling=cfg, seq_len=SEQ, workers=workers)
+
+
+@pytest.fixture(scope="module")
+def base(env):
+    data = _prepare(env, "base")
+    return data, pq.read_table(env["root"] / "base" / "manifest.parquet").to_pylist()
+
+
+def test_manifest_mixes_sources_at_the_token_ratio(env, base):
+    data, rows = base
+    assert [r["source"] for r in rows[:2]] == ["stdlib", "new"]
+    assert data["manifest_rows"] == len(rows)
+    tokens = {"stdlib": 0, "new": 0}
+    for r in rows:
+        tokens[r["source"]] += r["length"] + 1  # + the BOS each piece gets when packed
+        assert 1 <= r["length"] <= SEQ  # a piece fills at most one row
+    total = sum(tokens.values())
+    # covers the budget in rows of SEQ + 1 tokens, plus slack for cropping
+    assert total >= 80_000 * (SEQ + 1) / SEQ * 1.05
+    assert abs(tokens["new"] - 0.25 * total) <= SEQ + 1  # exact to within one piece
+    assert data["tokens_per_source"] == tokens
+    assert abs(data["sources"]["new"]["share"] - 0.25) < 0.01
+
+
+def test_same_inputs_give_a_byte_identical_manifest(env, base):
+    again = _prepare(env, "again", workers=2)  # two processes must not change anything either
+    first = (env["root"] / "base" / "manifest.parquet").read_bytes()
+    assert (env["root"] / "again" / "manifest.parquet").read_bytes() == first
+    assert again["manifest_hash"] == base[0]["manifest_hash"]
+    other = _prepare(env, "seed1", seed=1)
+    assert other["manifest_hash"] != base[0]["manifest_hash"]
+
+
+def test_no_document_twice_in_an_epoch_until_exhausted(env, base):
+    data, rows = base
+    new_stats = data["sources"]["new"]
+    assert new_stats["epochs"] > 2  # the small new source is exhausted and re-drawn several times
+    draws: dict[tuple, int] = {}
+    for r in rows:
+        if r["offset"] == 0 and r["doc_index"] is not None:
+            key = (r["source"], r["epoch"], r["doc_id"], r["shard"], r["doc_index"])
+            draws[key] = draws.get(key, 0) + 1
+    assert max(draws.values()) == 1
+    # each full epoch of the new source draws every one of its documents exactly once
+    per_epoch = {}
+    for (src, epoch, doc, *_rest) in draws:
+        if src == "new":
+            per_epoch.setdefault(epoch, set()).add(doc)
+    full = [e for e in per_epoch if e < max(per_epoch)]
+    assert full and all(len(per_epoch[e]) == new_stats["docs"] for e in full)
+    # different epochs use different orders
+    order = {}
+    for r in rows:
+        if r["source"] == "new" and r["offset"] == 0:
+            order.setdefault(r["epoch"], []).append(r["doc_id"])
+    assert order[0] != order[1]
+
+
+def test_manifest_points_at_real_token_pieces(env, base):
+    _, rows = base
+    tok = load_tokenizer(env["tok"])
+    texts = {r["id"]: r["text"] for r in pq.read_table(env["new"]).to_pylist()}
+    r = next(r for r in rows if r["source"] == "new" and r["offset"] == 0)
+    tokens, ends = read_shard(env["root"] / "base" / r["shard"], tokenizer_hash=tok.hash)
+    start = 0 if r["doc_index"] == 0 else int(ends[r["doc_index"] - 1])
+    piece = tokens[start + r["offset"]:start + r["offset"] + r["length"]]
+    assert piece.tolist() == tok.encode(texts[r["doc_id"]])[:r["length"]]
+
+
+def test_heldout_split_is_deterministic_and_excluded(env, base):
+    data, rows = base
+    held = pq.read_table(env["root"] / "base" / "heldout" / f"{NEW_SOURCE}.parquet")
+    assert held.column_names == ["id", "text"]
+    held_ids = set(held.column("id").to_pylist())
+    n_new = pq.read_table(env["new"]).num_rows
+    assert 0 < len(held_ids) < n_new and data["sources"]["new"]["heldout_docs"] == len(held_ids)
+    assert not held_ids & {r["doc_id"] for r in rows if r["source"] == "new"}
+    assert not (env["root"] / "base" / "heldout" / "stdlib.parquet").exists()  # corpus: no hold-out
+    other = pq.read_table(env["root"] / "seed1" / "heldout" / "new.parquet") if (env["root"] / "seed1").exists() else None
+    if other is not None:  # the split depends on the id only, not on the draw seed
+        assert set(other.column("id").to_pylist()) == held_ids
+
+
+def test_temperature_and_annealing():
+    p = source_probabilities([0.9, 0.1], 1.0)
+    assert np.allclose(p, [0.9, 0.1])
+    hot = source_probabilities([0.9, 0.1], 2.0)
+    assert np.allclose(hot, np.array([0.9, 0.1]) ** 0.5 / (0.9 ** 0.5 + 0.1 ** 0.5))
+    assert np.allclose(source_probabilities([0.9, 0.1], 1e-3), [1, 0])
+    lin = SamplingConfig(temperature=2.0, final_temperature=0.8, temperature_schedule="linear")
+    cos = SamplingConfig(temperature=2.0, final_temperature=0.8, temperature_schedule="cosine")
+    assert temperature_at(lin, 0) == 2.0 and math.isclose(temperature_at(lin, 1), 0.8)
+    assert math.isclose(temperature_at(lin, 0.5), 1.4) and math.isclose(temperature_at(cos, 0.5), 1.4)
+    assert temperature_at(cos, 0.1) > temperature_at(lin, 0.1)  # cosine stays hot longer
+    assert temperature_at(SamplingConfig(temperature=1.5, final_temperature=0.8), 0.7) == 1.5  # constant
+
+
+def test_annealed_manifest_shifts_the_mix_over_training(env):
+    data = _prepare(env, "anneal", temperature=4.0, final_temperature=0.5, temperature_schedule="linear")
+    rows = pq.read_table(env["root"] / "anneal" / "manifest.parquet").to_pylist()
+
+    def new_share(part):
+        tok = sum(r["length"] + 1 for r in part)
+        return sum(r["length"] + 1 for r in part if r["source"] == "new") / tok
+
+    cfg = SamplingConfig(temperature=4.0, final_temperature=0.5, temperature_schedule="linear")
+
+    def expected(a, b):  # mean of p_new(T(progress)) over a stretch of training
+        return float(np.mean([source_probabilities([0.75, 0.25], temperature_at(cfg, x))[1] for x in np.linspace(a, b, 50)]))
+
+    quarter = len(rows) // 4
+    early, late = new_share(rows[:quarter]), new_share(rows[-quarter:])
+    assert abs(early - expected(0, 0.25)) < 0.03 and abs(late - expected(0.75, 1.0)) < 0.03
+    assert early > late + 0.15  # flat early (T=4), sharp late (T→0.5)
+    assert data["sampling"]["temperature_schedule"] == "linear"
+
+
+def test_exposure_warning_outside_rule_of_thumb(env, base, caplog):
+    data, _ = base
+    e = data["sources"]["new"]["exposures"]
+    assert e["min"] >= 1 and sum(e["histogram"].values()) == data["sources"]["new"]["docs"]
+    few = _prepare(env, "few", budget=4_000)
+    assert few["sources"]["new"]["exposures"]["mean"] < 3
+    assert any("rule of thumb" in w and "'new'" in w for w in few["warnings"])
+    json.loads((env["root"] / "few" / "data.json").read_text())  # data.json is plain JSON
+
+
+def test_fim_for_code_documents_only(env):
+    data = _prepare(env, "fim", budget=8_000, fim_rate_code=1.0)
+    tok = load_tokenizer(env["tok"])
+    assert data["sources"]["stdlib"]["fim_units"] > 0 and data["sources"]["new"]["fim_units"] == 0
+    rows = pq.read_table(env["root"] / "fim" / "manifest.parquet").to_pylist()
+    fim_rows = [r for r in rows if r["fim"]]
+    assert fim_rows and all(r["source"] == "stdlib" for r in fim_rows)
+    r = fim_rows[0]
+    tokens, ends = read_shard(env["root"] / "fim" / r["shard"])
+    start = 0 if r["doc_index"] == 0 else int(ends[r["doc_index"] - 1])
+    unit = tokens[start:int(ends[r["doc_index"]])].tolist()
+    assert unit[0] in (tok.fim_prefix_id, tok.fim_suffix_id) and tok.fim_middle_id in unit
+    assert len(unit) <= SEQ  # a FIM piece fits in one row with its sentinels
+    # a source's own fim_rate overrides the code rule: prose source with fim_rate 1
+    srcs = [SourceConfig(name="stdlib", path=env["corpus"], weight=0.75, kind="corpus", fim_rate=0.0),
+            SourceConfig(name="new", path=env["new"], weight=0.25, kind="buffer", fim_rate=1.0)]
+    over = _prepare(env, "fim_over", budget=8_000, fim_rate_code=1.0, sources=srcs)
+    assert over["sources"]["stdlib"]["fim_units"] == 0 and over["sources"]["new"]["fim_units"] > 0
+
+
+def test_default_sources_two_source_case(tmp_path):
+    from lib.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws").ensure()
+    cfg = load_config(preset="tiny")
+    srcs = default_sources(ws, cfg, ws.run("r1").curated)
+    assert [(s.name, s.kind) for s in srcs] == [("stdlib", "corpus"), ("new", "buffer")]
+    assert srcs[0].path == ws.corpus_train("stdlib") and srcs[1].path == ws.run("r1").curated
+    assert math.isclose(srcs[0].weight, 0.75) and math.isclose(srcs[1].weight, 0.25)
+    extra = load_config(preset="tiny", overrides=["sampling.sources=[{name: old_nights, path: corpora/old, weight: 0.1}]"])
+    srcs = default_sources(ws, extra, ws.run("r1").curated)
+    assert srcs[2].name == "old_nights" and srcs[2].path == ws.root / "corpora" / "old"
+
+
+def test_bad_inputs_name_the_file(env, tmp_path):
+    bad = write_parquet(tmp_path / "bad" / "part-00000.parquet", [("a", "text")])
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"text": ["no id column"]}), bad)
+    srcs = [SourceConfig(name="x", path=tmp_path / "bad", weight=1.0)]
+    with pytest.raises(ValueError, match=r"part-00000\.parquet lacks column\(s\) \['id'\]"):
+        prepare_training_data(srcs, env["tok"], tmp_path / "o", token_budget=100, sampling=SamplingConfig(), seq_len=SEQ, workers=1)
+    missing = [SourceConfig(name="x", path=tmp_path / "nowhere", weight=1.0)]
+    with pytest.raises(FileNotFoundError, match="nowhere does not exist"):
+        prepare_training_data(missing, env["tok"], tmp_path / "o", token_budget=100, sampling=SamplingConfig(), seq_len=SEQ)
+    dup = two_sources(env["corpus"], env["new"]) + [SourceConfig(name="new", path=env["new"], weight=1.0)]
+    with pytest.raises(ValueError, match="unique"):
+        prepare_training_data(dup, env["tok"], tmp_path / "o", token_budget=100, sampling=SamplingConfig(), seq_len=SEQ)
