@@ -246,7 +246,9 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         table = Table(title=f"memory buffer {buf.buffer_dir}")
-        for col, justify in (("file", "left"), ("rows", "right"), ("bytes", "right"), ("status", "left")):
+        # whole file names: they are what `buffer ls` is for
+        table.add_column("file", no_wrap=True, min_width=max([len(r["file"]) for r in rows], default=4))
+        for col, justify in (("rows", "right"), ("bytes", "right"), ("status", "left")):
             table.add_column(col, justify=justify)
         for r in rows:
             table.add_row(r["file"], "?" if r["rows"] is None else f"{r['rows']:,}", f"{r['bytes']:,}", r["status"])
