@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +77,7 @@ class LoadedModel:
             ids = [bos] + ids
         return ids
 
-    def complete(
-        self,
-        prompt: str,
-        max_new_tokens: int,
-        *,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        stop: list[str] | None = None,
-        seed: int | None = None,
-        prompt_ids: list[int] | None = None,
-    ) -> Completion:
+    def _prepare(self, prompt: str, max_new_tokens: int, temperature: float, top_p: float, stop: list[str] | None, prompt_ids: list[int] | None):
         import torch
 
         ids = prompt_ids if prompt_ids is not None else self.encode(prompt)
@@ -108,10 +98,18 @@ class LoadedModel:
         if stop:
             kwargs.update(stop_strings=stop, tokenizer=self.tokenizer)
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        kwargs["attention_mask"] = torch.ones_like(input_ids)
+        return ids, input_ids, stop, kwargs
+
+    def _generate(self, input_ids: Any, seed: int | None, kwargs: dict[str, Any]) -> Any:
+        import torch
+
         with self.lock, torch.inference_mode():
             if seed is not None:
                 torch.manual_seed(int(seed))
-            out = self.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+            return self.model.generate(input_ids, **kwargs)
+
+    def _finish(self, ids: list[int], out: Any, stop: list[str]) -> Completion:
         new_ids = out[0, len(ids):].tolist()
         eos = self.tokenizer.eos_token_id
         hit_eos = eos is not None and eos in new_ids
@@ -119,11 +117,81 @@ class LoadedModel:
             new_ids = new_ids[: new_ids.index(eos)]
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
         finish = "stop" if hit_eos else "length"
-        for s in stop:
-            cut = text.find(s)
-            if cut >= 0:
-                text, finish = text[:cut], "stop"
+        cut = _first_stop(text, stop)
+        if cut >= 0:
+            text, finish = text[:cut], "stop"
         return Completion(text=text, prompt_tokens=len(ids), completion_tokens=len(new_ids), finish_reason=finish)
+
+    def complete(
+        self,
+        prompt: str,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+        prompt_ids: list[int] | None = None,
+    ) -> Completion:
+        ids, input_ids, stop, kwargs = self._prepare(prompt, max_new_tokens, temperature, top_p, stop, prompt_ids)
+        return self._finish(ids, self._generate(input_ids, seed, kwargs), stop)
+
+    def stream(
+        self,
+        prompt: str,
+        max_new_tokens: int,
+        *,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+        prompt_ids: list[int] | None = None,
+    ) -> Iterator[str | Completion]:
+        """Yield text pieces as they are generated, then the final `Completion` (whose text is
+        the pieces joined). Text that could be the start of a stop string is held back until it
+        is known not to be one, so a stop string never reaches the client."""
+        from transformers import TextIteratorStreamer
+
+        ids, input_ids, stop, kwargs = self._prepare(prompt, max_new_tokens, temperature, top_p, stop, prompt_ids)
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=600)
+        result: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                result["out"] = self._generate(input_ids, seed, {**kwargs, "streamer": streamer})
+            except BaseException as exc:  # re-raised in the consumer below
+                result["error"] = exc
+                streamer.end()
+
+        worker = threading.Thread(target=run, name=f"generate-{self.version}", daemon=True)
+        worker.start()
+        keep = max((len(s) for s in stop), default=1) - 1
+        held, sent = "", []
+        for piece in streamer:
+            held += piece
+            cut = _first_stop(held, stop)
+            if cut >= 0:  # generation ends by itself at the same stop string (stop_strings above)
+                held = held[:cut]
+                break
+            if len(held) > keep:
+                sent.append(held[: len(held) - keep])
+                held = held[len(held) - keep:]
+                yield sent[-1]
+        worker.join()
+        if "error" in result:
+            raise result["error"]
+        done = self._finish(ids, result["out"], stop)
+        if held:
+            sent.append(held)
+            yield held
+        # the final text is what the client was sent (incremental decoding may differ from a
+        # whole decode at a stop cut by a character or two of whitespace)
+        yield Completion(text="".join(sent), prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, finish_reason=done.finish_reason)
+
+
+def _first_stop(text: str, stop: list[str]) -> int:
+    hits = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return min(hits) if hits else -1
 
 
 def materialize(version_dir: Path) -> Path:

@@ -9,6 +9,8 @@
   streaming the body in, 413), JSON (400), schema (422), limits (`max_tokens` over
   `serve.max_new_tokens` or past the context, 400). Errors have OpenAI's shape:
   `{"error": {"message", "type", "param", "code"}}`.
+- `"stream": true` answers with server-sent events in OpenAI's chunk format (text pieces as they
+  are generated, a stop string never sent), the last chunk carrying `usage` and `capture_id`.
 - The model call, the lineage check and the capture run in a worker thread (the event loop stays
   free for other connections); generation itself holds the model's lock (`lib.generate`).
 - After a successful generation the exchange goes through `lib.capture.Capture` into the memory
@@ -33,15 +35,15 @@ import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from lib.capture import Capture, chat_prompt, message_text, open_capture
-from lib.generate import Champion, LoadedModel, NoChampionError
+from lib.generate import Champion, Completion, LoadedModel, NoChampionError
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,33 @@ def _capture_flag(request_flag: bool, header: str | None) -> bool:
     return request_flag
 
 
+@dataclasses.dataclass
+class Job:
+    """One validated request, ready for the model: what to generate and what to capture."""
+
+    kind: Literal["completion", "chat"]
+    loaded: LoadedModel
+    prompt: str
+    ids: list[int]
+    max_tokens: int
+    stops: list[str]
+    request: _Request
+    capture_on: bool
+    messages: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+    def sampling(self) -> dict[str, Any]:
+        return {"temperature": self.request.temperature, "top_p": self.request.top_p, "seed": self.request.seed}
+
+    def envelope(self, chunk: bool = False) -> dict[str, Any]:
+        prefix, obj = ("chatcmpl", "chat.completion") if self.kind == "chat" else ("cmpl", "text_completion")
+        if chunk and self.kind == "chat":
+            obj = "chat.completion.chunk"
+        return {
+            "id": f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()),
+            "model": self.loaded.version, "system_fingerprint": self.loaded.version,
+        }
+
+
 class Server:
     """State of one running app: the champion, the capture hook, the limits."""
 
@@ -147,8 +176,6 @@ class Server:
 
     @staticmethod
     def check_common(req: _Request) -> None:
-        if req.stream:
-            raise APIError(400, "stream=true is not supported by this server: send stream=false", param="stream")
         if req.n != 1:
             raise APIError(400, f"n={req.n}: this server returns one choice per request", param="n")
 
@@ -171,60 +198,78 @@ class Server:
         return self._capture
 
     # -- endpoints (run in a worker thread) ---------------------------------------------------
-    def completion(self, req: CompletionRequest, capture_on: bool) -> tuple[dict, str | None]:
+    def prepare_completion(self, req: CompletionRequest, capture_on: bool) -> "Job":
         self.check_common(req)
         prompts = [req.prompt] if isinstance(req.prompt, str) else req.prompt
         if len(prompts) != 1:
             raise APIError(400, f"prompt must be one string (got a list of {len(prompts)}): send one request per prompt", param="prompt")
-        prompt = prompts[0]
-        stops = _stops(req.stop)
         loaded = self.loaded()
-        ids = loaded.encode(prompt)
+        ids = loaded.encode(prompts[0])
         n = self.max_tokens(req.max_tokens, DEFAULT_COMPLETION_TOKENS, loaded, len(ids))
-        out = loaded.complete(prompt, n, temperature=req.temperature, top_p=req.top_p, stop=stops, seed=req.seed, prompt_ids=ids)
-        record = None
-        hook = self.capture_hook(loaded)
-        if hook is not None:
-            record = hook.capture(prompt, out.text, {"capture": capture_on, "source": f"serve:completions:{loaded.version}"})
-        body = {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": loaded.version,
-            "system_fingerprint": loaded.version,
-            "choices": [{"text": out.text, "index": 0, "logprobs": None, "finish_reason": out.finish_reason}],
-            "usage": _usage(out),
-        }
-        return body, record
+        return Job("completion", loaded, prompts[0], ids, n, _stops(req.stop), req, capture_on)
 
-    def chat(self, req: ChatRequest, capture_on: bool) -> tuple[dict, str | None]:
+    def prepare_chat(self, req: ChatRequest, capture_on: bool) -> "Job":
         self.check_common(req)
         messages = [{"role": m.role, "content": message_text(m.content)} for m in req.messages]
-        stops = CHAT_STOPS + _stops(req.stop)
         loaded = self.loaded()
         prompt = chat_prompt(messages)
         ids = loaded.encode(prompt)
-        requested = req.max_completion_tokens or req.max_tokens
-        n = self.max_tokens(requested, self.cfg.serve.max_new_tokens, loaded, len(ids))
-        out = loaded.complete(prompt, n, temperature=req.temperature, top_p=req.top_p, stop=stops, seed=req.seed, prompt_ids=ids)
-        reply = out.text.strip()
-        record = None
-        hook = self.capture_hook(loaded)
-        if hook is not None:
-            record = hook.capture_conversation(
-                messages + [{"role": "assistant", "content": reply}],
-                {"capture": capture_on, "source": f"serve:chat:{loaded.version}"},
+        n = self.max_tokens(req.max_completion_tokens or req.max_tokens, self.cfg.serve.max_new_tokens, loaded, len(ids))
+        return Job("chat", loaded, prompt, ids, n, CHAT_STOPS + _stops(req.stop), req, capture_on, messages)
+
+    def capture_job(self, job: "Job", text: str) -> str | None:
+        hook = self.capture_hook(job.loaded)
+        if hook is None:
+            return None
+        if job.kind == "chat":
+            return hook.capture_conversation(
+                job.messages + [{"role": "assistant", "content": text}],
+                {"capture": job.capture_on, "source": f"serve:chat:{job.loaded.version}"},
             )
-        body = {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": loaded.version,
-            "system_fingerprint": loaded.version,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "logprobs": None, "finish_reason": out.finish_reason}],
-            "usage": _usage(out),
-        }
+        return hook.capture(job.prompt, text, {"capture": job.capture_on, "source": f"serve:completions:{job.loaded.version}"})
+
+    def run(self, job: "Job") -> tuple[dict, str | None]:
+        out = job.loaded.complete(job.prompt, job.max_tokens, prompt_ids=job.ids, stop=job.stops, **job.sampling())
+        text = out.text.strip() if job.kind == "chat" else out.text
+        record = self.capture_job(job, text)
+        body = job.envelope()
+        if job.kind == "chat":
+            body["choices"] = [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": out.finish_reason}]
+        else:
+            body["choices"] = [{"text": text, "index": 0, "logprobs": None, "finish_reason": out.finish_reason}]
+        body["usage"] = _usage(out)
         return body, record
+
+    def stream(self, job: "Job") -> Iterator[str]:
+        """Server-sent events in OpenAI's chunk format, then `data: [DONE]`. The exchange is
+        captured once generation has finished; a client that disconnects mid-answer is not
+        captured (it never received the whole answer)."""
+        chunk = job.envelope(chunk=True)
+
+        def event(choice: dict, **extra: Any) -> str:
+            return "data: " + json.dumps({**chunk, "choices": [{"index": 0, "logprobs": None, **choice}], **extra}) + "\n\n"
+
+        try:
+            if job.kind == "chat":
+                yield event({"delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+            started = job.kind != "chat"
+            for piece in job.loaded.stream(job.prompt, job.max_tokens, prompt_ids=job.ids, stop=job.stops, **job.sampling()):
+                if isinstance(piece, Completion):
+                    out = piece
+                    break
+                if not started:  # the chat reply is stripped of the space after "Assistant:", as when not streaming
+                    piece = piece.lstrip()
+                    started = bool(piece)
+                if piece:
+                    yield event({"delta": {"content": piece}, "finish_reason": None} if job.kind == "chat" else {"text": piece, "finish_reason": None})
+            text = out.text.strip() if job.kind == "chat" else out.text
+            record = self.capture_job(job, text)
+            last = {"delta": {}, "finish_reason": out.finish_reason} if job.kind == "chat" else {"text": "", "finish_reason": out.finish_reason}
+            yield event(last, usage=_usage(out), capture_id=record)
+        except (APIError, ValueError) as exc:
+            err = exc if isinstance(exc, APIError) else APIError(400, str(exc))
+            yield "data: " + json.dumps(err.body()) + "\n\n"
+        yield "data: [DONE]\n\n"
 
     def models(self) -> dict:
         loaded = self.loaded()
@@ -297,17 +342,20 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
         headers = {"X-Capture-Id": record} if record else {}
         return JSONResponse(body, headers=headers)
 
+    async def answer(request: Request, model: type[_Request], prepare) -> Any:
+        req = await read_json(request, model)
+        job = await call(prepare, req, _capture_flag(req.capture, request.headers.get("x-capture")))
+        if req.stream:  # errors found before the first byte are ordinary 4xx responses
+            return StreamingResponse(server.stream(job), media_type="text/event-stream")
+        return respond(*await call(server.run, job))
+
     @app.post("/v1/completions")
     async def completions(request: Request):
-        req = await read_json(request, CompletionRequest)
-        on = _capture_flag(req.capture, request.headers.get("x-capture"))
-        return respond(*await call(server.completion, req, on))
+        return await answer(request, CompletionRequest, server.prepare_completion)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        req = await read_json(request, ChatRequest)
-        on = _capture_flag(req.capture, request.headers.get("x-capture"))
-        return respond(*await call(server.chat, req, on))
+        return await answer(request, ChatRequest, server.prepare_chat)
 
     @app.get("/v1/models")
     async def models(request: Request):

@@ -173,8 +173,11 @@ def test_oversize_and_bad_requests_get_clear_4xx(two_versions):
         missing = httpx.post(f"{srv.base_url}/v1/chat/completions", json={"messages": []})
         assert missing.status_code == 422 and missing.json()["error"]["param"] == "messages"
 
-        stream = httpx.post(url, json={"prompt": "x", "stream": True})
-        assert stream.status_code == 400 and stream.json()["error"]["param"] == "stream"
+        many = httpx.post(url, json={"prompt": "x", "n": 2})
+        assert many.status_code == 400 and many.json()["error"]["param"] == "n"
+
+        stream_too_long = httpx.post(url, json={"prompt": "x", "stream": True, "max_tokens": 17})
+        assert stream_too_long.status_code == 400  # refused before the stream starts
 
         too_long_prompt = httpx.post(url, json={"prompt": "word " * 300, "max_tokens": 16})
         assert too_long_prompt.status_code in (400, 413)
@@ -264,3 +267,27 @@ def test_chat_command_without_champion_is_a_clear_error(workspace):
     result = CliRunner().invoke(app, ["chat", "--preset", "tiny", "-w", str(workspace.root)], input="/exit\n")
     assert result.exit_code != 0
     assert "lineage.duckdb" in str(result.exception) or "champion" in str(result.exception)
+
+
+def test_streaming_matches_the_whole_answer_and_is_captured(two_versions):
+    ws = two_versions
+    messages = [{"role": "user", "content": "Name three prime numbers."}]
+    with BackgroundServer(create_app(ws, make_cfg(ws))) as srv:
+        oa = client(srv)
+        whole = oa.chat.completions.create(model="m", messages=messages, max_tokens=10, temperature=0, extra_body={"capture": False})
+        chunks = list(oa.chat.completions.create(model="m", messages=messages, max_tokens=10, temperature=0, stream=True))
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert all(c.model == "v0" for c in chunks)
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
+        assert streamed == whole.choices[0].message.content
+        assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+        plain = oa.completions.create(model="m", prompt="class Foo:", max_tokens=8, temperature=0, extra_body={"capture": False})
+        pieces = list(oa.completions.create(model="m", prompt="class Foo:", max_tokens=8, temperature=0, stream=True))
+        assert plain.choices[0].text and len(pieces) >= 2  # text chunk(s), then the final chunk
+        assert "".join(p.choices[0].text for p in pieces) == plain.choices[0].text
+        capture_ids = [getattr(c, "capture_id", None) for c in (chunks[-1], pieces[-1])]
+    records = {r["id"]: r["text"] for r in buffer_records(ws)}
+    assert set(records) == set(capture_ids)
+    assert records[capture_ids[0]] == f"User: Name three prime numbers.\nAssistant: {streamed}".strip()
+    assert records[capture_ids[1]] == ("class Foo:" + plain.choices[0].text).strip()
