@@ -34,10 +34,8 @@ OLD_VAL, NEW_HELDOUT, NEW_TRAIN, PROBES = "old_val", "new_heldout", "new_train",
 
 def _materialize(model_dir: str | Path) -> Path:
     """A folder `from_pretrained` loads: delta-stored versions are rebuilt by the checkpoint module."""
-    try:
-        from lib.checkpoint import materialize
-    except ModuleNotFoundError:  # the checkpoint module has not landed yet: only full folders exist
-        return Path(model_dir)
+    from lib.checkpoint import materialize
+
     return Path(materialize(Path(model_dir)))
 
 

@@ -432,6 +432,13 @@ class Lineage:
     def set_status(self, version: str, status: str, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("UPDATE versions SET status = ? WHERE version = ?", [status, version])
 
+    def set_storage(self, version: str, storage: str) -> None:
+        """full | delta, after `lib.checkpoint.store_version` compacted (or kept) the weights."""
+        with self.transaction() as con:
+            if not con.execute("SELECT 1 FROM versions WHERE version = ?", [version]).fetchone():
+                raise LineageError(f"unknown version {version!r}")
+            con.execute("UPDATE versions SET storage = ? WHERE version = ?", [storage, version])
+
     def versions(self) -> list[dict[str, Any]]:
         """All versions in creation order, each with the aliases that point at it."""
         with self.reading() as con:
@@ -624,15 +631,22 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def version_digest(folder: str | Path) -> str:
-    """sha256 over the files of a version folder (relative path + bytes), meta.json excluded
-    (it is annotated after the weights are written). Same weights, same digest."""
+    """sha256 of the version's full weights (model.safetensors), the digest lib.checkpoint
+    records in meta.json and checks on every delta restore: the same for a version stored full
+    or as a delta, so it names the weights, not the storage."""
     folder = Path(folder)
+    meta = folder / "meta.json"
+    if meta.is_file():
+        digest = json.loads(meta.read_text(encoding="utf-8")).get("digest")
+        if digest:
+            return digest
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"{folder}: no model.safetensors and no digest in meta.json")
     h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "meta.json"):
-        h.update(f.relative_to(folder).as_posix().encode() + b"\0")
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+    with weights.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
     return h.hexdigest()
 
 

@@ -300,12 +300,16 @@ def test_kill_between_training_and_promotion_then_rerun(lin, workspace):
 
 
 def test_version_digest(tmp_path):
+    import hashlib
+
     d = tmp_path / "v1"
     d.mkdir()
     (d / "model.safetensors").write_bytes(b"weights")
     (d / "config.json").write_text("{}")
-    first = version_digest(d)
-    (d / "meta.json").write_text(json.dumps({"final_metrics": {}}))
-    assert version_digest(d) == first
-    (d / "model.safetensors").write_bytes(b"weightz")
-    assert version_digest(d) != first
+    assert version_digest(d) == hashlib.sha256(b"weights").hexdigest()
+    # Stored as a delta: the weights are gone, meta.json keeps their digest.
+    (d / "model.safetensors").unlink()
+    (d / "meta.json").write_text(json.dumps({"digest": "abc"}))
+    assert version_digest(d) == "abc"
+    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+        version_digest(tmp_path)
