@@ -117,9 +117,14 @@ def file_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+# Salted: other stages split by an unsalted xxh64 of the id too (the corpus's validation split is
+# the ids hashing below 5%), and the same hash would hold out exactly those documents again.
+HELDOUT_SALT = 0x68656C646F7574  # "heldout"
+
+
 def is_heldout(doc_id: str, fraction: float) -> bool:
     """Deterministic held-out split by id: the same document is held out every night."""
-    return fraction > 0 and xxhash.xxh64_intdigest(doc_id.encode("utf-8")) < fraction * 2.0**64
+    return fraction > 0 and xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=HELDOUT_SALT) < fraction * 2.0**64
 
 
 # -- tokenization workers -----------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -208,3 +209,35 @@ def test_bad_inputs_name_the_file(env, tmp_path):
     dup = two_sources(env["corpus"], env["new"]) + [SourceConfig(name="new", path=env["new"], weight=1.0)]
     with pytest.raises(ValueError, match="unique"):
         prepare_training_data(dup, env["tok"], tmp_path / "o", token_budget=100, sampling=SamplingConfig(), seq_len=SEQ)
+
+
+def test_heldout_split_is_independent_of_other_id_hash_splits():
+    import xxhash
+
+    from lib.sampling import is_heldout
+
+    # ids that an unsalted xxh64 split (the corpus's 5% validation split) puts below 5%
+    low = [f"doc-{i}" for i in range(20_000) if xxhash.xxh64_intdigest(f"doc-{i}".encode()) < 0.05 * 2**64]
+    share = sum(is_heldout(i, 0.1) for i in low) / len(low)
+    assert 0.05 < share < 0.15, share
+
+
+def test_cli_tokenize_runs_the_data_step(env, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from lib.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws").ensure()
+    shutil.copytree(env["corpus"], ws.corpus_train("stdlib"))
+    shutil.copytree(env["tok"], ws.tokenizer)
+    run = ws.run("night-1").ensure()
+    shutil.copy(env["new"] / "part-00000.parquet", run.curated / "part-00000.parquet")
+    sets = ["--set", "training.num_iterations=20", "--set", "training.total_batch_size=1024", "--set", "training.seq_len=128"]
+    result = CliRunner().invoke(app, ["tokenize", "--preset", "tiny", "-w", str(ws.root), "--run", "night-1", "--workers", "1", "--json", *sets])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["token_budget"] == 20 * 1024 and run.manifest.is_file()
+    assert set(data["sources"]) == {"stdlib", "new"} and (run.path / "heldout" / "new.parquet").is_file()
+    check = CliRunner().invoke(app, ["tokenize", "-w", str(ws.root), "--check", str(run.path)])
+    assert check.exit_code == 0 and "ok" in check.output
