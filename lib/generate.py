@@ -194,25 +194,16 @@ def _first_stop(text: str, stop: list[str]) -> int:
     return min(hits) if hits else -1
 
 
-def materialize(version_dir: Path) -> Path:
-    """A folder `from_pretrained` loads: delta versions are rebuilt by the checkpoint module."""
-    try:
-        from lib.checkpoint import materialize as rebuild
-    except ModuleNotFoundError:  # checkpoint module not landed yet: only full folders are servable
-        if (Path(version_dir) / "config.json").is_file():
-            return Path(version_dir)
-        raise
-    return Path(rebuild(version_dir))
-
-
 def load_version(path: str | Path, version: str, device: str = "auto") -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from lib.checkpoint import materialize
+
     folder = Path(path)
     if not (folder / "config.json").is_file() and not (folder / "meta.json").is_file():
         raise FileNotFoundError(f"version {version}: {folder} holds no config.json or meta.json (not a checkpoint folder)")
-    folder = materialize(folder)
+    folder = materialize(folder)  # a delta version is rebuilt (and cached) from its parent chain
     device = pick_device(device)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()

@@ -15,6 +15,7 @@ import openai
 import pyarrow.parquet as pq
 import pytest
 
+from lib.checkpoint import compact
 from lib.config import load_config
 from lib.lineage import Lineage, now, to_json
 from lib.serve import BackgroundServer, create_app
@@ -32,8 +33,8 @@ def register_version(ws, version: str, folder: Path, parent: str | None = None) 
 
 @pytest.fixture()
 def two_versions(workspace, tiny_hf_model):
-    """v0 = the tiny model; v1 = the same architecture re-initialised with another seed (so greedy
-    outputs differ). champion -> v0."""
+    """v0 = the tiny model; v1 = v0's weights plus noise (so greedy outputs differ), stored as a
+    delta against v0 the way the pipeline stores consolidations. champion -> v0."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -47,6 +48,8 @@ def two_versions(workspace, tiny_hf_model):
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
     model.save_pretrained(v1, safe_serialization=True)
+    compact(v1, v0)
+    assert not (v1 / "model.safetensors").exists()
     register_version(workspace, "v0", v0)
     register_version(workspace, "v1", v1, parent="v0")
     Lineage(workspace.lineage_db).set_alias("champion", "v0", actor="bootstrap")
