@@ -1,0 +1,254 @@
+"""The trainer on real prepared data: v0 from scratch, a consolidation, metrics, exact resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from train_fixtures import ROOT, prepare, train_cmd, write_config  # noqa: E402
+
+from lib.checkpoint import MODEL_FILE, read_meta, sha256_file  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    paths = prepare(root)
+    paths["config"] = write_config(root / "cfg.yaml")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def v0(prepared):
+    """v0 pre-trained from scratch in this process (12 steps), optimizer state kept for inheritance."""
+    from lib.config import load_config
+    from lib.train import train
+
+    cfg = load_config(prepared["config"], overrides=["training.optimizer_state=inherit"])
+    out = prepared["root"] / "v0"
+    result = train(cfg, prepared["data"], out, init=True, tokenizer_dir=prepared["tokenizer"],
+                   train_dir=prepared["root"] / "v0-train", meta={"version": "v0"})
+    assert result["status"] == "done"
+    return out
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def test_v0_is_a_hf_version_with_meta_and_metrics(prepared, v0):
+    from transformers import AutoModelForCausalLM
+
+    meta = read_meta(v0)
+    assert meta["version"] == "v0" and meta["parent_checkpoint"] is None
+    assert meta["original_lr"] == 3e-3 and meta["training_kind"] == "pretrain"
+    assert meta["digest"] == sha256_file(v0 / MODEL_FILE)
+    assert meta["manifest_hash"] and meta["tokenizer_hash"]
+    assert meta["consolidation_config"]["model"]["hidden_size"] == 64
+    assert meta["final_metrics"]["steps"] == 12 and meta["final_metrics"]["final_loss"] > 0
+    assert (v0 / "tokenizer.json").is_file() and (v0 / "optimizer.pt").is_file()
+    model = AutoModelForCausalLM.from_pretrained(v0)
+    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
+    lines = [json.loads(x) for x in (prepared["root"] / "v0-train" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(12))
+    for r in lines:
+        assert set(r["tokens_per_source"]) == {"stdlib", "new"}, "both sources feed every step"
+        assert sum(r["tokens_per_source"].values()) > 0.9 * r["tokens"]
+        assert r["lr"] > 0 and r["tokens_per_s"] > 0
+    assert lines[-1]["loss"] < lines[0]["loss"], "12 steps at lr 3e-3 must lower the loss"
+    # snapshots every 4 steps, 2 kept; the final step needs none (the version is the result)
+    snaps = sorted(p.name for p in (prepared["root"] / "v0-train" / "snapshots").iterdir())
+    assert snaps == ["step-00000004", "step-00000008"]
+
+
+def test_consolidation_inherits_optimizer_and_scales_lr(prepared, v0, tmp_path):
+    from lib.config import load_config
+    from lib.train import train
+
+    cfg = load_config(prepared["config"], overrides=["training.optimizer_state=inherit", "training.num_iterations=3"])
+    out = tmp_path / "v1"
+    train(cfg, prepared["data"], out, parent=v0, train_dir=tmp_path / "t")
+    meta = read_meta(out)
+    assert meta["parent_checkpoint"] == "v0" and meta["original_lr"] == 3e-3
+    assert meta["peak_lr"] == pytest.approx(3e-3 * 0.3)
+    assert meta["optimizer_state"] == "inherit" and meta["parent_digest"] == read_meta(v0)["digest"]
+    assert "new" in meta["memory_buffer_stats"]
+    lrs = [json.loads(x)["lr"] for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
+    assert max(lrs) == pytest.approx(3e-3 * 0.3), "inherited optimizer state must not bring back the parent's LR"
+
+
+def test_tokenizer_mismatch_and_bad_batch_are_refused(prepared, v0, tmp_path):
+    from conftest import stdlib_texts
+    from lib.config import load_config
+    from lib.tokenizer import train_bpe
+    from lib.train import steps_accumulation, train
+
+    other = train_bpe(stdlib_texts(20), 300, tmp_path / "other-tok")
+    cfg = load_config(prepared["config"])
+    with pytest.raises(ValueError, match="tokenizer"):
+        train(cfg, prepared["data"], tmp_path / "x", init=True, tokenizer_dir=other, train_dir=tmp_path / "t")
+    with pytest.raises(ValueError, match="not a multiple of"):
+        steps_accumulation(1000, 4, 64, 2)
+    assert steps_accumulation(1024, 4, 64, 2) == 2
+    with pytest.raises(FileExistsError, match="already exists"):
+        train(cfg, prepared["data"], v0, parent=v0, train_dir=tmp_path / "t")
+
+
+def _wait_for(path: Path, proc, timeout=120):
+    t0 = time.time()
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"trainer exited early with {proc.returncode}: {proc.stderr.read()}")
+        if time.time() - t0 > timeout:
+            raise AssertionError(f"{path} did not appear")
+        time.sleep(0.05)
+
+
+def _tensors(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / MODEL_FILE))
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_is_bit_identical_and_sigterm_snapshots(prepared, v0, tmp_path):
+    cfg = write_config(tmp_path / "cfg.yaml", training={"num_iterations": 12, "snapshot_every": 4})
+    # the uninterrupted reference
+    ref = subprocess.run(train_cmd(cfg, prepared["data"], tmp_path / "ref", "--parent", str(v0), "--train-dir", str(tmp_path / "t-ref")),
+                         cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+
+    # killed with SIGKILL right after the first snapshot is complete, then resumed
+    run = ["--parent", str(v0), "--train-dir", str(tmp_path / "t-kill")]
+    proc = subprocess.Popen(train_cmd(cfg, prepared["data"], tmp_path / "kill", *run), cwd=ROOT, env=_env(),
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "t-kill" / "snapshots" / "step-00000004" / "COMPLETE", proc)
+    proc.kill()
+    proc.wait()
+    assert not (tmp_path / "kill").exists(), "the run was killed before it finished"
+    metrics = (tmp_path / "t-kill" / "metrics.jsonl").read_text().splitlines()
+    res = subprocess.run(train_cmd(cfg, prepared["data"], tmp_path / "kill", *run, "--resume"),
+                         cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "resumed from" in res.stderr
+    assert (tmp_path / "kill" / MODEL_FILE).read_bytes() == (tmp_path / "ref" / MODEL_FILE).read_bytes(), \
+        "SIGKILL + resume must end bit-identical to the uninterrupted run"
+    steps = [json.loads(x)["step"] for x in (tmp_path / "t-kill" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(12)), f"metrics after resume must hold each step once (had {len(metrics)} lines at the kill)"
+    ref_loss = [json.loads(x)["loss"] for x in (tmp_path / "t-ref" / "metrics.jsonl").read_text().splitlines()]
+    kill_loss = [json.loads(x)["loss"] for x in (tmp_path / "t-kill" / "metrics.jsonl").read_text().splitlines()]
+    assert kill_loss == ref_loss
+
+    # SIGTERM: snapshot at the current step, exit code 3, resume finishes identically
+    run = ["--parent", str(v0), "--train-dir", str(tmp_path / "t-term")]
+    proc = subprocess.Popen(train_cmd(cfg, prepared["data"], tmp_path / "term", *run), cwd=ROOT, env=_env(),
+                            stderr=subprocess.PIPE, text=True)
+    metrics_path = tmp_path / "t-term" / "metrics.jsonl"
+    _wait_for(metrics_path, proc)
+    while not metrics_path.read_text().strip():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err
+    assert "stopped at step" in err
+    snaps = list((tmp_path / "t-term" / "snapshots").glob("step-*/COMPLETE"))
+    assert snaps, "SIGTERM must leave a complete snapshot"
+    res = subprocess.run(train_cmd(cfg, prepared["data"], tmp_path / "term", *run, "--resume"),
+                         cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "term" / MODEL_FILE).read_bytes() == (tmp_path / "ref" / MODEL_FILE).read_bytes()
+
+
+def test_torchrun_command_lines():
+    from lib.train import torchrun_command
+
+    cmd = torchrun_command("c.yaml", "run", "out", parent="ckpt/v3", resume=True, nproc_per_node=2)
+    assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    assert "--standalone" in cmd and cmd[cmd.index("-m", 3) + 1] == "lib.train"
+    assert cmd[-3:] == ["--parent", "ckpt/v3", "--resume"]
+    multi = torchrun_command("c.yaml", "run", "out", init=True, nnodes=2, node_rank=1, rdzv_endpoint="head:29500")
+    assert "--standalone" not in multi and "--nnodes=2" in multi and "--rdzv-endpoint=head:29500" in multi
+    assert "--init" in multi
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        torchrun_command("c.yaml", "run", "out", init=True, nnodes=2)
+    with pytest.raises(ValueError, match="parent"):
+        torchrun_command("c.yaml", "run", "out")
+
+
+def _snapshot(folder, step, model, world_size=1):
+    import torch
+
+    from lib import snapshot as snap
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    snap.begin(folder, step)
+    tmp = snap.tmp_dir(folder, step)
+    for rank in range(world_size):
+        snap.write_rank(tmp, rank, {"cursor": step})
+    snap.write_shared(tmp, model, opt.state_dict(), {"step": step, "world_size": world_size, "history": {}})
+    return snap.commit(folder, step, keep=10)
+
+
+def test_partial_or_corrupt_snapshots_are_skipped_with_a_log_line(tmp_path, caplog):
+    import logging
+
+    from lib import snapshot as snap
+    from lib.config import ModelConfig
+    from lib.model import build_model
+
+    model = build_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=16), 64)
+    folder = tmp_path / "snaps"
+    good = _snapshot(folder, 4, model)
+    corrupt = _snapshot(folder, 8, model)
+    partial = _snapshot(folder, 12, model)
+    (partial / snap.MARKER).unlink()                      # killed before the marker was written
+    raw = bytearray((corrupt / "model.safetensors").read_bytes())
+    raw[-5] ^= 0x01                                       # one flipped bit in the weights
+    (corrupt / "model.safetensors").write_bytes(bytes(raw))
+    (folder / ".step-00000016.tmp").mkdir()               # killed mid-write
+    with caplog.at_level(logging.WARNING, logger="lib.snapshot"):
+        assert snap.latest_complete(folder) == good
+    text = caplog.text
+    assert "step-00000012" in text and "no completion marker" in text
+    assert "step-00000008" in text and "sha256" in text
+    state = snap.load(good, rank=0, world_size=1)
+    assert state["step"] == 4 and state["loader"] == {"cursor": 4}
+    # keep the last k complete snapshots, drop temporary folders
+    for step in (20, 24):
+        _snapshot(folder, step, model)
+    snap.prune(folder, keep=2)
+    assert sorted(p.name for p in folder.iterdir() if (p / snap.MARKER).exists()) == ["step-00000020", "step-00000024"]
+    assert not (folder / ".step-00000016.tmp").exists()
+
+
+def test_resume_with_another_world_size_is_refused(tmp_path):
+    from lib import snapshot as snap
+    from lib.config import ModelConfig
+    from lib.model import build_model
+
+    model = build_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=16), 64)
+    path = _snapshot(tmp_path, 4, model, world_size=2)
+    with pytest.raises(snap.SnapshotError, match="world size 2, this run has 1"):
+        snap.load(path, rank=0, world_size=1)
+    assert snap.load(path, rank=1, world_size=2)["step"] == 4
+
+
+def test_rng_states_round_trip():
+    import random
+
+    import numpy as np
+    import torch
+
+    from lib import snapshot as snap
+
+    plain, tensors = snap.rng_state()
+    plain = json.loads(json.dumps(plain))  # it goes through JSON in the snapshot
+    a = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    snap.set_rng_state(plain, tensors)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == a
