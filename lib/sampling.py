@@ -39,15 +39,18 @@ import zlib
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from lib.config import ConsolidationConfig, SamplingConfig, SourceConfig
 from lib.fim import fim_rng, fim_transform
 from lib.shards import write_shard_arrays
+
+if TYPE_CHECKING:  # tokenizer worker processes import this module: keep pydantic out of their start-up
+    from lib.config import ConsolidationConfig, SamplingConfig, SourceConfig
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,8 @@ MANIFEST_SCHEMA = pa.schema([
 def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Path) -> list[SourceConfig]:
     """The seed's mix: corpus train split (weight 1 - r, kind corpus) + tonight's curated data
     (weight r, kind buffer), then any extra `sampling.sources` with their own weights."""
+    from lib.config import SourceConfig
+
     r = cfg.sampling.new_data_ratio
     sources = [
         SourceConfig(name=cfg.workspace.corpus, path=workspace.corpus_train(cfg.workspace.corpus), weight=1 - r, kind="corpus"),
