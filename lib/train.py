@@ -45,7 +45,7 @@ EXIT_STOPPED = 3  # stopped early (SIGTERM or time limit) with a snapshot saved:
 
 # -- command line for the orchestration area -------------------------------------------------------
 def torchrun_command(
-    config_path: str | Path,
+    config_path: str | Path | None,
     data_dir: str | Path,
     out_dir: str | Path,
     parent: str | Path | None = None,
@@ -79,7 +79,8 @@ def torchrun_command(
                 f"--rdzv-id={rdzv_id or 'consolidation'}"]
         if node_rank is not None:
             cmd.append(f"--node-rank={int(node_rank)}")
-    cmd += ["-m", "lib.train", "--config", str(config_path), "--data", str(data_dir), "--out", str(out_dir)]
+    cmd += ["-m", "lib.train"] + (["--config", str(config_path)] if config_path is not None else [])
+    cmd += ["--data", str(data_dir), "--out", str(out_dir)]
     cmd += ["--init"] if init else ["--parent", str(parent)]
     if resume:
         cmd.append("--resume")

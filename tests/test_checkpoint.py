@@ -136,3 +136,24 @@ def test_parent_moved_together_with_child_is_found_as_sibling(tmp_path, tokenize
     assert (materialize(tmp_path / "b" / "v1") / MODEL_FILE).read_bytes() == expected
     info = json.loads((tmp_path / "b" / "v1" / "delta.json").read_text())
     assert info["format"].startswith("xor-byteplane-zstd")
+
+
+def test_checkpoint_cli_compact_info_restore(tmp_path, tokenizer_dir):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    ws = tmp_path / "ws"
+    v0, v1 = _versions(ws / "checkpoints", tokenizer_dir, 2)
+    expected = (v1 / MODEL_FILE).read_bytes()
+    runner = CliRunner()
+    res = runner.invoke(app, ["checkpoint", "compact", "v1", "-w", str(ws), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["parent_version"] == "v0" and is_delta(v1)
+    res = runner.invoke(app, ["checkpoint", "info", "v1", "-w", str(ws), "--json"])
+    info = json.loads(res.output)
+    assert info["storage"] == "delta" and info["chain_depth"] == 1 and 0 < info["ratio"] < 1
+    res = runner.invoke(app, ["checkpoint", "restore", "v1", "-w", str(ws)])
+    assert res.exit_code == 0 and (v1 / MODEL_FILE).read_bytes() == expected
+    res = runner.invoke(app, ["checkpoint", "info", "v9", "-w", str(ws)])
+    assert res.exit_code != 0 and "no checkpoint version 'v9'" in str(res.exception)
