@@ -294,3 +294,47 @@ def test_streaming_matches_the_whole_answer_and_is_captured(two_versions):
     assert set(records) == set(capture_ids)
     assert records[capture_ids[0]] == f"User: Name three prime numbers.\nAssistant: {streamed}".strip()
     assert records[capture_ids[1]] == ("class Foo:" + plain.choices[0].text).strip()
+
+
+@pytest.mark.slow  # a fresh process imports torch + transformers: ~10-30 s on the 2-core machine
+def test_serve_command_end_to_end_and_flush_on_sigterm(two_versions):
+    """`consolidate serve` as a real process: answers, and a SIGTERM (how a supervisor stops
+    it) flushes the captured record into a parquet file."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    ws = two_versions
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("consolidate")
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--preset", "tiny", "-w", str(ws.root), "--port", str(port), "--set", "serve.token=t0k", "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["version"] == "v0":
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.2)
+        oa = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="t0k", max_retries=0)
+        reply = oa.chat.completions.with_raw_response.create(model="champion", messages=[{"role": "user", "content": "remember the zorbulator"}], max_tokens=5)
+        record = reply.headers["x-capture-id"]
+        assert buffer_records(ws) == []  # in the write-ahead log only, until the flush
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    # uvicorn shuts down gracefully, then re-raises the captured SIGTERM (exit status -15)
+    assert proc.returncode in (0, -signal.SIGTERM), out
+    assert "t0k" not in out  # the token is never logged
+    (row,) = buffer_records(ws)
+    assert row["id"] == record and row["text"].startswith("User: remember the zorbulator\nAssistant:")
