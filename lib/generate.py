@@ -9,7 +9,9 @@
   text without the stop string plus token counts and the OpenAI finish reason.
 - `Champion` follows the lineage alias: it re-reads `champion` at most every `reload_interval_s`
   seconds (0: every call), loads a moved alias's version beside the serving one, then swaps the
-  reference; a generation in flight finishes on the model it started with.
+  reference; a generation in flight finishes on the model it started with. While one thread
+  checks or loads, the others keep answering with the current model; a version that fails to
+  load is logged and the current one stays.
 - Generation runs under one lock per process: a torch model is not re-entrant across threads and
   two CPU generations at once only split the same cores.
 
@@ -223,6 +225,7 @@ class Champion:
         self._checked_at = float("-inf")
         self._reload_lock = threading.Lock()
         self.reloads = 0
+        self.failed_loads = 0
 
     def _target(self) -> tuple[str, Path]:
         version = self.lineage.alias(self.alias)
@@ -237,7 +240,11 @@ class Champion:
         loaded = self._loaded
         if loaded is not None and time.monotonic() - self._checked_at < self.reload_interval_s:
             return loaded
-        with self._reload_lock:
+        # Only one thread checks (and loads); the others keep answering with the current model
+        # instead of queueing behind a lineage lock or a multi-second model load.
+        if not self._reload_lock.acquire(blocking=loaded is None):
+            return loaded
+        try:
             loaded = self._loaded
             if loaded is not None and time.monotonic() - self._checked_at < self.reload_interval_s:
                 return loaded
@@ -251,7 +258,22 @@ class Champion:
                 return loaded
             if loaded is None or loaded.version != version:
                 log.info("loading champion %s from %s", version, path)
-                self._loaded = load_version(path, version, self.device)
+                try:
+                    self._loaded = load_version(path, version, self.device)
+                except Exception as exc:  # a broken promotion must not take the service down
+                    if loaded is None:
+                        raise
+                    log.error("champion %s failed to load, still serving %s: %s", version, loaded.version, exc)
+                    self.failed_loads += 1
+                    self._checked_at = time.monotonic()
+                    return loaded
                 self.reloads += loaded is not None
             self._checked_at = time.monotonic()
             return self._loaded
+        finally:
+            self._reload_lock.release()
+
+    @property
+    def version(self) -> str | None:
+        """The version being served now (None before the first load)."""
+        return self._loaded.version if self._loaded is not None else None

@@ -364,8 +364,7 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
 
     @app.get("/health")
     async def health():
-        loaded = server.champion._loaded
-        return {"status": "ok", "version": loaded.version if loaded else None}
+        return {"status": "ok", "version": server.champion.version}
 
     return app
 

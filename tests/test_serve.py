@@ -338,3 +338,19 @@ def test_serve_command_end_to_end_and_flush_on_sigterm(two_versions):
     assert "t0k" not in out  # the token is never logged
     (row,) = buffer_records(ws)
     assert row["id"] == record and row["text"].startswith("User: remember the zorbulator\nAssistant:")
+
+
+def test_broken_promotion_keeps_serving_the_old_champion(two_versions):
+    ws = two_versions
+    broken = ws.checkpoint("v2")
+    broken.mkdir()
+    (broken / "meta.json").write_text(json.dumps({"version": "v2"}))  # no weights, no delta
+    register_version(ws, "v2", broken, parent="v0")
+    app = create_app(ws, make_cfg(ws))
+    with BackgroundServer(app) as srv:
+        oa = client(srv)
+        Lineage(ws.lineage_db).set_alias("champion", "v2", actor="promote")
+        assert oa.completions.create(model="m", prompt="x", max_tokens=2).model == "v0"
+        assert app.state.server.champion.failed_loads == 1
+        Lineage(ws.lineage_db).set_alias("champion", "v1", actor="rollback")
+        assert oa.completions.create(model="m", prompt="x", max_tokens=2).model == "v1"
