@@ -354,3 +354,19 @@ def test_broken_promotion_keeps_serving_the_old_champion(two_versions):
         assert app.state.server.champion.failed_loads == 1
         Lineage(ws.lineage_db).set_alias("champion", "v1", actor="rollback")
         assert oa.completions.create(model="m", prompt="x", max_tokens=2).model == "v1"
+
+
+def test_champion_reads_lineage_only_when_the_registry_changed(two_versions):
+    from lib.generate import Champion
+
+    ws = two_versions
+    lineage = Lineage(ws.lineage_db)
+    reads = []
+    real_alias = lineage.alias
+    lineage.alias = lambda name: reads.append(name) or real_alias(name)  # spy: count registry reads
+    champion = Champion(lineage, reload_interval_s=0)
+    assert [champion.current().version for _ in range(5)] == ["v0"] * 5
+    assert len(reads) == 1
+    Lineage(ws.lineage_db).set_alias("champion", "v1", actor="promote")
+    assert champion.current().version == "v1" and champion.reloads == 1
+    assert champion.current().version == "v1" and len(reads) == 2
