@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from lib.fim import fim_rng, fim_transform
+from lib.fim import fim_rng, fim_tokens, split_spans
 from lib.shards import write_shard_arrays
 
 if TYPE_CHECKING:  # tokenizer worker processes import this module: keep pydantic out of their start-up
@@ -194,6 +194,8 @@ def tokenize_file(task: dict, tokenizer=None) -> dict:
     batch = 512
     for start in range(0, len(keep_texts), batch):
         encodings = tok.encode_batch_raw(keep_texts[start:start + batch])
+        fim_jobs: list[tuple[int, bool]] = []   # (unit position, spm) waiting for their parts' ids
+        fim_parts: list[str] = []               # prefix, middle, suffix of each job, flat
         for j, enc in enumerate(encodings):
             d = start + j
             ids_ = enc.ids
@@ -202,26 +204,30 @@ def tokenize_file(task: dict, tokenizer=None) -> dict:
                 unit_doc.append(d)
                 unit_fim.append(False)
                 continue
-            # FIM per piece: cut the text at the character offsets of every piece_tokens-th
-            # token, so each FIM example fits in one row with its sentinels.
+            # FIM per piece: cut at every piece_tokens-th token (at its character offset), so
+            # each FIM example fits in one row with its sentinels; pieces that stay plain keep
+            # the document's own ids, FIM pieces have their three parts encoded in one batch.
             text = keep_texts[d]
             offsets = enc.offsets
-            cuts = [0] + [offsets[k][0] for k in range(piece_tokens, len(ids_), piece_tokens)] + [len(text)]
-            for p in range(len(cuts) - 1):
-                piece = text[cuts[p]:cuts[p + 1]]
-                if not piece:
-                    continue
+            for p, k in enumerate(range(0, len(ids_), piece_tokens)):
                 rng = fim_rng(task["seed"], task["source"], keep_ids[d], p)
                 if rng.random() < keep_fim[d]:
-                    toks = fim_transform(piece, tok.encode_batch, rng, spm_rate=task["fim_spm_rate"],
-                                         prefix_id=tok.fim_prefix_id, middle_id=tok.fim_middle_id,
-                                         suffix_id=tok.fim_suffix_id, eos_id=tok.eos_id)
+                    end = offsets[k + piece_tokens][0] if k + piece_tokens < len(ids_) else len(text)
+                    prefix, middle, suffix = split_spans(text[offsets[k][0] if k else 0:end], rng)
+                    fim_jobs.append((len(unit_tokens), bool(rng.random() < task["fim_spm_rate"])))
+                    fim_parts += [prefix, middle, suffix]
+                    unit_tokens.append([])
                     unit_fim.append(True)
                 else:
-                    toks = tok.encode(piece)
+                    unit_tokens.append(ids_[k:k + piece_tokens])
                     unit_fim.append(False)
-                unit_tokens.append(toks)
                 unit_doc.append(d)
+        if fim_jobs:
+            parts = tok.encode_batch(fim_parts)
+            for n, (pos, spm) in enumerate(fim_jobs):
+                unit_tokens[pos] = fim_tokens(parts[3 * n], parts[3 * n + 1], parts[3 * n + 2], spm=spm,
+                                              prefix_id=tok.fim_prefix_id, middle_id=tok.fim_middle_id,
+                                              suffix_id=tok.fim_suffix_id, eos_id=tok.eos_id)
 
     lengths = np.fromiter((len(u) for u in unit_tokens), dtype=np.int64, count=len(unit_tokens))
     total = int(lengths.sum())

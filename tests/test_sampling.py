@@ -174,6 +174,20 @@ def test_fim_for_code_documents_only(env):
     unit = tokens[start:int(ends[r["doc_index"]])].tolist()
     assert unit[0] in (tok.fim_prefix_id, tok.fim_suffix_id) and tok.fim_middle_id in unit
     assert len(unit) <= SEQ  # a FIM piece fits in one row with its sentinels
+    # every FIM unit rebuilds a contiguous stretch of its document's text
+    texts = {r["id"]: r["text"] for r in pq.read_table(env["corpus"]).to_pylist()}
+    for r in fim_rows[:20]:
+        tokens, ends = read_shard(env["root"] / "fim" / r["shard"])
+        start = 0 if r["doc_index"] == 0 else int(ends[r["doc_index"] - 1])
+        unit = tokens[start:int(ends[r["doc_index"]])].tolist()
+        i_pre, i_suf, i_mid = (unit.index(t) for t in (tok.fim_prefix_id, tok.fim_suffix_id, tok.fim_middle_id))
+        if unit[0] == tok.fim_prefix_id:
+            prefix, suffix = unit[i_pre + 1:i_suf], unit[i_suf + 1:i_mid]
+        else:
+            suffix, prefix = unit[i_suf + 1:i_pre], unit[i_pre + 1:i_mid]
+        assert unit[-1] == tok.eos_id
+        piece = tok.decode(prefix) + tok.decode(unit[i_mid + 1:-1]) + tok.decode(suffix)
+        assert piece and piece in texts[r["doc_id"]]
     # a source's own fim_rate overrides the code rule: prose source with fim_rate 1
     srcs = [SourceConfig(name="stdlib", path=env["corpus"], weight=0.75, kind="corpus", fim_rate=0.0),
             SourceConfig(name="new", path=env["new"], weight=0.25, kind="buffer", fim_rate=1.0)]
