@@ -23,9 +23,11 @@ resume state identical on all ranks, so rank 0 alone saves it.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lib.fim import middle_only_mask
@@ -33,6 +35,7 @@ from lib.packing import BestFitPlanner, PackingStats
 from lib.shards import ShardError, doc_starts, read_shard
 
 STATE_VERSION = 1
+log = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -47,6 +50,11 @@ def read_data_json(data_dir: str | Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def _codes(column) -> tuple[list[str], np.ndarray]:
+    encoded = pc.dictionary_encode(column.combine_chunks())
+    return [str(x) for x in encoded.dictionary.to_pylist()], encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 class _Data:
@@ -69,11 +77,10 @@ class _Data:
             raise DataError(f"{manifest_path} lacks columns {sorted(missing)}")
         if table.num_rows == 0:
             raise DataError(f"{manifest_path} is empty: nothing to train on")
-        source = table.column("source").to_numpy(zero_copy_only=False)
-        shard = table.column("shard").to_numpy(zero_copy_only=False)
-        self.source_names, self.source = np.unique(source, return_inverse=True)
-        self.source_names = [str(s) for s in self.source_names]
-        shard_names, shard_code = np.unique(shard, return_inverse=True)
+        # Dictionary-encode in Arrow: millions of repeated names become small int codes without
+        # a Python string per row.
+        self.source_names, self.source = _codes(table.column("source"))
+        shard_names, shard_code = _codes(table.column("shard"))
         doc_index = table.column("doc_index").to_numpy()
         self.offset = table.column("offset").to_numpy()
         self.length = table.column("length").to_numpy()
@@ -147,6 +154,10 @@ class TrainLoader:
         self.middle_only = bool(fim.get("middle_only")) and fim.get("middle_id") is not None
         self.middle_id = fim.get("middle_id")
         self.source_names = self.data.source_names
+        prepared = int(meta.get("seq_len") or seq_len)
+        if seq_len < prepared:
+            log.warning("%s was prepared for seq_len %d but the loader packs rows of %d: pieces longer than a row "
+                        "lose their tails to cropping; prepare the data with the training seq_len", self.data.dir, prepared, seq_len)
         self.stats = PackingStats()
         self._rows = np.empty((batch_size, seq_len + 1), dtype=np.int64)   # allocated once
         self._loss = np.empty((batch_size, seq_len + 1), dtype=bool)

@@ -313,24 +313,31 @@ def draw_manifest(streams: list[_SourceStream], weights: list[float], sampling: 
                   target_tokens: int) -> tuple[dict, np.ndarray]:
     """Interleave pieces by token deficit until `target_tokens` packed tokens (pieces + BOS)."""
     cols = {name: [] for name in MANIFEST_SCHEMA.names}
-    drawn = np.zeros(len(streams))
-    expected = np.zeros(len(streams))
+    appends = [cols[name].append for name in MANIFEST_SCHEMA.names]
+    n_src = len(streams)
+    drawn = [0.0] * n_src
+    expected = [0.0] * n_src
     total = 0
-    cached_T, p = None, None
+    # T moves with progress; p is recomputed per 1/1024 of the budget, not per piece.
+    buckets = 1024
+    bucket, p = -1, None
     while total < target_tokens:
-        T = temperature_at(sampling, total / target_tokens)
-        if T != cached_T:
-            cached_T, p = T, source_probabilities(weights, T)
-        i = int(np.argmax(expected - drawn))  # ties: the first source
+        b = min(buckets - 1, total * buckets // target_tokens)
+        if b != bucket:
+            bucket = b
+            p = source_probabilities(weights, temperature_at(sampling, b / buckets)).tolist()
+        # the source furthest behind its token target; ties go to the first
+        i = max(range(n_src), key=lambda k: expected[k] - drawn[k])
         s = streams[i]
-        doc_id, shard, doc_index, off, length, epoch, fim = s.next_piece()
-        for key, value in zip(MANIFEST_SCHEMA.names, (s.name, doc_id, shard, doc_index, off, length, epoch, fim)):
-            cols[key].append(value)
-        n = length + 1  # the BOS the packer adds is a trained token too
+        piece = s.next_piece()
+        for append, value in zip(appends, (s.name, *piece)):
+            append(value)
+        n = piece[4] + 1  # the BOS the packer adds is a trained token too
         drawn[i] += n
-        expected += p * n
+        for k in range(n_src):
+            expected[k] += p[k] * n
         total += n
-    return cols, drawn
+    return cols, np.asarray(drawn)
 
 
 def write_manifest(cols: dict, path: Path) -> str:
