@@ -67,7 +67,7 @@ def chat(
     if max_new_tokens is not None and not 1 <= max_new_tokens <= cfg.serve.max_new_tokens:
         raise ValueError(f"--max-new-tokens {max_new_tokens}: must be between 1 and serve.max_new_tokens={cfg.serve.max_new_tokens}")
     console = Console()
-    loaded = Champion(Lineage(ws.lineage_db), device=cfg.serve.device).current()
+    loaded = Champion(Lineage(ws.lineage_db), device=cfg.serve.device, cpu_threads=cfg.serve.cpu_threads).current()
     console.print(f"[bold]champion {loaded.version}[/bold] on {loaded.device}; /exit to leave", highlight=False)
     messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     while True:

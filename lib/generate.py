@@ -196,7 +196,10 @@ def _first_stop(text: str, stop: list[str]) -> int:
     return min(hits) if hits else -1
 
 
-def load_version(path: str | Path, version: str, device: str = "auto") -> LoadedModel:
+def load_version(path: str | Path, version: str, device: str = "auto", cpu_threads: int | None = None) -> LoadedModel:
+    """Model + tokenizer of one version on `device`. `cpu_threads` sets torch's (process-wide)
+    intra-op threads when serving on CPU: a small model's matrices are too small to split, and
+    on a busy machine the threads' barriers cost 10x (0.13 s vs 1.2 s for 16 tiny-model tokens)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -207,6 +210,8 @@ def load_version(path: str | Path, version: str, device: str = "auto") -> Loaded
         raise FileNotFoundError(f"version {version}: {folder} holds no config.json or meta.json (not a checkpoint folder)")
     folder = materialize(folder)  # a delta version is rebuilt (and cached) from its parent chain
     device = pick_device(device)
+    if device == "cpu" and cpu_threads is not None:
+        torch.set_num_threads(cpu_threads)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -216,11 +221,12 @@ def load_version(path: str | Path, version: str, device: str = "auto") -> Loaded
 class Champion:
     """Serves whatever `champion` points at; `current()` reloads when the alias has moved."""
 
-    def __init__(self, lineage: Any, *, alias: str = "champion", reload_interval_s: float = 2.0, device: str = "auto"):
+    def __init__(self, lineage: Any, *, alias: str = "champion", reload_interval_s: float = 2.0, device: str = "auto", cpu_threads: int | None = None):
         self.lineage = lineage
         self.alias = alias
         self.reload_interval_s = reload_interval_s
         self.device = device
+        self.cpu_threads = cpu_threads
         self._loaded: LoadedModel | None = None
         self._checked_at = float("-inf")
         self._reload_lock = threading.Lock()
@@ -279,7 +285,7 @@ class Champion:
             if loaded is None or loaded.version != version:
                 log.info("loading champion %s from %s", version, path)
                 try:
-                    self._loaded = load_version(path, version, self.device)
+                    self._loaded = load_version(path, version, self.device, self.cpu_threads)
                 except Exception as exc:  # a broken promotion must not take the service down
                     if loaded is None:
                         raise

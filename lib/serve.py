@@ -144,7 +144,9 @@ class Server:
         if champion is None:
             lineage = Lineage(workspace.lineage_db)
             lineage.lock_timeout_s = 2.0  # a busy registry must not stall requests: keep serving the old champion
-            champion = Champion(lineage, reload_interval_s=cfg.serve.reload_interval_s, device=cfg.serve.device)
+            champion = Champion(
+                lineage, reload_interval_s=cfg.serve.reload_interval_s, device=cfg.serve.device, cpu_threads=cfg.serve.cpu_threads
+            )
         self.champion = champion
         self._capture = capture
         self._policy_version: str | None = None

@@ -21,6 +21,17 @@ from lib.lineage import Lineage, now, to_json
 from lib.serve import BackgroundServer, create_app
 
 
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """The tiny preset serves with 1 CPU thread (serve.cpu_threads, process-wide): give the
+    other areas' tests in this pytest process their threads back."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 def register_version(ws, version: str, folder: Path, parent: str | None = None) -> None:
     lineage = Lineage(ws.lineage_db)
     with lineage.transaction() as con:
