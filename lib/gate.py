@@ -42,8 +42,8 @@ class GateDecision:
     passed: bool
     rules: list[RuleResult] = field(default_factory=list)
 
-    @property
     def summary(self) -> str:
+        """One line: which rules passed, or which rejected the candidate."""
         failed = [r.name for r in self.rules if not r.passed]
         return "passed: " + ", ".join(r.name for r in self.rules) if self.passed else "rejected by " + ", ".join(failed)
 

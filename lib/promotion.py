@@ -62,7 +62,7 @@ def conclude(
         lineage.record_gate_decision(version, data, run_id, "gate", None, con)
         if data["passed"]:
             lineage.set_status(version, "accepted", con)
-            summary = GateDecision.from_dict(data).summary
+            summary = GateDecision.from_dict(data).summary()
             _move(lineage, con, "champion", version, "gate", summary)
             _move(lineage, con, "latest", version, "gate", summary)
             _consume(lineage, con, version, run_id, content_hashes)

@@ -37,7 +37,7 @@ def test_forgetting_over_two_percent_is_rejected():
     assert (rule.name, rule.passed, rule.limit) == ("forgetting", False, 0.02)
     assert rule.measured == pytest.approx(0.03)
     assert "rose 3.00%" in rule.reason and "gate.max_forgetting" in rule.reason
-    assert d.summary == "rejected by forgetting"
+    assert d.summary() == "rejected by forgetting"
 
 
 def test_forgetting_exactly_at_limit_passes_and_limit_is_configurable():
