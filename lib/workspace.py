@@ -83,6 +83,12 @@ class Workspace:
         """Persisted results and cache records of the orchestrator's data stages (Prefect)."""
         return self.root / "cache"
 
+    @property
+    def token_cache(self) -> Path:
+        """Token shards by content key (input file, tokenizer, hold-out and FIM rules), reused by
+        every night's data preparation so the corpus is tokenized once."""
+        return self.index / "tokens"
+
     # -- named children ----------------------------------------------------------------------
     def corpus(self, name: str) -> Path:
         return self.corpora / check_name(name, "corpus name")
