@@ -99,6 +99,7 @@ def register(app: typer.Typer) -> None:
         tokenizer: Annotated[Optional[Path], typer.Option("--tokenizer", help="Tokenizer folder (default: tokenizer.path, the champion's, <workspace>/tokenizer).")] = None,
         out: Annotated[Optional[Path], typer.Option("--out", help="Output folder (default: the run folder).")] = None,
         workers: Annotated[Optional[int], typer.Option("--workers", help="Tokenizer processes (default: curation.workers, else all cores).")] = None,
+        no_cache: Annotated[bool, typer.Option("--no-cache", help="Tokenize every file again instead of reusing <workspace>/index/tokens.")] = False,
         check: Annotated[Optional[Path], typer.Option("--check", help="Only validate this prepared folder against the tokenizer, then exit.")] = None,
         config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
         json_: JsonOpt = False,
@@ -129,12 +130,16 @@ def register(app: typer.Typer) -> None:
             budget = cfg.training.num_iterations * cfg.training.total_batch_size
         target = out or run_dir.path
         data = prepare_training_data(sources, tok_dir, target, token_budget=budget, sampling=cfg.sampling,
-                                     seq_len=cfg.training.seq_len, workers=workers or cfg.curation.workers)
+                                     seq_len=cfg.training.seq_len, workers=workers or cfg.curation.workers,
+                                     cache_dir=None if no_cache else ws.token_cache)
         if json_:
             typer.echo(json.dumps(data, indent=2, default=str))
             return
         console = Console()
         console.print(sources_table(data, f"manifest {data['manifest_hash'][:12]} → {target}"))
-        console.print(f"{data['tokens_drawn']:,} tokens drawn for a budget of {budget:,}; tokenizer {data['tokenizer_hash'][:12]}")
+        files = [f for src in data["sources"].values() for f in src["files"]]
+        reused = sum(f["cached"] for f in files)
+        console.print(f"{data['tokens_drawn']:,} tokens drawn for a budget of {budget:,}; tokenizer {data['tokenizer_hash'][:12]}; "
+                      f"{len(files) - reused} file(s) tokenized, {reused} reused from {ws.token_cache}")
         for w in data["warnings"]:
             console.print(f"[yellow]warning:[/] {w}")

@@ -268,6 +268,85 @@ def run_tokenize_tasks(tasks: list[dict], tokenizer_dir: str | Path, workers: in
         return [futures[i].result() for i in range(len(tasks))]
 
 
+# -- token cache: the corpus is tokenized once, not every night -----------------------------------
+
+CACHE_VERSION = 1  # bump when tokenize_file's output for the same inputs changes
+_CACHE_FILES = (".bin", ".idx", ".json")
+
+
+def cache_key(task: dict, tokenizer_hash: str) -> str:
+    """Everything that decides a shard's content: input bytes, tokenizer, hold-out and FIM rules."""
+    fim_active = task["fim_enabled"] and (task["fim_rate"] or 0) + task["fim_rate_code"] > 0
+    key = {
+        "v": CACHE_VERSION, "input": task["input_hash"], "tokenizer": tokenizer_hash,
+        "heldout": task["heldout_fraction"] if task["kind"] == "buffer" else 0.0,
+        # FIM draws depend on the source name and seed; without FIM they do not matter
+        "fim": [task["fim_rate"], task["fim_rate_code"], task["fim_spm_rate"], task["fim_piece_tokens"],
+                task["seed"], task["source"]] if fim_active else None,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _link(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        dst.unlink()
+    try:
+        os.link(src, dst)  # shards are never modified in place: sharing the inode is safe
+    except OSError:
+        import shutil
+
+        shutil.copy2(src, dst)
+
+
+def cache_store(cache_dir: Path, key: str, task: dict, result: dict) -> None:
+    """Keep a tokenized file's shard and per-document records under cache_dir/<key>/."""
+    final = cache_dir / key
+    if final.exists():
+        return
+    tmp = cache_dir / f".{key}.tmp{os.getpid()}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for suffix in _CACHE_FILES:
+        _link(Path(task["stem"] + suffix), tmp / f"shard{suffix}")
+    pq.write_table(pa.table({"id": pa.array(result["doc_ids"], pa.string()),
+                             "hash": pa.array(result["doc_hash"], pa.uint64())}), tmp / "docs.parquet")
+    pq.write_table(pa.table({"doc": result["unit_doc"], "len": result["unit_len"], "fim": result["unit_fim"]}),
+                   tmp / "units.parquet")
+    pq.write_table(pa.table({"id": pa.array(result["heldout_ids"], pa.string()),
+                             "text": pa.array(result["heldout_texts"], pa.string())}), tmp / "heldout.parquet")
+    (tmp / "result.json").write_text(json.dumps({k: result[k] for k in ("skipped", "tokens", "bytes")}))
+    try:
+        os.rename(tmp, final)  # atomic: a concurrent run that got there first wins, ours is dropped
+    except OSError:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cache_load(cache_dir: Path, key: str, task: dict) -> dict | None:
+    """Link a cached shard into place and return its records, or None on a miss."""
+    entry = cache_dir / key
+    if not (entry / "result.json").is_file():
+        return None
+    for suffix in _CACHE_FILES:
+        _link(entry / f"shard{suffix}", Path(task["stem"] + suffix))
+    docs = pq.read_table(entry / "docs.parquet")
+    units = pq.read_table(entry / "units.parquet")
+    held = pq.read_table(entry / "heldout.parquet")
+    return {
+        "file_index": task["file_index"],
+        "doc_ids": docs.column("id").to_pylist(),
+        "doc_hash": docs.column("hash").to_numpy().astype(np.uint64),
+        "unit_doc": units.column("doc").to_numpy().astype(np.int64),
+        "unit_len": units.column("len").to_numpy().astype(np.int64),
+        "unit_fim": units.column("fim").to_numpy(zero_copy_only=False).astype(bool),
+        "heldout_ids": held.column("id").to_pylist(),
+        "heldout_texts": held.column("text").to_pylist(),
+        **json.loads((entry / "result.json").read_text()),
+        "cached": True,
+    }
+
+
 # -- the manifest draw ---------------------------------------------------------------------------
 
 class _SourceStream:
@@ -361,10 +440,14 @@ def prepare_training_data(
     sampling: SamplingConfig,
     seq_len: int,
     workers: int | None = None,
+    cache_dir: str | Path | None = None,
 ) -> dict:
     """Tokenize `sources` into `out_dir/shards/<source>/`, hold out new documents into
     `out_dir/heldout/<source>.parquet`, draw `out_dir/manifest.parquet` covering `token_budget`
-    training tokens, and write `out_dir/data.json`. Returns the data.json content."""
+    training tokens, and write `out_dir/data.json`. Returns the data.json content.
+
+    `cache_dir` (e.g. `Workspace.token_cache`): reuse shards of input files tokenized before with
+    the same tokenizer and rules (hard links), so the corpus is tokenized once, not every night."""
     from lib.tokenizer import load_tokenizer
 
     if not sources:
@@ -397,7 +480,16 @@ def prepare_training_data(
                 "fim_rate_code": sampling.fim_rate_code, "fim_spm_rate": sampling.fim_spm_rate,
                 "fim_enabled": fim_enabled, "fim_piece_tokens": fim_piece_tokens, "seed": sampling.seed,
             })
-    results = run_tokenize_tasks(tasks, tokenizer_dir, workers)
+    results: list[dict | None] = [None] * len(tasks)
+    keys = [cache_key(t, tok.hash) for t in tasks] if cache_dir is not None else []
+    if cache_dir is not None:
+        cache_dir = Path(cache_dir)
+        results = [cache_load(cache_dir, k, t) for k, t in zip(keys, tasks)]
+    misses = [i for i, r in enumerate(results) if r is None]
+    for i, r in zip(misses, run_tokenize_tasks([tasks[i] for i in misses], tokenizer_dir, workers) if misses else []):
+        results[i] = r
+        if cache_dir is not None:
+            cache_store(cache_dir, keys[i], tasks[i], r)
 
     inputs_digest = hashlib.sha256(json.dumps(
         [[t["source"], t["input_hash"]] for t in tasks] + [tok.hash, seq_len, sampling.seed], sort_keys=True
@@ -446,7 +538,7 @@ def prepare_training_data(
         source_stats[s.name] = {
             "kind": s.kind, "path": str(s.path), "weight": s.weight,
             "files": [{"path": t["file"], "hash": t["input_hash"], "shard": str(Path(t["stem"]).relative_to(out)),
-                       "tokens": r["tokens"], "docs": len(r["doc_ids"])} for t, r in mine],
+                       "tokens": r["tokens"], "docs": len(r["doc_ids"]), "cached": bool(r.get("cached"))} for t, r in mine],
             "docs": len(doc_id), "duplicates_dropped": duplicates,
             "skipped_empty": sum(r["skipped"] for _, r in mine),
             "heldout_docs": sum(len(r["heldout_ids"]) for _, r in mine),

@@ -29,11 +29,11 @@ def env(tmp_path_factory):
     return {"root": root, "tok": tok, "corpus": corpus, "new": new}
 
 
-def _prepare(env, out, *, budget=80_000, workers=1, sources=None, **sampling):
+def _prepare(env, out, *, budget=80_000, workers=1, sources=None, cache_dir=None, **sampling):
     cfg = SamplingConfig(**{"heldout_fraction": 0.2, "fim_rate_code": 0.0, **sampling})
     srcs = sources or two_sources(env["corpus"], env["new"], 0.25)
     return prepare_training_data(srcs, env["tok"], env["root"] / out, token_budget=budget,
-                                 sampling=cfg, seq_len=SEQ, workers=workers)
+                                 sampling=cfg, seq_len=SEQ, workers=workers, cache_dir=cache_dir)
 
 
 @pytest.fixture(scope="module")
@@ -255,3 +255,21 @@ def test_cli_tokenize_runs_the_data_step(env, tmp_path):
     assert set(data["sources"]) == {"stdlib", "new"} and (run.path / "heldout" / "new.parquet").is_file()
     check = CliRunner().invoke(app, ["tokenize", "-w", str(ws.root), "--check", str(run.path)])
     assert check.exit_code == 0 and "ok" in check.output
+
+
+def test_token_cache_reuses_shards_and_keeps_the_manifest(env, base, tmp_path):
+    cache = tmp_path / "cache"
+    first = _prepare(env, "cached1", cache_dir=cache)
+    assert not any(f["cached"] for s in first["sources"].values() for f in s["files"])
+    second = _prepare(env, "cached2", cache_dir=cache)
+    assert all(f["cached"] for s in second["sources"].values() for f in s["files"])
+    for name in ("cached1", "cached2"):  # same manifest as without a cache, byte for byte
+        assert (env["root"] / name / "manifest.parquet").read_bytes() == (env["root"] / "base" / "manifest.parquet").read_bytes()
+    a = env["root"] / "base" / "shards" / "new" / "shard-00000.bin"
+    assert (env["root"] / "cached2" / "shards" / "new" / "shard-00000.bin").read_bytes() == a.read_bytes()
+    assert set(pq.read_table(env["root"] / "cached2" / "heldout" / "new.parquet").column("id").to_pylist()) == \
+        set(pq.read_table(env["root"] / "base" / "heldout" / "new.parquet").column("id").to_pylist())
+    # another hold-out rule changes the new source's shard but not the corpus's
+    third = _prepare(env, "cached3", cache_dir=cache, heldout_fraction=0.3)
+    assert all(f["cached"] for f in third["sources"]["stdlib"]["files"])
+    assert not any(f["cached"] for f in third["sources"]["new"]["files"])
