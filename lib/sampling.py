@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 NEW_SOURCE = "new"            # name of the night's curated data in the two-source case
 SLACK = 0.05                  # over-draw for tokens lost to cropping
 EXPOSURE_RANGE = (3.0, 10.0)  # seed 000 rule of thumb: each new document seen 3-10 times
+MIN_PARALLEL_BYTES = 1 << 20  # parquet bytes to tokenize below which one process does it all
 MANIFEST_SCHEMA = pa.schema([
     ("source", pa.string()), ("doc_id", pa.string()), ("shard", pa.string()),
     ("doc_index", pa.int64()), ("offset", pa.int64()), ("length", pa.int64()),
@@ -486,6 +487,8 @@ def prepare_training_data(
         cache_dir = Path(cache_dir)
         results = [cache_load(cache_dir, k, t) for k, t in zip(keys, tasks)]
     misses = [i for i, r in enumerate(results) if r is None]
+    if sum(Path(tasks[i]["file"]).stat().st_size for i in misses) < MIN_PARALLEL_BYTES:
+        workers = 1  # starting worker processes (~1 s each) would cost more than it saves
     for i, r in zip(misses, run_tokenize_tasks([tasks[i] for i in misses], tokenizer_dir, workers) if misses else []):
         results[i] = r
         if cache_dir is not None:
@@ -569,6 +572,13 @@ def prepare_training_data(
                 warnings.append(
                     f"source {s.name!r}: each new document is seen {e.mean():.1f} times on average, outside the "
                     f"seed's rule of thumb of {lo:g}-{hi:g}; adjust training.num_iterations or sampling.new_data_ratio")
+    # How often each new document is drawn, for the eval stage and for tuning the mix.
+    new_streams = [st for s, st in zip(sources, streams) if s.kind == "buffer"]
+    pq.write_table(pa.table({
+        "source": pa.array([st.name for st in new_streams for _ in range(st.n_docs)], pa.string()),
+        "doc_id": pa.array([d for st in new_streams for d in st.docs["doc_id"]], pa.string()),
+        "exposures": pa.array(np.concatenate([st.exposures for st in new_streams]) if new_streams else [], pa.int64()),
+    }), out / "exposures.parquet", compression="zstd")
     for w in warnings:
         log.warning(w)
     data = {

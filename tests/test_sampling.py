@@ -58,7 +58,8 @@ def test_manifest_mixes_sources_at_the_token_ratio(env, base):
     assert abs(data["sources"]["new"]["share"] - 0.25) < 0.01
 
 
-def test_same_inputs_give_a_byte_identical_manifest(env, base):
+def test_same_inputs_give_a_byte_identical_manifest(env, base, monkeypatch):
+    monkeypatch.setattr("lib.sampling.MIN_PARALLEL_BYTES", 0)  # really start 2 processes on small inputs
     again = _prepare(env, "again", workers=2)  # two processes must not change anything either
     first = (env["root"] / "base" / "manifest.parquet").read_bytes()
     assert (env["root"] / "again" / "manifest.parquet").read_bytes() == first
@@ -155,6 +156,9 @@ def test_exposure_warning_outside_rule_of_thumb(env, base, caplog):
     data, _ = base
     e = data["sources"]["new"]["exposures"]
     assert e["min"] >= 1 and sum(e["histogram"].values()) == data["sources"]["new"]["docs"]
+    per_doc = pq.read_table(env["root"] / "base" / "exposures.parquet").to_pylist()
+    assert {r["source"] for r in per_doc} == {"new"} and len(per_doc) == data["sources"]["new"]["docs"]
+    assert math.isclose(sum(r["exposures"] for r in per_doc) / len(per_doc), e["mean"])
     few = _prepare(env, "few", budget=4_000)
     assert few["sources"]["new"]["exposures"]["mean"] < 3
     assert any("rule of thumb" in w and "'new'" in w for w in few["warnings"])
