@@ -42,6 +42,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lib.capture import Capture, chat_prompt, message_text, open_capture
 from lib.generate import Champion, Completion, LoadedModel, NoChampionError
@@ -309,6 +310,15 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
     @app.exception_handler(APIError)
     async def _api_error(request, exc: APIError):
         return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc: StarletteHTTPException):  # 404 / 405 in OpenAI's shape too
+        return JSONResponse(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request, exc: Exception):  # a bug: logged with its traceback, not sent to the client
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return JSONResponse(APIError(500, f"internal server error ({type(exc).__name__}); see the server log", type="server_error").body(), status_code=500)
 
     async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
         server.check_auth(request.headers.get("authorization"))

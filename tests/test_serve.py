@@ -194,7 +194,10 @@ def test_oversize_and_bad_requests_get_clear_4xx(two_versions):
         assert stream_too_long.status_code == 400  # refused before the stream starts
 
         too_long_prompt = httpx.post(url, json={"prompt": "word " * 300, "max_tokens": 16})
-        assert too_long_prompt.status_code in (400, 413)
+        assert too_long_prompt.status_code == 400 and too_long_prompt.json()["error"]["code"] == "context_length_exceeded"
+
+        unknown = httpx.post(f"{srv.base_url}/v1/embeddings", json={"input": "x"})
+        assert unknown.status_code == 404 and "/v1/embeddings" in unknown.json()["error"]["message"]
     assert buffer_records(ws) == []
 
 
