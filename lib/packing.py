@@ -190,10 +190,13 @@ def chunk_rows(
     *,
     seed: int = 0,
     epoch: int = 0,
+    shuffle: bool = False,
     stats: PackingStats | None = None,
 ) -> np.ndarray:
     """Seed 002: concatenate BOS + doc for all docs, skip a random offset in [0, seq_len) drawn
-    from (seed, epoch), and cut the rest into [rows, seq_len + 1]; the tail is dropped."""
+    from (seed, epoch), and cut the rest into [rows, seq_len + 1]; the tail is dropped.
+    Sequential splitting keeps the rows in stream order; `shuffle=True` is the seed's random
+    sampling (the same rows in a seeded order, so neighbouring rows are unrelated)."""
     stats = stats if stats is not None else PackingStats()
     parts = []
     for doc in docs:
@@ -207,6 +210,8 @@ def chunk_rows(
     row_len = seq_len + 1
     n_rows = max(0, (stream.size - offset) // row_len)
     rows = stream[offset:offset + n_rows * row_len].reshape(n_rows, row_len)
+    if shuffle:
+        rows = rows[np.random.default_rng([seed, epoch, 1]).permutation(n_rows)]
     stats.rows += n_rows
     stats.tokens_packed += n_rows * row_len
     stats.tokens_cropped += stream.size - n_rows * row_len

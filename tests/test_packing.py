@@ -93,3 +93,12 @@ def test_chunking_random_offset_per_epoch():
     rows = chunk_rows(docs, 64, BOS, seed=3, stats=stats)
     assert stats.tokens_packed + stats.tokens_cropped == stats.tokens_in == 40 * 51
     assert stats.rows == rows.shape[0]
+
+
+def test_chunking_random_sampling_shuffles_the_same_rows():
+    docs = _docs([30] * 50)
+    seq = chunk_rows(docs, 32, BOS, seed=1, epoch=2)
+    shuffled = chunk_rows(docs, 32, BOS, seed=1, epoch=2, shuffle=True)
+    assert shuffled.shape == seq.shape and not np.array_equal(shuffled, seq)
+    assert sorted(map(bytes, shuffled.astype(np.int64))) == sorted(map(bytes, seq.astype(np.int64)))
+    assert np.array_equal(shuffled, chunk_rows(docs, 32, BOS, seed=1, epoch=2, shuffle=True))
