@@ -17,9 +17,9 @@ The planner works on lengths only, so the loader can plan rows for every data-pa
 materialise tokens just for its own (see lib/loader.py), and its state is a list of keys.
 
 Trade-off (bench/bench_packing.py, 3 MB of stdlib sources): on whole documents best-fit still
-crops 64% of tokens at T=2048 (greedy 70%), because most files are longer than a row; on the
-pieces of at most T tokens that the manifest lists it crops 0.1% at T=256 and 2.2% at T=2048
-(greedy: 3.2% and 12.3%). Chunking crops ~0.1-0.7% but starts ~all rows mid-document.
+crops 61% of tokens at T=2048 (greedy 69%), because most files are longer than a row; on the
+pieces of at most T tokens that the manifest lists it crops 0.13% at T=256 and 1.9% at T=2048
+(greedy: 3.5% and 13.8%). Chunking crops ~0.04-0.4% but starts ~all rows mid-document.
 """
 
 from __future__ import annotations
