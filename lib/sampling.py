@@ -17,6 +17,8 @@ evaluation, and draw the sampling manifest (seed 000 section 4, seed 004 section
   p_i ∝ w_i^(1/T) with T annealed constant/linear/cosine over training progress. So the token
   ratio is exact to within one piece, not just in expectation.
 - Same inputs (content hashes), tokenizer and seed give a byte-identical manifest.parquet.
+- With `cache_dir`, a file tokenized before under the same tokenizer and rules is hard-linked
+  from the cache instead (the corpus is tokenized once, not nightly).
 
 Manifest columns: `source`, `doc_id`, `shard` (shard stem relative to the data folder, e.g.
 `shards/new/shard-00000`), `doc_index` (document number inside that token shard), `offset` (token
@@ -260,7 +262,9 @@ def run_tokenize_tasks(tasks: list[dict], tokenizer_dir: str | Path, workers: in
 
         tok = load_tokenizer(tokenizer_dir)
         return [tokenize_file(t, tok) for t in tasks]
-    # spawn, not fork: a forked child inherits the parent's tokenizer thread pool in a bad state.
+    # spawn, not fork: a forked child inherits the parent's tokenizer thread pool (and any Prefect
+    # or torch threads) in an unknown state. Spawn re-imports the caller's script, so a script that
+    # calls this needs the usual `if __name__ == "__main__":` guard.
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                              initializer=_init_worker, initargs=(str(tokenizer_dir),)) as pool:
         # Largest files first so the last worker does not start the biggest shard alone.
