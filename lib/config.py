@@ -161,6 +161,7 @@ class ServeConfig(_Section):
     max_new_tokens: int = Field(512, ge=1, description="Largest generation length a request may ask for.")
     reload_interval_s: float = Field(2.0, ge=0, description="How often the server re-reads the champion alias from lineage (0: on every request); a moved alias reloads the model.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device the served model runs on; auto: CUDA when available, else CPU.")
+    flush_interval_s: float | None = Field(300.0, gt=0, description="The server writes captured records to a parquet file at least this often (the nightly run reads only parquet files, not a live server's write-ahead log); none: only every buffer.flush_size records and at shutdown.")
     cpu_threads: int | None = Field(None, ge=1, description="Torch CPU threads of the serving process; none: torch's default (one per core). Small models answer faster with 1 (tiny preset: 16 tokens in 0.13 s with 1 thread vs 1.2 s with 2 on a busy 2-core machine).")
 
 
