@@ -16,7 +16,9 @@
 - After a successful generation the exchange goes through `lib.capture.Capture` into the memory
   buffer (write-ahead logged before the response is sent) unless the request opted out with
   `"capture": false` in the body (`extra_body` in the openai client) or a header `X-Capture: off`.
-  The record id comes back in the `X-Capture-Id` response header. The buffer is flushed on shutdown.
+  The record id comes back in the `X-Capture-Id` response header. The buffer is flushed every
+  `serve.flush_interval_s` (the nightly run reads parquet files, not a live server's log) and
+  on shutdown.
 - The champion is re-read from lineage every `serve.reload_interval_s`; a promotion (or rollback)
   is served from the next request after the check, without a restart.
 
@@ -27,6 +29,7 @@ alias only when the file changed, so a promotion reaches clients within 2 s at n
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import json
@@ -280,6 +283,10 @@ class Server:
         card = {"object": "model", "created": int(loaded.folder.stat().st_mtime), "owned_by": "consolidation"}
         return {"object": "list", "data": [{"id": loaded.version, **card}, {"id": self.champion.alias, **card}]}
 
+    def flush(self) -> Any:
+        """Pending captured records to a parquet file now (None if there were none)."""
+        return self._capture.flush() if self._capture is not None else None
+
     def close(self) -> None:
         if self._capture is not None:
             self._capture.close()
@@ -294,14 +301,28 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
     """The FastAPI app serving `workspace`'s champion with `cfg.serve`'s policy and limits."""
     server = Server(workspace, cfg, champion=champion, capture=capture)
 
+    async def flush_every(interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                path = await run_in_threadpool(server.flush)
+                if path is not None:
+                    log.info("captured records flushed to %s", path)
+            except Exception:  # a full disk must not stop the server; the records stay in the log
+                log.exception("periodic flush of the memory buffer failed")
+
     @asynccontextmanager
     async def lifespan(app):
         if preload:  # fail at start, not at the first request, when there is no champion
             loaded = await run_in_threadpool(server.champion.current)
             log.info("serving %s on %s", loaded.version, loaded.device)
+        interval = server.cfg.serve.flush_interval_s
+        flusher = asyncio.create_task(flush_every(interval)) if interval and server.cfg.serve.capture else None
         try:
             yield
         finally:
+            if flusher is not None:
+                flusher.cancel()
             await run_in_threadpool(server.close)
 
     app = FastAPI(title="consolidation inference server", lifespan=lifespan)

@@ -384,3 +384,15 @@ def test_champion_reads_lineage_only_when_the_registry_changed(two_versions):
     Lineage(ws.lineage_db).set_alias("champion", "v1", actor="promote")
     assert champion.current().version == "v1" and champion.reloads == 1
     assert champion.current().version == "v1" and len(reads) == 2
+
+
+def test_periodic_flush_makes_records_visible_to_the_night_while_serving(two_versions):
+    ws = two_versions
+    with BackgroundServer(create_app(ws, make_cfg(ws, "serve.flush_interval_s=0.5"))) as srv:
+        r = httpx.post(f"{srv.base_url}/v1/completions", json={"prompt": "daytime note", "max_tokens": 2})
+        deadline = time.monotonic() + 30
+        while not buffer_records(ws):
+            assert time.monotonic() < deadline, "no parquet file while the server runs"
+            time.sleep(0.1)
+        assert [row["id"] for row in buffer_records(ws)] == [r.headers["x-capture-id"]]
+    assert len(buffer_records(ws)) == 1  # the shutdown flush adds nothing twice
