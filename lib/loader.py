@@ -16,8 +16,9 @@ data-parallel ranks, resume exactly.
   option masks everything up to and including `<|fim_middle|>`).
 - When the manifest runs out (it is drawn with 5% slack) the loader starts it again from the top.
 
-Trade-off: planning rows nobody on this rank trains on costs ~W× the (tiny) planning work but keeps
-resume state identical on all ranks, so rank 0 alone saves it.
+Trade-off: planning rows nobody on this rank trains on costs ~W× the planning work but keeps
+resume state identical on all ranks, so rank 0 alone saves it; a batch of 8 × 256 takes ~0.35 ms,
+thousands of times less than the tiny demo model's step on CPU (bench/bench_loader.py).
 """
 
 from __future__ import annotations
