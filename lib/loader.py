@@ -89,13 +89,16 @@ class _Data:
         self.shards: list[np.ndarray] = []
         self.start = np.zeros(table.num_rows, dtype=np.int64)  # offset of each piece in its shard
         self.shard_code = shard_code
+        # Group manifest rows by shard once (a per-shard scan would be rows × shards).
+        by_shard = np.argsort(shard_code, kind="stable")
+        bounds = np.searchsorted(shard_code[by_shard], np.arange(len(shard_names) + 1))
         for k, name in enumerate(shard_names):
             stem = self.dir / str(name)
             try:
                 tokens, ends = read_shard(stem, tokenizer_hash=data_hash)
             except ShardError as exc:
                 raise DataError(str(exc)) from None
-            rows = np.flatnonzero(shard_code == k)
+            rows = by_shard[bounds[k]:bounds[k + 1]]
             docs = doc_index[rows]
             bad = np.flatnonzero((docs < 0) | (docs >= len(ends)))
             if bad.size:

@@ -50,6 +50,7 @@ import xxhash
 
 from lib.fim import fim_rng, fim_tokens, split_spans
 from lib.shards import write_shard_arrays
+from lib.workspace import check_name
 
 if TYPE_CHECKING:  # tokenizer worker processes import this module: keep pydantic out of their start-up
     from lib.config import ConsolidationConfig, SamplingConfig, SourceConfig
@@ -463,8 +464,7 @@ def prepare_training_data(
     if len(set(names)) != len(names):
         raise ValueError(f"source names must be unique, got {names}")
     for s in sources:
-        if not s.name or "/" in s.name or s.name.startswith("."):
-            raise ValueError(f"source name {s.name!r} must be a plain folder name")
+        check_name(s.name, "source name")  # it becomes a folder name under shards/ and heldout/
     out = Path(out_dir)
     tok = load_tokenizer(tokenizer_dir)
     warnings: list[str] = []
@@ -561,12 +561,13 @@ def prepare_training_data(
     manifest_hash = write_manifest(cols, out / "manifest.parquet")
 
     total_drawn = float(drawn.sum())
+    pieces = dict(zip(*np.unique(np.asarray(cols["source"], dtype=object), return_counts=True)))
     for s, st, n in zip(sources, streams, drawn):
         e = st.exposures
         stats = source_stats[s.name]
         stats.update({
             "tokens_drawn": int(n), "share": float(n / total_drawn), "epochs": st.epoch + (st.pos / max(1, st.order.size)),
-            "pieces": int(sum(1 for x in cols["source"] if x == s.name)),
+            "pieces": int(pieces.get(s.name, 0)),
             "exposures": {"mean": float(e.mean()), "min": int(e.min()), "max": int(e.max()),
                           "histogram": {str(k): int(v) for k, v in zip(*np.unique(e, return_counts=True))}},
         })

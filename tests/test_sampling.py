@@ -224,6 +224,9 @@ def test_bad_inputs_name_the_file(env, tmp_path):
     missing = [SourceConfig(name="x", path=tmp_path / "nowhere", weight=1.0)]
     with pytest.raises(FileNotFoundError, match="nowhere does not exist"):
         prepare_training_data(missing, env["tok"], tmp_path / "o", token_budget=100, sampling=SamplingConfig(), seq_len=SEQ)
+    escape = [SourceConfig(name="../escape", path=env["new"], weight=1.0)]
+    with pytest.raises(ValueError, match="source name '../escape' is not valid"):
+        prepare_training_data(escape, env["tok"], tmp_path / "o", token_budget=100, sampling=SamplingConfig(), seq_len=SEQ)
     dup = two_sources(env["corpus"], env["new"]) + [SourceConfig(name="new", path=env["new"], weight=1.0)]
     with pytest.raises(ValueError, match="unique"):
         prepare_training_data(dup, env["tok"], tmp_path / "o", token_budget=100, sampling=SamplingConfig(), seq_len=SEQ)
