@@ -161,6 +161,19 @@ class Lineage:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
+            except duckdb.ConnectionException as exc:
+                # This process already has the file open with the other mode (a transaction in
+                # another thread, or a read inside a transaction): a read shares the read-write
+                # instance; a write waits for the read-only connection to close.
+                if "different configuration" not in str(exc):
+                    raise
+                if read_only:
+                    read_only = False
+                    continue
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -313,3 +313,41 @@ def test_version_digest(tmp_path):
     assert version_digest(d) == "abc"
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         version_digest(tmp_path)
+
+
+def test_reads_and_writes_from_threads_of_one_process(lin, workspace):
+    """Prefect runs tasks in threads: a read while another thread holds a transaction must see
+    the committed state, and a write must wait for a reader instead of failing."""
+    import threading
+
+    bootstrap(lin, workspace)
+    inside, release = threading.Event(), threading.Event()
+
+    def writer():
+        with lin.transaction() as con:
+            lin.set_alias("latest", "v0", "test", "", con)
+            inside.set()
+            release.wait(10)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert inside.wait(10)
+    assert lin.alias("champion") == "v0"          # read while the other thread writes
+    release.set()
+    t.join()
+    reading, done = threading.Event(), threading.Event()
+
+    def reader():
+        with lin.reading() as con:
+            con.execute("SELECT count(*) FROM versions").fetchone()
+            reading.set()
+            time.sleep(0.5)
+        done.set()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    assert reading.wait(10)
+    lin.set_alias("latest", "v0", "after-read")   # waits for the reader's connection, then writes
+    assert done.is_set()
+    t.join()
+    assert lin.alias_history("latest")[-1]["actor"] == "after-read"
