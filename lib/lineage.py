@@ -8,6 +8,13 @@
   a crash leaves either all of a version's records or none.
 - DuckDB lets one process at a time hold the file open for writing, so connections are short:
   opened per operation, retried for a while when another process holds the lock.
+- A night records: `start_run` -> `record_version` (the version row, its run's buffer files,
+  manifest and both sides' metrics, together) -> `lib.promotion.conclude` (decision, status,
+  aliases, consumption, together) -> `finish_run`. Every write is an upsert keyed by run id /
+  version, and `next_version(run_id)` hands a replayed run its own id again, so re-running a
+  night killed between any two steps completes it without duplicate rows.
+- Reading: `versions()`, `ancestry(v)` (back to the root, with data, metrics, decisions),
+  `diff(a, b)`, `metrics(v, run_id)`, `alias_history()`.
 
 Trade-off: short connections cost ~1 ms each, negligible next to a nightly run, and let the
 server, the CLI and the flow share the file without a daemon.
