@@ -364,6 +364,20 @@ class Lineage:
                 [status, version, to_json(merged), now(), run_id],
             )
 
+    def incomplete_runs(self, kind: str | None = "nightly") -> list[dict[str, Any]]:
+        """Runs still marked running (the process died), oldest first, each with the status of the
+        version it recorded (None: killed before its candidate was recorded). A night that finds
+        one resumes it under the same run id instead of starting a second."""
+        query = """SELECT r.run_id, r.version, v.status, r.started_at FROM runs r
+                   LEFT JOIN versions v ON v.version = r.version WHERE r.status = 'running'"""
+        params: list[Any] = []
+        if kind is not None:
+            query += " AND r.kind = ?"
+            params.append(kind)
+        with self.reading() as con:
+            rows = con.execute(query + " ORDER BY r.started_at", params).fetchall()
+        return [dict(zip(("run_id", "version", "version_status", "started_at"), r)) for r in rows]
+
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         with self.reading() as con:
             return _run_row(con, run_id)

@@ -287,6 +287,7 @@ def test_kill_between_training_and_promotion_then_rerun(lin, workspace):
     assert lin.alias("champion") == "v0"
     assert [b.status for b in lin.buffer_files()] == ["pending", "pending"]
     assert lin.get_run("n1")["status"] == "running"
+    assert [(r["run_id"], r["version"], r["version_status"]) for r in lin.incomplete_runs()] == [("n1", "v1", "candidate")]
     before = {t: count(lin.db_path, t) for t in ("versions", "runs", "run_inputs", "manifests", "metrics")}
     # The whole night again, same run id: same version id, nothing duplicated, then promoted.
     v = night(lin, workspace, "n1", ["a", "b"], 1.99, 3.0, 2.0)
@@ -295,7 +296,7 @@ def test_kill_between_training_and_promotion_then_rerun(lin, workspace):
     assert {t: count(lin.db_path, t) for t in before} == before
     assert count(lin.db_path, "gate_decisions") == 1
     assert [h["version"] for h in lin.alias_history("champion")] == ["v0", "v1"]
-    assert lin.get_run("n1")["status"] == "completed"
+    assert lin.get_run("n1")["status"] == "completed" and lin.incomplete_runs() == []
     assert [b.consumed_by for b in lin.buffer_files()] == ["v1", "v1"]
 
 
