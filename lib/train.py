@@ -411,8 +411,8 @@ def train(
             signal.signal(signal.SIGTERM, stop)
         progress = _Progress(num_iterations, start_step, enabled=d.is_main)
         flops = flops_per_token(model, tcfg.seq_len)
-        t_run = time.perf_counter()
-        elapsed_before = history["elapsed_s"]
+        t_run, cpu_run = time.perf_counter(), time.process_time()
+        elapsed_before, cpu_before = history["elapsed_s"], history.get("cpu_s", 0.0)
         step = start_step
         status = "done"
         while step < num_iterations:
@@ -478,6 +478,8 @@ def train(
                 progress.update(step - 1, step_loss, lr, tok_s)
 
             history["elapsed_s"] = elapsed_before + time.perf_counter() - t_run
+            # CPU seconds of this process: on a shared machine a steadier cost measure than wall time
+            history["cpu_s"] = cpu_before + time.process_time() - cpu_run
             at_interval = step % tcfg.snapshot_every == 0 and step < num_iterations
             if at_interval or (stop_reason and step < num_iterations):
                 _save_snapshot(d, snapshot_dir, step, model, optimizer, loader, history, tcfg.keep_snapshots)
@@ -498,6 +500,7 @@ def train(
             "tokens": history["tokens"],
             "tokens_per_source": history["tokens_per_source"],
             "elapsed_s": history["elapsed_s"],
+            "cpu_s": history.get("cpu_s"),
             "tokens_per_s": history["tokens"] / history["elapsed_s"] if history["elapsed_s"] > 0 else None,
         }
         if status == "done" and d.is_main:
