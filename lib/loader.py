@@ -115,7 +115,8 @@ class _Data:
                     f"{manifest_path} row {r}: piece [{int(self.offset[r])}, +{int(self.length[r])}) lies outside "
                     f"document {int(doc_index[r])} of {stem}.bin ({int(doc_len[over[0]])} tokens)")
             self.start[rows] = starts[docs] + self.offset[rows]
-            self.shards.append(tokens)
+            # A plain ndarray view of the map: slicing a np.memmap builds a memmap object per slice.
+            self.shards.append(tokens.view(np.ndarray))
         self.rows = table.num_rows
         self.manifest_hash = self.meta.get("manifest_hash")
 
