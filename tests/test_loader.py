@@ -170,3 +170,16 @@ def test_bad_data_is_caught_before_training(env, tmp_path):
     (bad / "data.json").unlink()
     with pytest.raises(DataError, match=r"data\.json does not exist"):
         TrainLoader(bad, B, SEQ)
+
+
+def test_resume_on_another_world_size_keeps_the_global_row_order(env):
+    single = TrainLoader(env["data"], 2 * B, SEQ)
+    _take(single, 3)
+    state = single.state_dict()
+    expected = _take(single, 2)
+    for r in (0, 1):
+        rank = TrainLoader(env["data"], B, SEQ, rank=r, world_size=2)
+        rank.load_state_dict(state)
+        got = _take(rank, 2)
+        for step in range(2):
+            assert torch.equal(got[step][0], expected[step][0][r::2])
