@@ -150,6 +150,13 @@ def test_bad_data_is_caught_before_training(env, tmp_path):
     # 1. a shard written by another tokenizer than the model's
     with pytest.raises(DataError, match="model's tokenizer"):
         validate(bad, "f" * 64)
+    # ... also when a single shard comes from another tokenizer than the rest
+    meta_path = sorted((bad / "shards" / "stdlib").glob("*.json"))[-1]
+    good_meta = meta_path.read_text()
+    meta_path.write_text(json.dumps({**json.loads(good_meta), "tokenizer_hash": "0" * 64}))
+    with pytest.raises(DataError, match=rf"{meta_path.stem}\.bin was written by tokenizer 000000000000"):
+        validate(bad, tok.hash)
+    meta_path.write_text(good_meta)
     # 2. an index that disagrees with its token file
     idx = sorted((bad / "shards" / "new").glob("*.idx"))[0]
     good = idx.read_bytes()
