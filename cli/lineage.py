@@ -112,10 +112,15 @@ def register(app: typer.Typer) -> None:
         if as_json:
             return echo_json(chain)
         table = Table(title=f"ancestry of {chain[0]['version']}", show_lines=True)
-        for col in ("version", "parent", "status", "run", "consumed buffer files", "metrics (vs parent, same data)", "gate"):
+        for col in ("version", "parent", "status", "run", "buffer files trained on", "metrics (vs parent, same data)", "gate"):
             table.add_column(col)
         for s in chain:
-            files = "\n".join(f"{b['path'].rsplit('/', 1)[-1]} ({b['rows']} rows, {b['content_hash'][:12]})" for b in s["inputs"])
+            files = "\n".join(
+                f"{b['path'].rsplit('/', 1)[-1]} ({b['rows']} rows, {b['content_hash'][:12]}"
+                + ("" if b["consumed_by"] == s["version"] else f", {b['status']}" + (f" by {b['consumed_by']}" if b["consumed_by"] else ""))
+                + ")"
+                for b in s["inputs"]
+            )
             gate = "\n".join(
                 f"{d['actor']}: {'pass' if d['passed'] else 'FAIL'}" + (f" - {d['reason']}" if d["reason"] else "")
                 + "".join(f"\n  {r['name']}: {_pct(r['measured'])} {'ok' if r['passed'] else 'FAIL'}" for r in d["rules"])
