@@ -56,6 +56,8 @@ def test_ls_and_show(workspace, history):
     assert chain[0]["metrics"]["old_val"]["bpb"] == 1.98
     text = cli(workspace, "lineage", "show", "v3")
     assert "c.parquet" in text and "old_val.bpb=1.9800" in text and "forgetting" in text
+    # The rejected v2 trained on c, which the next night's v3 consumed.
+    assert "consumed by v3" in cli(workspace, "lineage", "show", "v2")
 
 
 def test_diff(workspace, history):
