@@ -352,3 +352,33 @@ def test_reads_and_writes_from_threads_of_one_process(lin, workspace):
     assert done.is_set()
     t.join()
     assert lin.alias_history("latest")[-1]["actor"] == "after-read"
+
+
+def test_killed_during_promotion_leaves_no_half_promotion(lin, workspace):
+    """SIGKILL after the aliases moved but before the buffers were marked consumed: none of the
+    promotion stays; concluding again completes it."""
+    bootstrap(lin, workspace)
+    night(lin, workspace, "n1", ["a"], 1.99, 3.0, 2.0, decide=False)
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from lib.gate import GateDecision
+        from lib.lineage import Lineage
+        from lib.promotion import conclude
+
+        def stall(self, hashes, version, con=None):
+            print('aliases moved', flush=True)
+            time.sleep(60)
+
+        Lineage.mark_consumed = stall
+        conclude(Lineage({str(lin.db_path)!r}), 'v1', GateDecision(True, []))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "aliases moved"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert lin.alias("champion") == "v0" and lin.get_version("v1")["status"] == "candidate"
+    assert lin.gate_decisions("v1") == [] and [b.status for b in lin.buffer_files()] == ["pending"]
+    assert [h["version"] for h in lin.alias_history("champion")] == ["v0"]
+    assert conclude(lin, "v1", GateDecision(True, [])) == "accepted"
+    assert lin.alias("champion") == "v1" and [b.consumed_by for b in lin.buffer_files()] == ["v1"]
