@@ -523,6 +523,7 @@ def train(
             }
             version_meta.update(meta or {})
             save_opt = optimizer.state_dict() if tcfg.optimizer_state == "inherit" else None
+            model.config.use_cache = True  # off for training only; a served version generates with a KV cache
             write_version(out_dir, model, tokenizer_dir=tok_dir, meta=version_meta, optimizer_state=save_opt, overwrite=resume)
             log.info("wrote version %s (final loss %.4f)", out_dir, final_metrics["final_loss"] or float("nan"))
         d.barrier()

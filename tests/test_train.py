@@ -55,6 +55,7 @@ def test_v0_is_a_hf_version_with_meta_and_metrics(prepared, v0):
     assert (v0 / "tokenizer.json").is_file() and (v0 / "optimizer.pt").is_file()
     model = AutoModelForCausalLM.from_pretrained(v0)
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
+    assert model.config.use_cache, "training switches the KV cache off; the saved version must not"
     lines = [json.loads(x) for x in (prepared["root"] / "v0-train" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == list(range(12))
     for r in lines:
