@@ -37,6 +37,8 @@ import json
 import logging
 import math
 import os
+import sys
+import threading
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -255,6 +257,18 @@ def tokenize_file(task: dict, tokenizer=None) -> dict:
     }
 
 
+def pool_context():
+    """fork when this process runs no other Python thread (CLI, scripts): workers start in ~ms.
+    Otherwise spawn (~1-2 s per worker to import numpy/pyarrow): forking a threaded process (a
+    Prefect task runner, a server) can copy a lock some other thread holds and hang the child.
+    Native pools are safe either way: tokenizers and Arrow reset theirs after fork, and workers
+    run the tokenizer single-threaded. Spawn re-imports the caller's script, so a script that
+    calls this from a thread needs the usual `if __name__ == "__main__":` guard."""
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return get_context("fork")
+    return get_context("spawn")
+
+
 def run_tokenize_tasks(tasks: list[dict], tokenizer_dir: str | Path, workers: int | None) -> list[dict]:
     """Tokenize files in `workers` processes (inline when 1); results in task order."""
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
@@ -263,10 +277,7 @@ def run_tokenize_tasks(tasks: list[dict], tokenizer_dir: str | Path, workers: in
 
         tok = load_tokenizer(tokenizer_dir)
         return [tokenize_file(t, tok) for t in tasks]
-    # spawn, not fork: a forked child inherits the parent's tokenizer thread pool (and any Prefect
-    # or torch threads) in an unknown state. Spawn re-imports the caller's script, so a script that
-    # calls this needs the usual `if __name__ == "__main__":` guard.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+    with ProcessPoolExecutor(max_workers=workers, mp_context=pool_context(),
                              initializer=_init_worker, initargs=(str(tokenizer_dir),)) as pool:
         # Largest files first so the last worker does not start the biggest shard alone.
         order = sorted(range(len(tasks)), key=lambda i: -Path(tasks[i]["file"]).stat().st_size)

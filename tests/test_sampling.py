@@ -64,6 +64,21 @@ def test_same_inputs_give_a_byte_identical_manifest(env, base, monkeypatch):
     first = (env["root"] / "base" / "manifest.parquet").read_bytes()
     assert (env["root"] / "again" / "manifest.parquet").read_bytes() == first
     assert again["manifest_hash"] == base[0]["manifest_hash"]
+    # from a thread (as under a Prefect task runner) the workers are spawned, not forked
+    import threading
+
+    from lib.sampling import pool_context
+
+    seen = {}
+
+    def in_thread():
+        seen["method"] = pool_context().get_start_method()
+        seen["data"] = _prepare(env, "again_spawned", workers=2)
+
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    worker.join()
+    assert seen["method"] == "spawn" and seen["data"]["manifest_hash"] == base[0]["manifest_hash"]
     other = _prepare(env, "seed1", seed=1)
     assert other["manifest_hash"] != base[0]["manifest_hash"]
 
