@@ -253,3 +253,41 @@ def test_rng_states_round_trip():
     a = (random.random(), float(np.random.rand()), float(torch.rand(1)))
     snap.set_rng_state(plain, tensors)
     assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == a
+
+
+def test_time_limit_stops_with_a_snapshot_and_resume_finishes(prepared, v0, tmp_path):
+    from lib.config import load_config
+    from lib.train import train
+
+    cfg = load_config(prepared["config"], overrides=["training.num_iterations=5", "training.time_limit_s=0.001"])
+    out, tdir = tmp_path / "v1", tmp_path / "t"
+    first = train(cfg, prepared["data"], out, parent=v0, train_dir=tdir)
+    assert first["status"] == "stopped" and first["step"] == 1 and not out.exists()
+    assert (tdir / "snapshots" / "step-00000001" / "COMPLETE").is_file()
+    cfg = load_config(prepared["config"], overrides=["training.num_iterations=5"])
+    second = train(cfg, prepared["data"], out, parent=v0, train_dir=tdir, resume=True)
+    assert second["status"] == "done" and second["step"] == 5
+    assert read_meta(out)["final_metrics"]["steps"] == 5
+    assert [json.loads(x)["step"] for x in (tdir / "metrics.jsonl").read_text().splitlines()] == list(range(5))
+
+
+def test_build_model_is_seeded_and_leaves_the_global_rng_alone():
+    import torch
+
+    from lib.config import ModelConfig
+    from lib.model import build_model, count_parameters, intermediate_size
+
+    mc = ModelConfig(hidden_size=64, num_layers=2, num_heads=4, max_position_embeddings=64)
+    assert intermediate_size(mc) == 192  # 8/3 × 64 = 170 → next multiple of 64
+    torch.manual_seed(123)
+    expected_next = torch.rand(1)
+    torch.manual_seed(123)
+    a = build_model(mc, 300, bos_id=0, eos_id=1, pad_id=2, seed=5)
+    assert torch.equal(torch.rand(1), expected_next), "model init must not consume the caller's RNG"
+    b = build_model(mc, 300, bos_id=0, eos_id=1, pad_id=2, seed=5)
+    c = build_model(mc, 300, bos_id=0, eos_id=1, pad_id=2, seed=6)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not torch.equal(a.model.embed_tokens.weight, c.model.embed_tokens.weight)
+    assert a.lm_head.weight is a.model.embed_tokens.weight, "embeddings are tied"
+    assert a.config.bos_token_id == 0 and a.config.vocab_size == 300
+    assert count_parameters(a) == sum(p.numel() for p in a.parameters())
