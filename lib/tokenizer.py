@@ -94,9 +94,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> Pat
 
 
 def _canonical_hash(spec: dict) -> str:
-    """Hash what decides token ids: the model's vocab and merges and the added tokens."""
-    model = dict(spec.get("model") or {})
-    merges = model.get("merges")
+    """Hash what decides token ids: the model's vocab and merges and the added tokens. Other
+    fields (dropout, flags a newer `tokenizers` adds on save) are left out so a re-saved copy of
+    the same tokenizer keeps its hash."""
+    raw = spec.get("model") or {}
+    model = {"type": raw.get("type"), "vocab": raw.get("vocab")}
+    merges = raw.get("merges")
     if isinstance(merges, list):
         model["merges"] = [" ".join(m) if isinstance(m, list) else m for m in merges]
     added = sorted((t["id"], t["content"]) for t in spec.get("added_tokens") or [])
