@@ -3,7 +3,8 @@ data-parallel ranks, resume exactly.
 
 - `validate(data_dir, tokenizer_hash)` opens every token shard the manifest names and checks, before
   any training step: index and token file agree, every shard was written by the model's tokenizer,
-  every manifest piece lies inside an existing document. Errors name the file.
+  every manifest piece lies inside an existing document, the manifest is the one data.json
+  hashed. Errors name the file.
 - Manifest pieces enter a best-fit planner (lib/packing.py) in manifest order, `buffer_size` at a
   time; since the manifest already interleaves sources at the exact token ratio, the rows do too.
 - Every rank plans the same global row sequence (planning is arithmetic on lengths) and copies
@@ -23,6 +24,7 @@ thousands of times less than the tiny demo model's step on CPU (bench/bench_load
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -119,6 +121,11 @@ class _Data:
             self.shards.append(tokens.view(np.ndarray))
         self.rows = table.num_rows
         self.manifest_hash = self.meta.get("manifest_hash")
+        actual = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
+        if self.manifest_hash is not None and actual != self.manifest_hash:
+            # lineage records manifest_hash as what the run trained on: it must be this file
+            raise DataError(f"{manifest_path} changed after preparation (sha256 {actual[:12]}…, data.json says "
+                            f"{self.manifest_hash[:12]}…): re-run the data preparation")
 
 
 def validate(data_dir: str | Path, tokenizer_hash: str | None = None) -> dict:

@@ -174,6 +174,10 @@ def test_bad_data_is_caught_before_training(env, tmp_path):
     pq.write_table(manifest, bad / "manifest.parquet")
     with pytest.raises(DataError, match=r"manifest\.parquet row 3 .* refers to document 10000 of .*\.bin"):
         validate(bad, tok.hash)
+    # 4. a manifest edited after preparation, even into one that points at real documents
+    pq.write_table(pq.read_table(env["data"] / "manifest.parquet").slice(0, 50), bad / "manifest.parquet")
+    with pytest.raises(DataError, match=r"manifest\.parquet changed after preparation"):
+        TrainLoader(bad, B, SEQ)
     (bad / "data.json").unlink()
     with pytest.raises(DataError, match=r"data\.json does not exist"):
         TrainLoader(bad, B, SEQ)
