@@ -361,7 +361,14 @@ def materialize(version_dir: str | Path) -> Path:
                 shutil.copy2(item, tmp / item.name)
         (tmp / MODEL_FILE).write_bytes(target)
         shutil.rmtree(cache, ignore_errors=True)
-        os.replace(tmp, cache)
+        try:
+            os.replace(tmp, cache)
+        except OSError:
+            # another process materialised the same version meanwhile: use its copy if it is good
+            if cached.is_file() and sha256_file(cached) == info["digest"]:
+                shutil.rmtree(tmp, ignore_errors=True)
+                return cache
+            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -288,7 +288,7 @@ def train(
     import torch.nn.functional as F
 
     from lib import snapshot as snap
-    from lib.checkpoint import load_optimizer_state, read_meta, write_version
+    from lib.checkpoint import load_optimizer_state, materialize, read_meta, write_version
     from lib.model import build_model, count_parameters, flops_per_token, load_model
     from lib.schedule import lr_at, peak_lr
     from lib.workspace import RunDir
@@ -329,6 +329,9 @@ def train(
             parent = Path(parent)
             tok_dir = Path(tokenizer_dir) if tokenizer_dir else parent
             parent_meta = read_meta(parent)
+            if d.is_main:
+                materialize(parent)  # a delta-stored parent is rebuilt once, not by every rank at once
+            d.barrier()
             model = load_model(parent)
             original_lr = parent_meta.get("original_lr")
             if original_lr is None:

@@ -291,3 +291,21 @@ def test_build_model_is_seeded_and_leaves_the_global_rng_alone():
     assert a.lm_head.weight is a.model.embed_tokens.weight, "embeddings are tied"
     assert a.config.bos_token_id == 0 and a.config.vocab_size == 300
     assert count_parameters(a) == sum(p.numel() for p in a.parameters())
+
+
+def test_consolidation_from_a_delta_stored_parent(prepared, v0, tmp_path):
+    import shutil
+
+    from lib.checkpoint import compact, is_delta
+    from lib.config import load_config
+    from lib.train import train
+
+    cfg = load_config(prepared["config"], overrides=["training.num_iterations=2"])
+    v1 = train(cfg, prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t1", meta={"version": "v1"})["out"]
+    parent_copy = shutil.copytree(v0, tmp_path / "v0")
+    compact(v1, parent_copy)
+    assert is_delta(v1)
+    train(cfg, prepared["data"], tmp_path / "v2", parent=v1, train_dir=tmp_path / "t2", meta={"version": "v2"})
+    meta = read_meta(tmp_path / "v2")
+    assert meta["parent_checkpoint"] == "v1" and meta["parent_digest"] == read_meta(v1)["digest"]
+    assert (tmp_path / "v2" / MODEL_FILE).is_file() and (tmp_path / "v2" / "tokenizer.json").is_file()
