@@ -447,5 +447,7 @@ def run(workspace: Any, cfg: Any, log_level: str = "info") -> None:
     """Serve in the foreground until interrupted (`consolidate serve`)."""
     import uvicorn
 
+    # this module's own lines (which version serves, reloads, flushes) next to uvicorn's
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     app = create_app(workspace, cfg)
     uvicorn.run(app, host=cfg.serve.host, port=cfg.serve.port, log_level=log_level)
