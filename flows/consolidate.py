@@ -1,0 +1,113 @@
+"""The nightly consolidation flow: the table of contents of one night.
+
+ingest → exact dedup → near dedup → length filter and concatenation → fastText filters
+(flows/curation.py) → manifest → tokenize (one cached stage, lib.sampling) → train (torchrun,
+inline or on the GPU deployment) → evaluate → gate → promote and record lineage.
+
+- One parameter, the `ConsolidationConfig`: the UI renders every section as a form.
+- The run is recorded in lineage from its start (runs: running → completed/failed, with each
+  stage's seconds), so a night that dies half-way is visible as failed, not missing.
+- Nothing to do is not an error: no pending buffer files, or nothing left after curation, ends
+  the run as completed without training.
+
+Trade-off: the champion's own tokenizer is used (not `tokenizer.path`) unless one is configured,
+so a night can never train a model on token ids it was not pre-trained with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from prefect import flow
+
+from flows.curation import curate_into, pending_buffers
+from flows.runtime import StageClock, new_run_id, run_cached
+from flows.training import TrainRequest, run_training
+from lib.config import ConsolidationConfig
+from lib.workspace import RunDir, Workspace
+from tasks.cache_keys import on_workspace
+from tasks.data import adopt_outputs, prepare_data, token_budget
+from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate
+
+DATA_OUTPUTS = ["manifest.parquet", "data.json", "shards", "heldout"]
+
+
+def _curated_docs(run: RunDir) -> int:
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in run.curated.glob("*.parquet"))
+
+
+def _used_hashes(lin, pending: list[dict[str, Any]]) -> list[str]:
+    """The pending files curation did not quarantine: the inputs this night trains on."""
+    status = {b.content_hash: b.status for b in lin.buffer_files()}
+    return sorted(i["content_hash"] for i in pending if status.get(i["content_hash"], "pending") == "pending")
+
+
+def prepare(cfg: ConsolidationConfig, run: RunDir, tokenizer_dir: str, sources: list, budget: int, clock: StageClock) -> dict[str, Any]:
+    """manifest + token shards into `run`, cached on content."""
+    ws = Workspace(cfg.workspace.root)
+    with clock.stage("prepare"):
+        data = run_cached(on_workspace(prepare_data, ws), lambda d: all((Path(d["data_dir"]) / e).exists() for e in DATA_OUTPUTS),
+                          cfg=cfg, run_dir=str(run.path), sources=sources, tokenizer_dir=tokenizer_dir, budget=budget)
+        adopt_outputs(data["data_dir"], str(run.path), DATA_OUTPUTS)
+    return data
+
+
+@flow(name="nightly-consolidation", log_prints=True)
+def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
+    """One night: curate the memory buffer, replay-mix, continue pre-training the champion,
+    evaluate, gate, promote, record lineage."""
+    from lib.checkpoint import materialize
+    from lib.lineage import Lineage
+    from lib.sampling import default_sources
+
+    ws = Workspace(cfg.workspace.root).ensure()
+    lin = Lineage(ws.lineage_db)
+    champion = lin.alias("champion")
+    if champion is None:
+        raise ValueError(f"no champion in {ws.lineage_db}: run `consolidate bootstrap` (or the bootstrap flow) first")
+    champion_dir = lin.get_version(champion)["path"]
+    run = ws.run(new_run_id("night")).ensure()
+    from prefect.runtime import flow_run
+
+    lin.start_run(run.run_id, kind="nightly", parent=champion, flow_run_id=flow_run.get_id(), config=cfg.to_dict())
+    clock = StageClock()
+    result: dict[str, Any] = {"run_id": run.run_id, "parent": champion, "version": None}
+    try:
+        pending = pending_buffers(cfg, clock)
+        if not pending:
+            result["status"] = "nothing to consolidate: no pending buffer files"
+            return result
+        curate_into(cfg, run, pending, clock)
+        inputs = _used_hashes(lin, pending)
+        result["curated_docs"] = _curated_docs(run)
+        if result["curated_docs"] == 0:
+            result["status"] = "nothing to consolidate: curation kept no documents"
+            return result
+
+        tokenizer_dir = str(cfg.tokenizer.path or materialize(champion_dir))
+        data = prepare(cfg, run, tokenizer_dir, default_sources(ws, cfg, run.curated), token_budget(cfg), clock)
+
+        version = lin.next_version(run.run_id)
+        with clock.stage("train"):
+            trained = run_training(TrainRequest(
+                cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
+                parent=champion_dir, meta={"version": version, "run_id": run.run_id}))
+        manifest = {"hash": data["manifest_hash"], "path": str(run.manifest),
+                    "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
+        with clock.stage("record"):
+            record_candidate(cfg, run.run_id, version, trained["version_dir"], champion, inputs, manifest)
+        with clock.stage("evaluate"):
+            result["eval"] = evaluate_versions(cfg, str(run.path), run.run_id, version, champion)
+        with clock.stage("gate"):
+            result["gate"] = gate_and_promote(cfg, version)
+        result.update(version=version, status=result["gate"]["status"], final_metrics=trained["final_metrics"])
+        return result
+    except BaseException:
+        lin.finish_run(run.run_id, "failed", result.get("version"), clock.seconds)
+        raise
+    finally:
+        result["timings"] = clock.seconds
+        if lin.get_run(run.run_id)["status"] == "running":
+            lin.finish_run(run.run_id, "completed", result.get("version"), clock.seconds)

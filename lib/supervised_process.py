@@ -1,0 +1,181 @@
+"""Run a long child process (torchrun) so that it never outlives the one who started it.
+
+- The child starts in its own session (`start_new_session=True`): its process group holds
+  torchrun and every rank it spawns, so one `os.killpg` stops them all and a Ctrl-C in the
+  terminal reaches us first, not the ranks half-way through a collective.
+- On Linux the child is launched through a two-line shim that sets PR_SET_PDEATHSIG: if our
+  process dies without a chance to clean up (SIGKILL, OOM killer), the kernel sends the child
+  SIGTERM, and torchrun passes it on to its ranks.
+- stdout and stderr are merged and read line by line on a thread; lines are handed to
+  `on_line` on the CALLING thread (loggers that need a run context work), and `on_tick` runs
+  every `tick_s` (progress reports).
+- A wall-clock limit sends SIGTERM to the group (the trainer snapshots on SIGTERM), then
+  SIGKILL after `grace_s`. Any exit from this function with the child still running (an
+  exception, a cancellation that raises, a SIGTERM to us) does the same in a `finally`.
+
+Trade-off: polling every `tick_s` (default 1 s) adds up to a second to the detection of the
+child's exit; next to a training of minutes to hours that is noise, and it keeps everything on
+one thread without asyncio.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+# Executed by a fresh interpreter before exec'ing the real command: ask the kernel to SIGTERM us
+# when the parent thread dies, and exit at once if it already has (the race before prctl).
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "ppid = int(sys.argv[1])\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"
+    "os.getppid() == ppid or sys.exit(143)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+class SupervisedProcessError(RuntimeError):
+    """The supervised command could not be started."""
+
+
+@dataclass
+class SupervisedResult:
+    returncode: int
+    timed_out: bool
+    wall_s: float
+    last_lines: list[str] = field(default_factory=list)
+
+
+def _launch_argv(cmd: Sequence[str]) -> list[str]:
+    if sys.platform.startswith("linux"):
+        return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
+    return list(cmd)
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the whole group, wait up to grace_s, then SIGKILL whatever is left."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            # The leader is gone; ranks it spawned may still be exiting: make sure.
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _pump(stream, lines: "queue.Queue[str | None]") -> None:
+    for raw in iter(stream.readline, b""):
+        lines.put(raw.decode("utf-8", errors="replace").rstrip("\n"))
+    lines.put(None)
+
+
+def run_supervised(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    time_limit_s: float | None = None,
+    on_line: Callable[[str], None] | None = None,
+    on_tick: Callable[[float], None] | None = None,
+    tick_s: float = 1.0,
+    grace_s: float = 30.0,
+    keep_lines: int = 40,
+) -> SupervisedResult:
+    """Run `cmd` in its own process group until it exits, the limit passes, or we are stopped.
+    Returns the exit code (negative: killed by that signal) and whether the limit stopped it."""
+    try:
+        proc = subprocess.Popen(
+            _launch_argv(cmd), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    except OSError as exc:
+        raise SupervisedProcessError(f"could not start {cmd[0]!r}: {exc}") from exc
+
+    lines: "queue.Queue[str | None]" = queue.Queue()
+    reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
+    reader.start()
+
+    # A SIGTERM to us (Prefect cancelling the flow run) must stop the group before whatever the
+    # previous handler does; only the main thread may install handlers.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def _on_sigterm(signum, frame):
+            _stop_group(proc, grace_s=min(grace_s, 10.0))
+            if callable(previous):
+                previous(signum, frame)
+            else:
+                raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+    start = time.monotonic()
+    tail: list[str] = []
+    timed_out = False
+    eof = False
+    next_tick = start + tick_s
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=max(0.05, min(tick_s, next_tick - time.monotonic())))
+                if line is None:
+                    eof = True
+                else:
+                    tail.append(line)
+                    del tail[:-keep_lines]
+                    if on_line is not None:
+                        on_line(line)
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if on_tick is not None and now >= next_tick:
+                on_tick(now - start)
+                next_tick = now + tick_s
+            if eof and proc.poll() is not None:
+                break
+            if time_limit_s is not None and now - start > time_limit_s:
+                timed_out = True
+                _stop_group(proc, grace_s)
+                break
+        returncode = proc.wait()
+        reader.join(timeout=5)
+        while True:  # lines still queued after the exit
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                tail.append(line)
+                if on_line is not None:
+                    on_line(line)
+        del tail[:-keep_lines]
+        if on_tick is not None:
+            on_tick(time.monotonic() - start)
+        return SupervisedResult(returncode, timed_out, time.monotonic() - start, tail)
+    finally:
+        if proc.poll() is None:
+            _stop_group(proc, grace_s=min(grace_s, 10.0))
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -1,0 +1,202 @@
+"""Data stages of a night as Prefect tasks: find and hash buffer files (mapped over files),
+curate, prepare the training data. Each is a few lines around lib.
+
+- `inspect_buffer_file` runs once per buffer file (`.map`), on threads or on Ray, and yields the
+  content hash the cache keys and the lineage registry both use.
+- `curate_buffers` and `prepare_data` are cached on the content of what they read plus their
+  config section and lib code (tasks/cache_keys.py); results persist under `<workspace>/cache/`.
+- A cache hit returns the outputs of the run that computed them; `adopt_outputs` hard-links
+  those files into tonight's run folder, so every run folder is complete on its own and the
+  stages after it never care whether a stage ran or was cached.
+
+Trade-off: hard links cost nothing and share bytes, but a cached run folder is only as durable
+as the first one; deleting old runs is safe (the link keeps the data), editing files in place
+is not (it would change both runs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from prefect import task
+from prefect.tasks import exponential_backoff
+
+from lib.buffer import content_hash
+from lib.config import ConsolidationConfig
+from lib.workspace import RunDir, Workspace
+from tasks.cache_keys import content_cache
+from tasks.reporting import publish_table, stage_logger
+
+IO_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5)
+
+
+# -- ingest: which buffer files are tonight's input ------------------------------------------------
+@task(name="find-buffer-files", **IO_RETRIES)
+def find_buffer_files(workspace_root: str) -> list[str]:
+    ws = Workspace(workspace_root)
+    files = sorted(str(p) for p in ws.buffers.glob("*.parquet") if not p.name.startswith("."))
+    stage_logger().info("%d buffer file(s) in %s", len(files), ws.buffers)
+    return files
+
+
+@task(name="inspect-buffer-file", **IO_RETRIES)
+def inspect_buffer_file(path: str) -> dict[str, Any]:
+    """Content hash, rows and bytes of one buffer file; unreadable files are reported, not raised
+    (curation quarantines them with the reason)."""
+    info: dict[str, Any] = {"path": path, "bytes": os.path.getsize(path), "content_hash": content_hash(path)}
+    try:
+        info["rows"] = pq.ParquetFile(path).metadata.num_rows
+        info["error"] = None
+    except Exception as exc:  # a torn or foreign file: counted here, quarantined by curation
+        info["rows"], info["error"] = None, f"{type(exc).__name__}: {exc}"
+    return info
+
+
+@task(name="select-pending-buffers", **IO_RETRIES)
+def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop files the registry already knows as consumed or quarantined (never consume twice)."""
+    from lib.lineage import Lineage
+
+    done = {b.content_hash: b.status for b in Lineage(Workspace(workspace_root).lineage_db).buffer_files()
+            if b.status in ("consumed", "quarantined")}
+    pending = [i for i in inspected if i["content_hash"] not in done]
+    counts = {
+        "files": len(inspected),
+        "pending": len(pending),
+        "already_consumed": sum(1 for i in inspected if done.get(i["content_hash"]) == "consumed"),
+        "already_quarantined": sum(1 for i in inspected if done.get(i["content_hash"]) == "quarantined"),
+        "unreadable": sum(1 for i in pending if i["error"]),
+        "rows": sum(i["rows"] or 0 for i in pending),
+        "bytes": sum(i["bytes"] for i in pending),
+    }
+    publish_table("buffer-files", counts, "Memory buffer files found tonight, by registry status")
+    stage_logger().info("buffer files: %s", counts)
+    return pending
+
+
+# -- curation ---------------------------------------------------------------------------------------
+def _curation_inputs(p: dict[str, Any]) -> list[str]:
+    return [i["path"] for i in p["inputs"]]
+
+
+def _curation_settings(p: dict[str, Any]) -> Any:
+    cfg: ConsolidationConfig = p["cfg"]
+    return {"curation": cfg.curation.model_dump(mode="json"), "corpus": cfg.workspace.corpus,
+            "max_text_bytes": cfg.buffer.max_text_bytes}
+
+
+@task(
+    name="curate",
+    cache_policy=content_cache("curate", _curation_inputs, _curation_settings,
+                               modules=["lib.curation", "lib.minhash", "lib.buffer"]),
+    persist_result=True,
+    **IO_RETRIES,
+)
+def curate_buffers(cfg: ConsolidationConfig, run_dir: str, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """lib.curation.curate over the pending buffer files: ingest, exact and near dedup, length
+    filter and concatenation, language and quality filters. Returns its stats (small)."""
+    from lib.curation import curate
+
+    ws, run = Workspace(cfg.workspace.root), RunDir(Path(run_dir))
+    run.ensure()
+    stats = curate(ws, cfg, run)
+    stats = dict(stats)
+    stats["curated_dir"] = str(run.curated)
+    publish_table("curation-counts", _flat_counts(stats), "Documents in, dropped by each filter, kept")
+    stage_logger().info("curation: %s", {k: v for k, v in stats.items() if isinstance(v, (int, float))})
+    return stats
+
+
+def _flat_counts(stats: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in stats.items():
+        if isinstance(v, dict):
+            out.update(_flat_counts(v, f"{prefix}{k}."))
+        elif isinstance(v, (int, float, str, bool)) or v is None:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# -- manifest and token shards ---------------------------------------------------------------------
+def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
+    steps = cfg.model.pretrain_iterations if pretrain else cfg.training.num_iterations
+    return steps * cfg.training.total_batch_size
+
+
+def _data_inputs(p: dict[str, Any]) -> list[str]:
+    files: list[str] = []
+    for source in p["sources"]:
+        path = Path(source.path)
+        files += [str(f) for f in (sorted(path.rglob("*.parquet")) if path.is_dir() else [path])]
+    return files + [str(Path(p["tokenizer_dir"]) / "tokenizer.json")]
+
+
+def _data_settings(p: dict[str, Any]) -> Any:
+    cfg: ConsolidationConfig = p["cfg"]
+    return {
+        "sources": [{k: v for k, v in s.model_dump(mode="json").items() if k != "path"} for s in p["sources"]],
+        "sampling": cfg.sampling.model_dump(mode="json"),
+        "seq_len": cfg.training.seq_len,
+        "token_budget": p["budget"],
+    }
+
+
+@task(
+    name="prepare-training-data",
+    cache_policy=content_cache("prepare", _data_inputs, _data_settings,
+                               modules=["lib.sampling", "lib.shards", "lib.fim", "lib.tokenizer"]),
+    persist_result=True,
+    **IO_RETRIES,
+)
+def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str, budget: int) -> dict[str, Any]:
+    """Token shards of every source, held-out new documents, and the sampling manifest
+    (lib.sampling.prepare_training_data) into the run folder. Returns the small summary."""
+    from lib.sampling import prepare_training_data
+
+    data = prepare_training_data(sources, tokenizer_dir, run_dir, token_budget=budget, sampling=cfg.sampling,
+                                 seq_len=cfg.training.seq_len, workers=cfg.curation.workers)
+    rows = [{"source": name, "kind": s["kind"], "docs": s["docs"], "heldout_docs": s["heldout_docs"],
+             "tokens_available": s["tokens_available"], "tokens_drawn": s["tokens_drawn"], "share": s["share"],
+             "epochs": s["epochs"], "mean_exposures": s["exposures"]["mean"]}
+            for name, s in data["sources"].items()]
+    publish_table("manifest-stats", rows, f"Sampling manifest {data['manifest_hash'][:12]}: tokens per source")
+    for w in data.get("warnings", []):
+        stage_logger().warning(w)
+    return {"data_dir": str(run_dir), "manifest_hash": data["manifest_hash"], "manifest_rows": data["manifest_rows"],
+            "tokenizer_hash": data["tokenizer_hash"], "tokens_drawn": data["tokens_drawn"],
+            "tokens_per_source": data["tokens_per_source"], "warnings": data.get("warnings", [])}
+
+
+# -- cached outputs into tonight's run folder ------------------------------------------------------
+def _link_tree(src: Path, dst: Path) -> int:
+    if src.is_dir():
+        n = 0
+        dst.mkdir(parents=True, exist_ok=True)
+        for child in sorted(src.iterdir()):
+            n += _link_tree(child, dst / child.name)
+        return n
+    if dst.exists():
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system: copy
+        shutil.copy2(src, dst)
+    return 1
+
+
+@task(name="adopt-cached-outputs", **IO_RETRIES)
+def adopt_outputs(src_dir: str, dst_dir: str, entries: list[str]) -> int:
+    """Hard-link `entries` (files or folders) of a cached stage's run folder into tonight's."""
+    src, dst = Path(src_dir), Path(dst_dir)
+    if src.resolve() == dst.resolve():
+        return 0
+    missing = [e for e in entries if not (src / e).exists()]
+    if missing:
+        raise FileNotFoundError(f"cached outputs {missing} are gone from {src}; re-run with the cache refreshed")
+    n = sum(_link_tree(src / e, dst / e) for e in entries)
+    stage_logger().info("reused %d cached file(s) from %s", n, src)
+    return n

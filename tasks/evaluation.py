@@ -1,0 +1,88 @@
+"""After training: record the candidate, evaluate it against its parent, gate, promote.
+
+- `record_candidate`: the version row, the buffer files its run trained on and its manifest, in
+  one lineage transaction (status candidate).
+- `evaluate_versions`: lib.evaluate.evaluate_candidate on the run's sets (old_val for
+  forgetting, new_heldout and new_train for acquisition); both sides' metrics go to lineage under
+  the run; the table is the "eval-before-after" artifact.
+- `gate_and_promote`: lib.promotion.gate_version with apply: pass -> champion + consumed buffers,
+  fail -> rejected, buffers stay pending; the decision with every rule's reason is the
+  "gate-decision" markdown artifact. An accepted version is then stored as a delta against its
+  parent (lib.checkpoint.store_version).
+
+Trade-off: none of these is cached: each reads and writes the registry, and replaying them is
+idempotent in lib (same version id, one decision per version, one alias move).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from lib.config import ConsolidationConfig
+from lib.workspace import RunDir, Workspace
+from tasks.data import IO_RETRIES
+from tasks.reporting import publish_markdown, publish_table, stage_logger
+
+
+def _lineage(cfg: ConsolidationConfig):
+    from lib.lineage import Lineage
+
+    return Lineage(Workspace(cfg.workspace.root).lineage_db)
+
+
+@task(name="record-candidate", cache_policy=NO_CACHE, **IO_RETRIES)
+def record_candidate(cfg: ConsolidationConfig, run_id: str, version: str, version_dir: str, parent: str | None,
+                     input_hashes: list[str], manifest: dict[str, Any] | None, status: str = "candidate") -> str:
+    from lib.checkpoint import read_meta
+    from lib.lineage import version_digest
+
+    meta = read_meta(version_dir)
+    _lineage(cfg).record_version(
+        version, version_dir, parent=parent, run_id=run_id, status=status, digest=version_digest(version_dir),
+        storage="full", meta=meta, inputs=input_hashes, manifest=manifest,
+    )
+    stage_logger().info("recorded %s (parent %s, %d buffer file(s))", version, parent, len(input_hashes))
+    return version
+
+
+@task(name="evaluate", cache_policy=NO_CACHE)
+def evaluate_versions(cfg: ConsolidationConfig, run_dir: str, run_id: str, version: str, parent: str) -> list[dict[str, Any]]:
+    """BPB of parent and candidate on the same sets; recorded in lineage; returns the rows."""
+    from lib.evaluate import evaluate_candidate
+
+    ws, lin = Workspace(cfg.workspace.root), _lineage(cfg)
+    cand_dir, parent_dir = lin.get_version(version)["path"], lin.get_version(parent)["path"]
+    table = evaluate_candidate(ws, cfg, cand_dir, parent_dir, RunDir(Path(run_dir)))
+    with lin.transaction() as con:
+        lin.record_metrics(parent, table.parent, run_id, con)
+        lin.record_metrics(version, table.candidate, run_id, con)
+    rows = table.rows()
+    publish_table("eval-before-after", [{**r, "parent_version": parent, "candidate_version": version} for r in rows],
+                  f"Bits per byte of {parent} (before) and {version} (after) on the same data")
+    stage_logger().info("evaluation %s -> %s:\n%s", parent, version, table.to_markdown())
+    return rows
+
+
+@task(name="gate-and-promote", cache_policy=NO_CACHE, **IO_RETRIES)
+def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
+    """The regression gate on the recorded metrics, applied: promote or reject."""
+    from lib.checkpoint import store_version
+    from lib.promotion import gate_version
+
+    lin = _lineage(cfg)
+    decision, status = gate_version(lin, cfg.gate, version, apply=True)
+    publish_markdown("gate-decision", decision.to_markdown(f"Regression gate on {version}: {status}"),
+                     f"Gate decision on {version} with the reason of every rule")
+    out = {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary(),
+           "champion": lin.alias("champion"), "rules": decision.to_dict().get("rules", [])}
+    if decision.passed:
+        row = lin.get_version(version)
+        parent = lin.get_version(row["parent"]) if row["parent"] else None
+        out["storage"] = store_version(row["path"], parent["path"] if parent else None,
+                                       delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
+    stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
+    return out
