@@ -181,6 +181,7 @@ def _link_tree(src: Path, dst: Path) -> int:
         return n
     if dst.exists():
         dst.unlink()
+    dst.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(src, dst)
     except OSError:  # another file system: copy
