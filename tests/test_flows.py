@@ -1,0 +1,107 @@
+"""Flows on a temporary Prefect API (one harness per session): bootstrap to a champion v0 with
+the real trainer, artifacts with stable keys, and a re-run that reuses the cached data stages."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+pytest_plugins = ["prefect_fixtures"]
+
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+
+def _tiny(ws_root, *extra):
+    from lib.config import load_config
+
+    return load_config(preset="tiny", overrides=[
+        f"workspace.root={ws_root}", "model.pretrain_iterations=6", "model.num_layers=2",
+        "curation.workers=2", "training.snapshot_every=50", *extra])
+
+
+def _api(path: str, body: dict) -> list[dict]:
+    """POST a filter to the harness API directly (the 3.8.8 client sends nulls this server refuses)."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    r = httpx.post(f"{PREFECT_API_URL.value()}/{path}", json={"limit": 200, "offset": 0, **body}, timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def _artifact(key: str) -> dict | None:
+    found = _api("artifacts/filter", {"artifacts": {"key": {"any_": [key]}}, "sort": "CREATED_DESC"})
+    return found[0] if found else None
+
+
+def _task_states(flow_run_id) -> dict[str, list[str]]:
+    runs = _api("task_runs/filter", {"flow_runs": {"id": {"any_": [str(flow_run_id)]}}})
+    out: dict[str, list[str]] = {}
+    for tr in runs:
+        out.setdefault(tr["name"].rsplit("-", 1)[0], []).append(tr["state"]["name"])
+    return out
+
+
+@pytest.mark.slow
+def test_bootstrap_flow_pretrains_v0_and_rerun_hits_the_cache(tmp_path, prefect_client):
+    from lib.lineage import Lineage
+    from lib.workspace import Workspace
+    from flows.bootstrap import bootstrap
+
+    cfg = _tiny(tmp_path / "ws")
+    ws = Workspace(cfg.workspace.root)
+    state = bootstrap(cfg, return_state=True)
+    assert state.is_completed(), state
+    result = state.result()
+    assert result["version"] == "v0" and result["status"] == "pre-trained"
+    lin = Lineage(ws.lineage_db)
+    assert lin.alias("champion") == "v0" and lin.get_version("v0")["status"] == "accepted"
+    assert (ws.checkpoint("v0") / "config.json").is_file() and (ws.checkpoint("v0") / "meta.json").is_file()
+    assert lin.get_run(result["run_id"])["status"] == "completed"
+    assert set(result["timings"]) >= {"tokenizer", "prepare", "train", "record"}
+
+    for key in ("tokenizer", "manifest-stats", "training-progress", "training-summary", "embedded-default"):
+        assert _artifact(key) is not None, f"artifact {key!r} was not published"
+    assert float(_artifact("training-progress")["data"]) == 100.0
+
+    first = _task_states(state.state_details.flow_run_id)
+    assert first["train-tokenizer"] == ["Completed"] and first["prepare-training-data"] == ["Completed"]
+
+    # Same corpus, same config, a fresh registry: the data stages come from the cache.
+    shutil.rmtree(ws.checkpoints)
+    ws.lineage_db.unlink()
+    again = bootstrap(cfg, return_state=True)
+    assert again.is_completed(), again
+    second = _task_states(again.state_details.flow_run_id)
+    assert second["train-tokenizer"] == ["Cached"] and second["prepare-training-data"] == ["Cached"]
+    assert second["train"] == ["Completed"]  # training is never cached
+    run = ws.run(again.result()["run_id"])
+    assert run.manifest.is_file() and (run.path / "data.json").is_file()  # cached outputs adopted
+
+
+def test_bootstrap_is_idempotent_with_a_champion(tmp_path, prefect_harness):
+    from lib.lineage import Lineage
+    from lib.workspace import Workspace
+    from flows.bootstrap import bootstrap
+
+    cfg = _tiny(tmp_path / "ws")
+    ws = Workspace(cfg.workspace.root).ensure()
+    (ws.checkpoints / "v7").mkdir()
+    lin = Lineage(ws.lineage_db)
+    lin.record_version("v7", ws.checkpoints / "v7", status="accepted")
+    lin.set_alias("champion", "v7", "test", "a champion from elsewhere")
+    out = bootstrap(cfg)
+    assert out["version"] == "v7" and "nothing to pre-train" in out["status"]
+    assert not list(ws.runs.glob("bootstrap-*"))
+
+
+def test_nightly_refuses_without_a_champion(tmp_path, prefect_harness):
+    from flows.consolidate import nightly_consolidation
+
+    cfg = _tiny(tmp_path / "ws")
+    state = nightly_consolidation(cfg, return_state=True)
+    assert state.is_failed()
+    with pytest.raises(ValueError, match="consolidate bootstrap"):
+        state.result()
