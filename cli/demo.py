@@ -1,8 +1,9 @@
 """`consolidate demo`: the whole story on the embedded default (CPU, no downloads, no server).
 
-Stage 1 (this file today): make sure the stdlib corpus and the demo memory buffer exist and
-print their statistics. Later stages append to `demo()`; the corpus/buffer step is
-`lib.corpus.ensure_embedded_default` and `show_embedded` prints its result.
+Stage 1: make sure the stdlib corpus and the demo memory buffer exist and print their
+statistics (`lib.corpus.ensure_embedded_default`, `show_embedded`). Stage 2: the story itself,
+`flows.demo.demo_story` on the Prefect ephemeral API: bootstrap v0 if there is no champion, one
+night → v1, evaluation before/after, gate, lineage, and `<workspace>/demo.png`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,47 @@ def show_embedded(console, stats: dict) -> None:
     console.print(table)
 
 
+def show_story(console, ws, story: dict) -> None:
+    """The night in three tables (before/after, gate, lineage) and where to look."""
+    from rich.table import Table
+
+    from lib.lineage import Lineage
+
+    night = story["night"]
+    console.print(f"[bold]bootstrap[/bold]: {story['bootstrap']['status']} (champion {story['bootstrap'].get('version')})")
+    console.print(f"[bold]night {night['run_id']}[/bold]: {night.get('status')}")
+    if night.get("eval"):
+        t = Table(title=f"bits per byte, {night['parent']} (before) -> {night['version']} (after)")
+        for col in ("dataset", "docs", "before", "after", "change"):
+            t.add_column(col)
+        for r in night["eval"]:
+            if r["metric"] == "bpb":
+                change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
+                t.add_row(r["dataset"], str(r.get("docs", "")), f"{r['parent']:.4f}", f"{r['candidate']:.4f}", change)
+        console.print(t)
+    if night.get("gate"):
+        gate = night["gate"]
+        t = Table(title=f"gate on {gate['version']}: {gate['status']}")
+        for col in ("rule", "measured", "limit", "result", "reason"):
+            t.add_column(col)
+        for r in gate["rules"]:
+            measured = "n/a" if r.get("measured") is None else f"{r['measured']:+.2%}"
+            t.add_row(r["name"], measured, f"{r['limit']:+.2%}", "pass" if r["passed"] else "FAIL", r["reason"])
+        console.print(t)
+    lin = Lineage(ws.lineage_db)
+    t = Table(title="lineage")
+    for col in ("version", "parent", "status", "aliases", "run"):
+        t.add_column(col)
+    for v in lin.versions():
+        t.add_row(v["version"], str(v["parent"]), v["status"], ",".join(v.get("aliases", [])), str(v.get("run_id")))
+    console.print(t)
+    timings = night.get("timings", {})
+    console.print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    console.print(f"\n[bold]where to look[/bold]\n  plot:       {story['figures'].get('png', '(no new version)')}"
+                  f"\n  workspace:  {ws.root}\n  lineage:    consolidate lineage ls --workspace {ws.root}"
+                  f"\n  run folder: {ws.run(night['run_id']).path}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo(
@@ -51,12 +93,22 @@ def register(app: typer.Typer) -> None:
 
         from lib.corpus import ensure_embedded_default
 
-        cfg, ws = resolve_config(config, preset, set_, workspace)
+        from cli.run import prefect_environment
+        from flows.demo import DEMO_SETTINGS
+
+        # the demo's trimmed pre-training first, so a user's --set wins
+        cfg, ws = resolve_config(config, preset, DEMO_SETTINGS + list(set_ or []), workspace)
         console = Console()
         if not json_:
             console.print(f"[bold]workspace[/bold] {ws.root}")
         stats = ensure_embedded_default(ws, cfg)
-        if json_:
-            typer.echo(json.dumps(stats, indent=2, default=str))
-        else:
+        if not json_:
             show_embedded(console, stats)
+        prefect_environment()
+        from flows.demo import demo_story
+
+        story = demo_story(cfg)
+        if json_:
+            typer.echo(json.dumps({"embedded": stats, **story}, indent=2, default=str))
+        else:
+            show_story(console, ws, story)
