@@ -7,6 +7,9 @@ inline or on the GPU deployment) → evaluate → gate → promote and record li
 - One parameter, the `ConsolidationConfig`: the UI renders every section as a form.
 - The run is recorded in lineage from its start (runs: running → completed/failed, with each
   stage's seconds), so a night that dies half-way is visible as failed, not missing.
+- A night that died (runs.status still running) is resumed by the next trigger under the same
+  run id: data stages come from the cache, training continues from its last snapshot (or is
+  skipped if its version folder is complete), and the gate is applied once.
 - Nothing to do is not an error: no pending buffer files, or nothing left after curation, ends
   the run as completed without training.
 
@@ -23,7 +26,7 @@ import pyarrow.parquet as pq
 from prefect import flow
 
 from flows.curation import curate_into, pending_buffers
-from flows.runtime import StageClock, new_run_id, run_cached
+from flows.runtime import RunLock, StageClock, new_run_id, run_cached
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig
 from lib.workspace import RunDir, Workspace
@@ -54,6 +57,32 @@ def prepare(cfg: ConsolidationConfig, run: RunDir, tokenizer_dir: str, sources: 
     return data
 
 
+def resumable_night(ws: Workspace, lin) -> tuple[dict[str, Any], RunLock] | None:
+    """The oldest night marked running in lineage whose run folder nobody holds locked (its
+    process died) and whose version is not decided yet, with its lock now held by us. A dead
+    night that got as far as the gate's decision is closed as completed instead."""
+    for night in lin.incomplete_runs("nightly"):
+        lock = RunLock.try_acquire(ws.run(night["run_id"]).path)
+        if lock is None:  # alive: another process works on it right now
+            continue
+        if night["version_status"] in ("accepted", "rejected", "rolled_back"):
+            lin.finish_run(night["run_id"], "completed", night["version"])
+            lock.release()
+            continue
+        return night, lock
+    return None
+
+
+def trained_version(version_dir: Path) -> dict[str, Any] | None:
+    """A version folder a resumed night already finished training (meta.json with its metrics)."""
+    from lib.checkpoint import read_meta
+
+    meta = read_meta(version_dir) if Path(version_dir).is_dir() else {}
+    if not meta.get("final_metrics"):
+        return None
+    return {"version_dir": str(version_dir), "final_metrics": meta["final_metrics"], "reused": True}
+
+
 @flow(name="nightly-consolidation", log_prints=True)
 def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
     """One night: curate the memory buffer, replay-mix, continue pre-training the champion,
@@ -67,13 +96,19 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
     champion = lin.alias("champion")
     if champion is None:
         raise ValueError(f"no champion in {ws.lineage_db}: run `consolidate bootstrap` (or the bootstrap flow) first")
+    found = resumable_night(ws, lin)
+    resumed = found[0] if found else None
+    if resumed is not None:  # a night that died: same run id, same parent, stages reused or resumed
+        run, champion, lock = ws.run(resumed["run_id"]).ensure(), lin.get_run(resumed["run_id"])["parent"] or champion, found[1]
+    else:
+        run = ws.run(new_run_id("night")).ensure()
+        lock = RunLock(run.path)
     champion_dir = lin.get_version(champion)["path"]
-    run = ws.run(new_run_id("night")).ensure()
     from prefect.runtime import flow_run
 
     lin.start_run(run.run_id, kind="nightly", parent=champion, flow_run_id=flow_run.get_id(), config=cfg.to_dict())
     clock = StageClock()
-    result: dict[str, Any] = {"run_id": run.run_id, "parent": champion, "version": None}
+    result: dict[str, Any] = {"run_id": run.run_id, "parent": champion, "version": None, "resumed": resumed is not None}
     try:
         pending = pending_buffers(cfg, clock)
         if not pending:
@@ -91,9 +126,9 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
 
         version = lin.next_version(run.run_id)
         with clock.stage("train"):
-            trained = run_training(TrainRequest(
+            trained = trained_version(ws.checkpoint(version)) or run_training(TrainRequest(
                 cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
-                parent=champion_dir, meta={"version": version, "run_id": run.run_id}))
+                parent=champion_dir, resume=resumed is not None, meta={"version": version, "run_id": run.run_id}))
         manifest = {"hash": data["manifest_hash"], "path": str(run.manifest),
                     "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
         with clock.stage("record"):
@@ -111,3 +146,4 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
         result["timings"] = clock.seconds
         if lin.get_run(run.run_id)["status"] == "running":
             lin.finish_run(run.run_id, "completed", result.get("version"), clock.seconds)
+        lock.release()

@@ -79,3 +79,31 @@ def run_cached(task, outputs_present, **params: Any) -> Any:
     if not outputs_present(result):
         result = task.with_options(refresh_cache=True)(**params)
     return result
+
+
+class RunLock:
+    """An exclusive `flock` on `<run>/.lock`, held while a flow works in that run folder. The
+    kernel drops it when the holder dies, so "running in lineage but unlocked" means "died"."""
+
+    def __init__(self, run_path) -> None:
+        import fcntl
+
+        os.makedirs(run_path, exist_ok=True)
+        self._fd = os.open(os.path.join(run_path, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise
+
+    @classmethod
+    def try_acquire(cls, run_path) -> "RunLock | None":
+        try:
+            return cls(run_path)
+        except BlockingIOError:
+            return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None

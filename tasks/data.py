@@ -157,8 +157,10 @@ def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenize
     (lib.sampling.prepare_training_data) into the run folder. Returns the small summary."""
     from lib.sampling import prepare_training_data
 
+    # The per-file token cache makes a night tokenize only its new files (the corpus once, ever).
     data = prepare_training_data(sources, tokenizer_dir, run_dir, token_budget=budget, sampling=cfg.sampling,
-                                 seq_len=cfg.training.seq_len, workers=cfg.curation.workers)
+                                 seq_len=cfg.training.seq_len, workers=cfg.curation.workers,
+                                 cache_dir=Workspace(cfg.workspace.root).token_cache)
     rows = [{"source": name, "kind": s["kind"], "docs": s["docs"], "heldout_docs": s["heldout_docs"],
              "tokens_available": s["tokens_available"], "tokens_drawn": s["tokens_drawn"], "share": s["share"],
              "epochs": s["epochs"], "mean_exposures": s["exposures"]["mean"]}

@@ -84,5 +84,6 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
         parent = lin.get_version(row["parent"]) if row["parent"] else None
         out["storage"] = store_version(row["path"], parent["path"] if parent else None,
                                        delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
+        lin.set_storage(version, out["storage"]["stored"])
     stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
     return out

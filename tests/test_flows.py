@@ -118,3 +118,37 @@ def test_demo_plot_draws_losses_and_before_after(tmp_path):
     png = plot_story({"v0 pre-training": tmp_path / "v0.jsonl", "v1 consolidation": tmp_path / "v1.jsonl"},
                      {"old_val": (2.0, 2.01), "new_heldout": (2.6, 2.2)}, tmp_path / "out" / "demo.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_a_dead_night_is_resumed_a_live_one_is_not(workspace):
+    from flows.consolidate import resumable_night, trained_version
+    from flows.runtime import RunLock
+    from lib.lineage import Lineage
+
+    lin = Lineage(workspace.lineage_db)
+    (workspace.checkpoints / "v0").mkdir()
+    lin.record_version("v0", workspace.checkpoints / "v0", status="accepted")
+    lin.start_run("night-alive", kind="nightly", parent="v0")
+    lin.start_run("night-dead", kind="nightly", parent="v0")
+    alive = RunLock(workspace.run("night-alive").path)  # a live process holds its run folder
+    found = resumable_night(workspace, lin)
+    assert found is not None and found[0]["run_id"] == "night-dead"
+    assert resumable_night(workspace, lin) is None  # we hold the dead one now, the live one is busy
+    found[1].release()
+    alive.release()
+
+    # a dead night that was already gated is closed, not resumed
+    lin.record_version("v1", workspace.checkpoints / "v0", parent="v0", run_id="night-dead", status="rejected")
+    lin.record_version("v2", workspace.checkpoints / "v0", parent="v0", run_id="night-alive", status="candidate")
+    alive = RunLock(workspace.run("night-alive").path)
+    assert resumable_night(workspace, lin) is None
+    assert lin.get_run("night-dead")["status"] == "completed"
+    alive.release()
+    found = resumable_night(workspace, lin)
+    assert found[0]["run_id"] == "night-alive" and found[0]["version"] == "v2"
+    found[1].release()
+
+    assert trained_version(workspace.checkpoints / "v9") is None
+    (workspace.checkpoints / "v9").mkdir()
+    (workspace.checkpoints / "v9" / "meta.json").write_text('{"final_metrics": {"steps": 3}}')
+    assert trained_version(workspace.checkpoints / "v9")["final_metrics"] == {"steps": 3}
