@@ -107,19 +107,6 @@ def test_nightly_refuses_without_a_champion(tmp_path, prefect_harness):
         state.result()
 
 
-def test_demo_plot_draws_losses_and_before_after(tmp_path):
-    import json
-
-    from lib.demo_plot import plot_story, read_losses
-
-    for name, n in (("v0", 40), ("v1", 25)):
-        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"step": i, "loss": 6 - 0.05 * i}) + "\n" for i in range(n)))
-    assert read_losses(tmp_path / "v1.jsonl")[-1] == (24, 6 - 0.05 * 24)
-    png = plot_story({"v0 pre-training": tmp_path / "v0.jsonl", "v1 consolidation": tmp_path / "v1.jsonl"},
-                     {"old_val": (2.0, 2.01), "new_heldout": (2.6, 2.2)}, tmp_path / "out" / "demo.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-
-
 def test_a_dead_night_is_resumed_a_live_one_is_not(workspace):
     from flows.consolidate import resumable_night, trained_version
     from flows.runtime import RunLock
