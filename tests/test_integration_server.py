@@ -119,7 +119,9 @@ def test_deployment_on_a_real_server(server, tmp_path):
     api, env = server["api"], {**server["env"], "CONSOLIDATION_WORKSPACE": str(tmp_path / "ws")}
     _cli(env, "work-pool", "create", "consolidation-cpu", "--type", "process",
          "--base-job-template", str(ROOT / "deployments" / "work-pools" / "process.json"))
-    for name in ("bootstrap", "manual"):
+    _cli(env, "work-pool", "create", "consolidation-gpu", "--type", "process",
+         "--base-job-template", str(ROOT / "deployments" / "work-pools" / "process.json"))
+    for name in ("bootstrap", "manual", "train"):
         _deploy(env, name)
     dep = _get(api, "deployments/name/bootstrap/bootstrap")
     assert dep["concurrency_limit"] == 1 or (dep.get("global_concurrency_limit") or {}).get("limit") == 1
@@ -133,6 +135,9 @@ def test_deployment_on_a_real_server(server, tmp_path):
     worker_log = open(tmp_path / "worker.log", "w")
     worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "consolidation-cpu", "--type", "process"],
                               env=env, cwd=ROOT, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True)
+    # the "GPU" pool is a second process pool here: what matters is the hand-off via run_deployment
+    gpu_worker = subprocess.Popen([PREFECT, "worker", "start", "--pool", "consolidation-gpu", "--type", "process"],
+                                  env=env, cwd=ROOT, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         first = _post(api, f"deployments/{dep['id']}/create_flow_run", {"parameters": params})["id"]
         second = _post(api, f"deployments/{dep['id']}/create_flow_run", {"parameters": params})["id"]
@@ -159,17 +164,25 @@ def test_deployment_on_a_real_server(server, tmp_path):
         trained = [r for r, s in states.items() if "train" in s]
         assert len(trained) == 1, states  # the run that waited found the champion and trained nothing
 
-        # Same inputs again on a fresh registry: the data stages come from the workspace cache.
+        # Same inputs again on a fresh registry: the data stages come from the workspace cache;
+        # training this time goes through the `train` deployment on the other pool.
         shutil.rmtree(ws.checkpoints)
         ws.lineage_db.unlink()
-        third = _post(api, f"deployments/{dep['id']}/create_flow_run", {"parameters": params})["id"]
+        remote = json.loads(cfg.model_copy(update={"orchestration": cfg.orchestration.model_copy(
+            update={"train_deployment": "train/train"})}).model_dump_json())
+        third = _post(api, f"deployments/{dep['id']}/create_flow_run", {"parameters": {"cfg": remote}})["id"]
         state = _wait_final(api, third)
         assert state["type"] == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
         again = _task_states(api, third)
         assert again["train-tokenizer"] == ["Cached"] and again["prepare-training-data"] == ["Cached"], again
-        assert again["train"] == ["Completed"]
+        assert "train" not in again  # not inline: a flow run of the train deployment did it
+        train_dep = _get(api, "deployments/name/train/train")
+        train_runs = _post(api, "flow_runs/filter", {"deployments": {"id": {"any_": [train_dep["id"]]}}, "limit": 10, "offset": 0})
+        assert [r["state"]["type"] for r in train_runs] == ["COMPLETED"]
+        assert _task_states(api, train_runs[0]["id"])["train"] == ["Completed"]
         assert Lineage(ws.lineage_db).alias("champion") == "v0"
     finally:
+        os.killpg(gpu_worker.pid, 15)
         os.killpg(worker.pid, 15)
         try:
             worker.wait(timeout=30)
