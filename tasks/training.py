@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,16 @@ def _last_step(metrics_path: Path) -> int | None:
         return int(json.loads(lines[-1])["step"]) + 1 if lines else None
     except (OSError, ValueError, KeyError, IndexError):
         return None
+
+
+_RANK_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+def ranks_stopped(lines: list[str], stopped_code: int) -> bool:
+    """torchrun exits 1 whenever a rank fails and lists each failed rank's `exitcode : N`; the
+    run was stopped on purpose (snapshot saved) when every listed rank exited with stopped_code."""
+    codes = [int(m.group(1)) for m in map(_RANK_EXIT.match, lines) if m]
+    return bool(codes) and all(c == stopped_code for c in codes)
 
 
 def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, train_dir: str, *,
@@ -131,10 +142,10 @@ def train_checkpoint(
 
         slot = nullcontext()
     with slot:
-        result = run_supervised(cmd, env=env, cwd=os.getcwd(), on_line=log.info, on_tick=on_tick, tick_s=2.0,
+        result = run_supervised(cmd, env=env, cwd=os.getcwd(), on_line=log.info, on_tick=on_tick, tick_s=2.0, keep_lines=200,
                                 time_limit_s=None if limit is None else limit + SNAPSHOT_GRACE_S)
     tail = "\n".join(result.last_lines[-20:])
-    if result.returncode == EXIT_STOPPED or result.timed_out:
+    if result.returncode == EXIT_STOPPED or result.timed_out or ranks_stopped(result.last_lines, EXIT_STOPPED):
         raise TrainingStopped(f"training into {out_dir} stopped before its last step (time limit {limit} s or a signal); "
                               f"a snapshot is kept under {train_dir}/snapshots: re-run with resume=True\n{tail}")
     if result.returncode != 0:

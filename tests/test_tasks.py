@@ -157,3 +157,34 @@ def test_training_command_carries_config_meta_and_train_dir(tmp_path):
     written = load_config(cmd[cmd.index("--config") + 1])
     assert written.training.nproc_per_node == 2 and written.model.hidden_size == cfg.model.hidden_size
     assert '"version": "v1"' in Path(cmd[cmd.index("--meta") + 1]).read_text()
+
+
+@pytest.mark.slow
+def test_training_task_stops_at_the_time_limit_and_resumes(tmp_path):
+    """The real trainer under torchrun through `train_checkpoint.fn`: past training.time_limit_s
+    it stops with a snapshot (TrainingStopped says resume), and resume=True finishes the version."""
+    from conftest import stdlib_texts
+    from lib.config import SourceConfig, load_config
+    from lib.sampling import prepare_training_data
+    from lib.tokenizer import train_bpe
+    from tasks.training import TrainingStopped, train_checkpoint
+
+    texts = stdlib_texts(40)
+    tok = train_bpe(texts, 512, tmp_path / "tok")
+    (tmp_path / "src").mkdir()
+    _parquet(tmp_path / "src" / "part-00000.parquet", texts)
+    cfg = load_config(preset="tiny", overrides=[
+        f"workspace.root={tmp_path / 'ws'}", "model.num_layers=1", "model.hidden_size=32", "model.num_heads=2",
+        "model.intermediate_size=64", "model.pretrain_iterations=40", "training.total_batch_size=256",
+        "training.device_batch_size=2", "training.seq_len=64", "training.snapshot_every=5", "training.time_limit_s=0.5",
+        "training.device=cpu"])
+    run = tmp_path / "run"
+    prepare_training_data([SourceConfig(name="src", path=tmp_path / "src", weight=1.0, kind="corpus")], tok, run,
+                          token_budget=40 * 256, sampling=cfg.sampling, seq_len=64, workers=1)
+    out = tmp_path / "v0"
+    with pytest.raises(TrainingStopped, match="resume"):
+        train_checkpoint.fn(cfg, str(run), str(out), str(run / "train"), init=True, tokenizer_dir=str(tok))
+    assert any((run / "train" / "snapshots").iterdir())
+    unlimited = cfg.model_copy(update={"training": cfg.training.model_copy(update={"time_limit_s": None})})
+    done = train_checkpoint.fn(unlimited, str(run), str(out), str(run / "train"), init=True, resume=True, tokenizer_dir=str(tok))
+    assert done["final_metrics"]["steps"] == 40 and (out / "meta.json").is_file()
