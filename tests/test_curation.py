@@ -1,0 +1,177 @@
+"""Curation: public dedup API, ingest of bad input, incremental dedup against earlier nights,
+determinism, length filter, real fastText language ID and a locally trained quality model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import stdlib_texts
+from lib.buffer import MemoryBuffer
+from lib.config import load_config
+from lib.curation import commit_index, curate
+from lib.dedup import exact_duplicate_clusters, near_duplicate_clusters
+from lib.fasttext_filters import identify_languages, quality_scores, train_quality_model
+from lib.lineage import Lineage
+from lib.textfilters import Doc, length_filter
+
+PROSE = [
+    f"Note {i}: the consolidation pipeline met a new fact today. The {w} reactor in building {i} runs "
+    f"on a closed loop of {w} coolant, and its operators log every change in a shared notebook."
+    for i, w in enumerate(["helium", "argon", "neon", "xenon", "krypton", "radon", "oxygen", "nitrogen"])
+]
+
+
+def _cfg(ws, *extra):
+    return load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", *extra])
+
+
+def _add(ws, texts):
+    buf = MemoryBuffer(ws.buffers)
+    for t in texts:
+        buf.add(t)
+    buf.close()
+
+
+def _kept(run):
+    return pq.read_table(run.curated / "part-00000.parquet").to_pylist()
+
+
+def test_exact_api_points_at_the_earliest_copy():
+    texts = ["Alpha  beta", "gamma", "alpha BETA", "Gamma", "delta"]
+    assert exact_duplicate_clusters(texts).tolist() == [0, 1, 0, 1, 4]
+
+
+def test_near_api_finds_edited_copies_and_is_deterministic():
+    docs = stdlib_texts(40, min_chars=2000)
+    edited = [d.replace("return", "return ", 1) + "\n# one extra comment line" for d in docs[:8]]
+    texts = docs + edited
+    rep = near_duplicate_clusters(texts, workers=1)
+    n = len(docs)
+    assert all(rep[n + k] == k for k in range(8))  # each edited copy points at its original
+    assert all(rep[k] == k for k in range(n))  # originals are kept
+    assert (near_duplicate_clusters(texts, workers=2) == rep).all()  # processes change nothing
+
+
+def test_ingest_quarantines_bad_files_and_rows(workspace):
+    ws = workspace
+    _add(ws, PROSE[:3])
+    (ws.buffers / "buffer_corrupt.parquet").write_bytes(b"PAR1 this is not parquet")
+    pq.write_table(pa.table({"content": ["no text column"]}), ws.buffers / "buffer_noschema.parquet")
+    pq.write_table(pa.table({"text": [1, 2, 3]}), ws.buffers / "buffer_ints.parquet")
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), ws.buffers / "buffer_empty.parquet")
+    pq.write_table(pa.table({"text": [PROSE[4], None, "   ", PROSE[5]]}), ws.buffers / "buffer_nulls.parquet")
+    stats = curate(ws, _cfg(ws), ws.run("n1").ensure())
+    assert stats["ingest"]["files_quarantined"] == 4
+    assert stats["ingest"]["rows_quarantined"] == 2
+    for name in ("corrupt", "noschema", "ints", "empty"):
+        assert not (ws.buffers / f"buffer_{name}.parquet").exists()
+        reason = json.loads((ws.quarantine / f"buffer_{name}.parquet.reason.json").read_text())
+        assert reason["reason"]
+    assert "no `text` column" in json.loads((ws.quarantine / "buffer_noschema.parquet.reason.json").read_text())["reason"]
+    assert "expected string" in json.loads((ws.quarantine / "buffer_ints.parquet.reason.json").read_text())["reason"]
+    assert pq.read_table(ws.quarantine / "buffer_nulls.bad-rows.parquet").num_rows == 2
+    texts = {r["text"] for r in _kept(ws.run("n1"))}
+    assert texts == set(PROSE[:3]) | {PROSE[4], PROSE[5]}
+    statuses = sorted(b.status for b in Lineage(ws.lineage_db).buffer_files())
+    assert statuses == ["pending", "pending"] + ["quarantined"] * 4
+
+
+def test_same_content_is_never_ingested_twice_and_pending_is_reused(workspace):
+    ws = workspace
+    _add(ws, PROSE[:4])
+    first = curate(ws, _cfg(ws), ws.run("n1").ensure())
+    # the night was not promoted: the file stays pending and is used again
+    again = curate(ws, _cfg(ws), ws.run("n2").ensure())
+    assert again["buffer_hashes"] == first["buffer_hashes"] and again["docs_out"] == first["docs_out"] == 4
+    Lineage(ws.lineage_db).mark_consumed(first["buffer_hashes"], "v1")
+    # a copy of the consumed file under another name is skipped by its content hash
+    src = next(ws.buffers.glob("*.parquet"))
+    (ws.buffers / "buffer_copy.parquet").write_bytes(src.read_bytes())
+    third = curate(ws, _cfg(ws), ws.run("n3").ensure())
+    assert third["ingest"]["files_already_consumed"] == 2 and third["docs_out"] == 0
+
+
+def test_incremental_dedup_against_an_earlier_promoted_night(workspace):
+    ws = workspace
+    _add(ws, PROSE[:4])
+    night1 = ws.run("n1").ensure()
+    s1 = curate(ws, _cfg(ws), night1)
+    Lineage(ws.lineage_db).mark_consumed(s1["buffer_hashes"], "v1")
+    assert commit_index(ws, night1) is True and commit_index(ws, night1) is False
+    near_copy = PROSE[1] + " Logged."
+    _add(ws, [PROSE[0].upper(), near_copy, PROSE[6]])
+    s2 = curate(ws, _cfg(ws), ws.run("n2").ensure())
+    assert s2["exact"]["dropped_against_history"] == 1
+    assert s2["near"]["dropped_against_history"] == 1
+    assert [r["text"] for r in _kept(ws.run("n2"))] == [PROSE[6]]
+
+
+def test_uncommitted_night_does_not_poison_the_next(workspace):
+    ws = workspace
+    _add(ws, PROSE[:2])
+    s1 = curate(ws, _cfg(ws), ws.run("n1").ensure())  # rejected night: no commit_index
+    Lineage(ws.lineage_db).mark_consumed(s1["buffer_hashes"], "v-test")
+    _add(ws, [PROSE[0]])
+    assert curate(ws, _cfg(ws), ws.run("n2").ensure())["docs_out"] == 1
+
+
+def test_determinism_same_input_same_survivors(tmp_path):
+    from lib.workspace import Workspace
+
+    outs = []
+    for k in range(2):
+        ws = Workspace(tmp_path / f"ws{k}").ensure()
+        pq.write_table(pa.table({"id": [f"d{i}" for i in range(12)], "text": PROSE + PROSE[:4]}), ws.buffers / "buffer_x.parquet")
+        curate(ws, _cfg(ws), ws.run("n").ensure())
+        outs.append([(r["id"], r["text"]) for r in _kept(ws.run("n"))])
+    assert outs[0] == outs[1]
+    assert [i for i, _ in outs[0]] == [f"d{i}" for i in range(8)]  # the earliest copy survives
+
+
+def test_a_50_mb_document_is_split_not_fatal(workspace):
+    ws = workspace
+    line = "The archive keeps a very long ledger of every shipment that ever left the northern harbour.\n"
+    big = line * (50_000_000 // len(line))
+    pq.write_table(pa.table({"text": [big, PROSE[2]]}), ws.buffers / "buffer_big.parquet")
+    stats = curate(ws, _cfg(ws, "curation.max_chars=100000"), ws.run("n").ensure())
+    assert stats["length"]["split_long"] == 1
+    assert stats["docs_out"] >= 2
+
+
+def test_length_filter_concatenates_short_documents():
+    docs = [Doc(f"s{i}", "x" * 20, [f"s{i}"]) for i in range(5)] + [Doc("long", "y\n" * 300, ["long"]), Doc("ok", "z" * 100, ["ok"])]
+    out, counts = length_filter(docs, min_chars=48, max_chars=200, long_docs="split")
+    assert counts["concatenated_groups"] >= 1 and counts["split_long"] == 1
+    concat = [d for d in out if d.id.startswith("concat:")]
+    assert concat[0].source_ids == ["s0", "s1", "s2"]
+    assert all(48 <= len(d.text) <= 200 for d in out)
+    dropped, c2 = length_filter(docs, 48, 200, long_docs="drop", concatenate_short=False)
+    assert c2["dropped_too_short"] == 5 and c2["dropped_too_long"] == 1 and [d.id for d in dropped] == ["ok"]
+    with pytest.raises(ValueError, match="min_chars"):
+        length_filter(docs, 500, 200)
+
+
+def test_real_language_id_and_filter(workspace):
+    langs, scores = identify_languages([PROSE[0], "Der Speicher des Modells wird jede Nacht in die Gewichte geschrieben und geprüft."])
+    assert langs == ["en", "de"] and min(scores) > 0.65
+    ws = workspace
+    _add(ws, [PROSE[0], "Der Speicher des Modells wird jede Nacht in die Gewichte geschrieben und danach geprüft."])
+    stats = curate(ws, _cfg(ws), ws.run("n").ensure())
+    kept = _kept(ws.run("n"))
+    assert [r["lang"] for r in kept] == ["en"] and stats["language"]["dropped"] == 1
+    assert kept[0]["lang_score"] > 0.65 and kept[0]["quality_score"] is None
+
+
+def test_quality_classifier_round_trip(tmp_path):
+    good = [p + " It is documented carefully." for p in PROSE] * 3
+    bad = [f"buy cheap pills {i} click here now free free free win money casino" for i in range(24)]
+    model = train_quality_model(good, bad, tmp_path / "quality.bin")
+    scores = quality_scores([PROSE[3], "free casino pills click here win money now"], model)
+    assert scores[0] > 0.5 > scores[1]
+    with pytest.raises(FileNotFoundError, match="consolidate quality train"):
+        quality_scores(["x"], tmp_path / "missing.bin")
