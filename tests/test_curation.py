@@ -175,3 +175,36 @@ def test_quality_classifier_round_trip(tmp_path):
     assert scores[0] > 0.5 > scores[1]
     with pytest.raises(FileNotFoundError, match="consolidate quality train"):
         quality_scores(["x"], tmp_path / "missing.bin")
+
+
+def test_cli_dedup_curate_and_quality(tmp_path, workspace):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    runner = CliRunner()
+    src = tmp_path / "docs.jsonl"
+    rows = [{"id": f"d{i}", "text": t} for i, t in enumerate(PROSE)] + [{"id": "copy", "text": PROSE[2].upper()},
+                                                                        {"id": "near", "text": PROSE[3] + " Logged."}]
+    src.write_text("\n".join(json.dumps(r) for r in rows))
+    res = runner.invoke(app, ["dedup", str(src), "--out", str(tmp_path / "out"), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    dups = {r["id"]: r for r in pq.read_table(tmp_path / "out" / "duplicates.parquet").to_pylist()}
+    assert dups["copy"]["duplicate_of"] == "d2" and dups["copy"]["kind"] == "exact"
+    assert dups["near"]["duplicate_of"] == "d3" and dups["near"]["kind"] == "near" and dups["near"]["jaccard"] >= 0.8
+    assert pq.read_table(tmp_path / "out" / "kept.parquet").num_rows == len(PROSE)
+    assert json.loads((tmp_path / "out" / "stats.json").read_text())["near_duplicates"] == 1
+    bad = runner.invoke(app, ["dedup", str(src), "--out", str(tmp_path / "o2"), "--threshold", "1.5"])
+    assert bad.exit_code != 0
+
+    _add(workspace, PROSE[:3])
+    res = runner.invoke(app, ["curate", "-w", str(workspace.root), "--preset", "tiny", "--run-id", "adhoc", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["docs_out"] == 3 and (workspace.run("adhoc").curated / "part-00000.parquet").exists()
+
+    (tmp_path / "good.txt").write_text("\n".join(PROSE * 3))
+    (tmp_path / "bad.txt").write_text("\n".join(f"free casino pills click {i} win money" for i in range(24)))
+    res = runner.invoke(app, ["quality", "train", "--positive", str(tmp_path / "good.txt"), "--negative",
+                              str(tmp_path / "bad.txt"), "--out", str(tmp_path / "q.bin")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "q.bin").is_file()

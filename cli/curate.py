@@ -1,0 +1,137 @@
+"""`consolidate curate`, `consolidate dedup`, `consolidate quality train`: curation stages alone."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+
+
+def _read_texts(path: Path) -> tuple[list[str], list[str]]:
+    """(ids, texts) from a parquet file/folder with a `text` column, a JSONL file, or a text file
+    (one document per line)."""
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        raise FileNotFoundError(f"input {path} does not exist")
+    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+    ids: list[str] = []
+    texts: list[str] = []
+    for f in files:
+        if f.suffix == ".parquet":
+            table = pq.read_table(f)
+            if "text" not in table.column_names:
+                raise ValueError(f"{f}: no `text` column")
+            col = table.column("text").to_pylist()
+            got = table.column("id").to_pylist() if "id" in table.column_names else [f"{f.name}:{i}" for i in range(len(col))]
+        elif f.suffix == ".jsonl":
+            rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+            col = [r.get("text") for r in rows]
+            got = [str(r.get("id", f"{f.name}:{i}")) for i, r in enumerate(rows)]
+        else:
+            col = [line for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+            got = [f"{f.name}:{i}" for i in range(len(col))]
+        for i, t in zip(got, col):
+            if isinstance(t, str) and t.strip():
+                ids.append(str(i))
+                texts.append(t)
+    return ids, texts
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("curate")
+    def curate_cmd(
+        run_id: Annotated[Optional[str], typer.Option("--run-id", help="Run folder name (default: curate-<time>).")] = None,
+        config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """Curate the pending memory buffer files into <workspace>/runs/<run-id>/curated (no training)."""
+        from lib.curation import curate
+
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        ws.ensure()
+        run = ws.run(run_id or time.strftime("curate-%Y%m%d-%H%M%S")).ensure()
+        stats = curate(ws, cfg, run)
+        if json_:
+            typer.echo(json.dumps(stats, indent=1))
+            return
+        typer.echo(f"run {run.run_id}: {stats['docs_in']} documents in, {stats['docs_out']} kept -> {run.curated}")
+        for stage in ("ingest", "exact", "near", "length", "language", "quality"):
+            if stage in stats:
+                typer.echo(f"  {stage:9s} {json.dumps(stats[stage])}")
+
+    @app.command("dedup")
+    def dedup_cmd(
+        inputs: Annotated[list[Path], typer.Argument(help="Parquet files/folders (column text), JSONL (field text) or text files (a document per line).")],
+        out: Annotated[Path, typer.Option("--out", help="Output folder for kept.parquet, duplicates.parquet, stats.json.")],
+        threshold: Annotated[float, typer.Option("--threshold", help="Jaccard threshold of near duplicates.")] = 0.8,
+        num_perm: Annotated[int, typer.Option("--num-perm", help="MinHash permutations.")] = 128,
+        ngram: Annotated[int, typer.Option("--ngram", help="Shingle size.")] = 5,
+        shingle: Annotated[str, typer.Option("--shingle", help="word or char shingles.")] = "word",
+        workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: all cores).")] = None,
+    ) -> None:
+        """Exact + near (MinHash-LSH) deduplication of files, outside any workspace."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from lib.dedup import exact_hashes, first_occurrence, near_dedup
+        from lib.minhash import estimated_jaccard, normalize_text
+
+        if not 0 < threshold < 1:
+            raise ValueError(f"--threshold must be between 0 and 1, got {threshold}")
+        if shingle not in ("word", "char"):
+            raise ValueError(f"--shingle must be word or char, got {shingle!r}")
+        started = time.perf_counter()
+        ids: list[str] = []
+        texts: list[str] = []
+        for path in inputs:
+            i, t = _read_texts(path)
+            ids += i
+            texts += t
+        norm = [normalize_text(t) for t in texts]
+        rep = first_occurrence(exact_hashes(norm, normalized=True))
+        n = len(texts)
+        rows = [{"id": ids[i], "duplicate_of": ids[rep[i]], "kind": "exact", "jaccard": 1.0} for i in np.flatnonzero(rep != np.arange(n))]
+        alive = np.flatnonzero(rep == np.arange(n))
+        res = near_dedup([norm[i] for i in alive], threshold, num_perm, ngram, shingle, workers=workers)
+        near = np.flatnonzero(res.representative != np.arange(len(alive)))
+        est = estimated_jaccard(res.signatures[near], res.signatures[res.representative[near]]) if len(near) else []
+        rows += [{"id": ids[alive[j]], "duplicate_of": ids[alive[res.representative[j]]], "kind": "near", "jaccard": float(e)}
+                 for j, e in zip(near, est)]
+        kept = alive[res.representative == np.arange(len(alive))]
+        out.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"id": [ids[i] for i in kept], "text": [texts[i] for i in kept]}), out / "kept.parquet")
+        pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.string()), ("duplicate_of", pa.string()),
+                                                                      ("kind", pa.string()), ("jaccard", pa.float64())])),
+                       out / "duplicates.parquet")
+        stats = {"documents": n, "kept": int(len(kept)), "exact_duplicates": int(n - len(alive)),
+                 "near_duplicates": int(len(near)), "bands": res.bands, "rows": res.rows,
+                 "candidate_pairs": res.candidate_pairs, "threshold": threshold, "num_perm": num_perm,
+                 "ngram": ngram, "shingle": shingle, "seconds": round(time.perf_counter() - started, 3)}
+        (out / "stats.json").write_text(json.dumps(stats, indent=1))
+        typer.echo(json.dumps(stats))
+
+    quality = typer.Typer(help="The fastText quality classifier.", no_args_is_help=True)
+
+    @quality.command("train")
+    def quality_train(
+        positive: Annotated[Path, typer.Option("--positive", help="Good examples: text (a document per line), JSONL or parquet.")],
+        negative: Annotated[Path, typer.Option("--negative", help="Bad examples, same formats.")],
+        out: Annotated[Path, typer.Option("--out", help="Model file to write (.bin).")],
+        epoch: Annotated[int, typer.Option("--epoch", help="Training epochs.")] = 25,
+    ) -> None:
+        """Train the quality classifier; point curation.quality_model at the result."""
+        from lib.fasttext_filters import train_quality_model
+
+        _, pos = _read_texts(positive)
+        _, neg = _read_texts(negative)
+        path = train_quality_model(pos, neg, out, epoch=epoch)
+        typer.echo(f"quality model -> {path} ({len(pos)} positive, {len(neg)} negative examples)")
+
+    app.add_typer(quality, name="quality")
