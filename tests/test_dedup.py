@@ -1,0 +1,56 @@
+"""MinHash estimates, band choice and LSH recall against exact Jaccard on real text."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conftest import stdlib_texts
+from lib.dedup import exact_jaccard, near_dedup
+from lib.minhash import MinHasher, estimated_jaccard, normalize_text, optimal_bands, s_curve, shingle_hashes
+
+
+def _sets(norm):
+    hashes, offsets = shingle_hashes(norm, 5, "word")
+    return [np.unique(hashes[offsets[i] : offsets[i + 1]]) for i in range(len(norm))]
+
+
+def test_estimate_tracks_exact_jaccard_on_real_text():
+    docs = [normalize_text(t) for t in stdlib_texts(30, min_chars=3000)]
+    rng = np.random.default_rng(0)
+    pairs = []
+    for d in docs:  # variants at a spread of similarities: drop a random share of lines
+        lines = d.split(" ")
+        for frac in (0.02, 0.1, 0.3):
+            keep = rng.random(len(lines)) > frac
+            pairs.append((d, " ".join(w for w, k in zip(lines, keep) if k)))
+    a = [p[0] for p in pairs]
+    b = [p[1] for p in pairs]
+    sig_a = MinHasher(256).signatures(a, normalized=True)
+    sig_b = MinHasher(256).signatures(b, normalized=True)
+    est = estimated_jaccard(sig_a, sig_b)
+    exact = np.array([exact_jaccard(x, y) for x, y in zip(_sets(a), _sets(b))])
+    assert np.abs(est - exact).mean() < 0.03
+    assert np.abs(est - exact).max() < 0.12
+
+
+def test_band_choice_matches_the_s_curve():
+    from datasketch.lsh import _optimal_param
+
+    for threshold, perms in ((0.8, 128), (0.5, 128), (0.9, 256)):
+        assert optimal_bands(threshold, perms) == _optimal_param(threshold, perms, 0.5, 0.5)
+    bands, rows = optimal_bands(0.8, 128)
+    assert s_curve(0.9, bands, rows) > 0.9 and s_curve(0.5, bands, rows) < 0.01
+
+
+def test_lsh_recall_and_precision_against_brute_force():
+    docs = [normalize_text(t) for t in stdlib_texts(60, min_chars=1500)]
+    edited = [" ".join(d.split(" ")[: int(len(d.split(" ")) * 0.95)]) for d in docs[:20]]  # J ≈ 0.95
+    texts = docs + edited
+    res = near_dedup(texts, threshold=0.8, workers=1)
+    sets = _sets(texts)
+    truth = {(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts)) if exact_jaccard(sets[i], sets[j]) >= 0.8}
+    found = {(min(i, r), max(i, r)) for i, r in enumerate(res.representative) if r != i}
+    assert truth, "the fixture must contain near-duplicate pairs"
+    recall = len(truth & found) / len(truth)
+    precision = len(truth & found) / max(len(found), 1)
+    assert recall >= 0.95 and precision >= 0.95
