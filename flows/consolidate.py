@@ -31,7 +31,7 @@ from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
-from tasks.data import adopt_outputs, prepare_data, token_budget
+from tasks.data import adopt_outputs, commit_dedup_index, prepare_data, token_budget
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate
 
 DATA_OUTPUTS = ["manifest.parquet", "data.json", "shards", "heldout"]
@@ -137,6 +137,8 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
             result["eval"] = evaluate_versions(cfg, str(run.path), run.run_id, version, champion)
         with clock.stage("gate"):
             result["gate"] = gate_and_promote(cfg, version)
+            if result["gate"]["passed"]:
+                commit_dedup_index(cfg, str(run.path))
         result.update(version=version, status=result["gate"]["status"], final_metrics=trained["final_metrics"])
         return result
     except BaseException:

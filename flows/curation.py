@@ -39,9 +39,11 @@ def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, A
     """curation of `pending` into `run.curated`, cached on content."""
     ws = Workspace(cfg.workspace.root)
     with clock.stage("curate"):
-        stats = run_cached(on_workspace(curate_buffers, ws), lambda s: Path(s["curated_dir"]).is_dir(),
+        stats = run_cached(on_workspace(curate_buffers, ws),
+                           lambda s: all((Path(s["curated_dir"]).parent / e).is_dir() for e in ("curated", "curation")),
                            cfg=cfg, run_dir=str(run.path), inputs=pending)
-        adopt_outputs(stats["curated_dir"], str(run.curated), [p.name for p in sorted(Path(stats["curated_dir"]).glob("*.parquet"))])
+        # curated/ and curation/ (reports, and the dedup state commit_index adds on promotion)
+        adopt_outputs(str(Path(stats["curated_dir"]).parent), str(run.path), ["curated", "curation"])
     return stats
 
 

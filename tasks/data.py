@@ -121,6 +121,17 @@ def _flat_counts(stats: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@task(name="commit-dedup-index", **IO_RETRIES)
+def commit_dedup_index(cfg: ConsolidationConfig, run_dir: str) -> bool:
+    """After a promotion: what the night kept joins the dedup history (lib.curation.commit_index),
+    so later nights drop its near-duplicates; a rejected night never gets here."""
+    from lib.curation import commit_index
+
+    added = commit_index(Workspace(cfg.workspace.root), RunDir(Path(run_dir)))
+    stage_logger().info("dedup index %s", "extended with this night" if added else "already had this night")
+    return added
+
+
 # -- manifest and token shards ---------------------------------------------------------------------
 def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
     steps = cfg.model.pretrain_iterations if pretrain else cfg.training.num_iterations

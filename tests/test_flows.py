@@ -139,3 +139,40 @@ def test_a_dead_night_is_resumed_a_live_one_is_not(workspace):
     (workspace.checkpoints / "v9").mkdir()
     (workspace.checkpoints / "v9" / "meta.json").write_text('{"final_metrics": {"steps": 3}}')
     assert trained_version(workspace.checkpoints / "v9")["final_metrics"] == {"steps": 3}
+
+
+@pytest.mark.slow
+def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
+    """bootstrap → a night that the gate rejects (acquisition rule set out of reach) → the same
+    night again: its buffers are still pending, so curation and data preparation are Cached,
+    training runs again and a new candidate is recorded."""
+    from lib.lineage import Lineage
+    from lib.workspace import Workspace
+    from flows.bootstrap import bootstrap
+    from flows.consolidate import nightly_consolidation
+
+    cfg = _tiny(tmp_path / "ws", "training.num_iterations=4", "eval.max_docs=8", "gate.min_acquisition=10")
+    ws = Workspace(cfg.workspace.root)
+    assert bootstrap(cfg)["version"] == "v0"
+    state = nightly_consolidation(cfg, return_state=True)
+    assert state.is_completed(), state
+    night = state.result()
+    assert night["version"] == "v1" and night["status"] == "rejected" and night["curated_docs"] > 0
+    lin = Lineage(ws.lineage_db)
+    assert lin.alias("champion") == "v0" and lin.get_version("v1")["status"] == "rejected"
+    assert lin.get_run(night["run_id"])["status"] == "completed"
+    assert {r["dataset"] for r in night["eval"]} >= {"old_val", "new_heldout"}
+    assert lin.metrics("v1", night["run_id"]) and lin.gate_decisions("v1")
+    assert any(b.status == "pending" for b in lin.buffer_files())  # rejected: buffers wait for the next night
+    for key in ("buffer-files", "curation-counts", "manifest-stats", "eval-before-after", "gate-decision", "training-progress"):
+        assert _artifact(key) is not None, key
+    assert "acquisition" in _artifact("gate-decision")["data"]
+
+    again = nightly_consolidation(cfg, return_state=True)
+    assert again.is_completed(), again
+    states = _task_states(again.state_details.flow_run_id)
+    assert states["curate"] == ["Cached"] and states["prepare-training-data"] == ["Cached"], states
+    assert states["train"] == ["Completed"]
+    second = again.result()
+    assert second["version"] == "v2" and second["run_id"] != night["run_id"]
+    assert ws.run(second["run_id"]).manifest.is_file() and list(ws.run(second["run_id"]).curated.glob("*.parquet"))
