@@ -85,11 +85,5 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
         out["storage"] = store_version(row["path"], parent["path"] if parent else None,
                                        delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
         lin.set_storage(version, out["storage"]["stored"])
-        if row.get("run_id"):
-            # only a promoted night's documents become "seen" for tomorrow's dedup
-            from lib.curation import commit_index
-
-            ws = Workspace(cfg.workspace.root)
-            out["dedup_index_committed"] = commit_index(ws, ws.run(row["run_id"]))
     stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
     return out
