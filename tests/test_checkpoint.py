@@ -149,9 +149,9 @@ def test_checkpoint_cli_compact_info_restore(tmp_path, tokenizer_dir):
     runner = CliRunner()
     res = runner.invoke(app, ["checkpoint", "compact", "v1", "-w", str(ws), "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["parent_version"] == "v0" and is_delta(v1)
+    assert json.loads(res.stdout)["parent_version"] == "v0" and is_delta(v1)
     res = runner.invoke(app, ["checkpoint", "info", "v1", "-w", str(ws), "--json"])
-    info = json.loads(res.output)
+    info = json.loads(res.stdout)
     assert info["storage"] == "delta" and info["chain_depth"] == 1 and 0 < info["ratio"] < 1
     res = runner.invoke(app, ["checkpoint", "restore", "v1", "-w", str(ws)])
     assert res.exit_code == 0 and (v1 / MODEL_FILE).read_bytes() == expected

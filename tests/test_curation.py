@@ -200,7 +200,7 @@ def test_cli_dedup_curate_and_quality(tmp_path, workspace):
     _add(workspace, PROSE[:3])
     res = runner.invoke(app, ["curate", "-w", str(workspace.root), "--preset", "tiny", "--run-id", "adhoc", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["docs_out"] == 3 and (workspace.run("adhoc").curated / "part-00000.parquet").exists()
+    assert json.loads(res.stdout)["docs_out"] == 3 and (workspace.run("adhoc").curated / "part-00000.parquet").exists()
 
     (tmp_path / "good.txt").write_text("\n".join(PROSE * 3))
     (tmp_path / "bad.txt").write_text("\n".join(f"free casino pills click {i} win money" for i in range(24)))

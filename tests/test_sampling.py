@@ -272,7 +272,7 @@ def test_cli_tokenize_runs_the_data_step(env, tmp_path):
     sets = ["--set", "training.num_iterations=20", "--set", "training.total_batch_size=1024", "--set", "training.seq_len=128"]
     result = CliRunner().invoke(app, ["tokenize", "--preset", "tiny", "-w", str(ws.root), "--run", "night-1", "--workers", "1", "--json", *sets])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["token_budget"] == 20 * 1024 and run.manifest.is_file()
     assert set(data["sources"]) == {"stdlib", "new"} and (run.path / "heldout" / "new.parquet").is_file()
     check = CliRunner().invoke(app, ["tokenize", "-w", str(ws.root), "--check", str(run.path)])
