@@ -181,6 +181,19 @@ def test_deployment_on_a_real_server(server, tmp_path):
         assert [r["state"]["type"] for r in train_runs] == ["COMPLETED"]
         assert _task_states(api, train_runs[0]["id"])["train"] == ["Completed"]
         assert Lineage(ws.lineage_db).alias("champion") == "v0"
+
+        # The manual deployment (the nightly flow): curate the demo buffer, train, gate → v1.
+        night_cfg = json.loads(cfg.model_copy(update={
+            "training": cfg.training.model_copy(update={"num_iterations": 4}),
+            "eval": cfg.eval.model_copy(update={"max_docs": 8})}).model_dump_json())
+        night = _post(api, f"deployments/{manual['id']}/create_flow_run", {"parameters": {"cfg": night_cfg}})["id"]
+        state = _wait_final(api, night)
+        assert state["type"] == "COMPLETED", (tmp_path / "worker.log").read_text()[-4000:]
+        lin = Lineage(ws.lineage_db)
+        v1 = lin.get_version("v1")
+        assert v1 is not None and v1["parent"] == "v0" and v1["status"] in ("accepted", "rejected")
+        assert lin.gate_decisions("v1") and lin.get_run(v1["run_id"])["flow_run_id"] == night
+        assert {"curate", "prepare-training-data", "train", "evaluate", "gate-and-promote"} <= set(_task_states(api, night))
     finally:
         os.killpg(gpu_worker.pid, 15)
         os.killpg(worker.pid, 15)
