@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -163,8 +164,16 @@ def test_corpus_and_demo_commands(tmp_path):
     info = json.loads(demo_buf.stdout)
     assert set(info["packages"]) == {"typer", "click"} and 0 < info["bytes"] <= 20_000
 
-    demo = cli(ws, "demo", "--set", "workspace.corpus=small")
+    demo = cli(ws, "demo", "--set", "workspace.corpus=small", "--set", "model.pretrain_iterations=6",
+               "--set", "model.num_layers=2", "--set", "training.num_iterations=4",
+               "--set", f"orchestration.train_concurrency_limit=test-demo-{uuid.uuid4().hex[:8]}")
     assert demo.exit_code == 0, demo.output
+    # the whole story ran: v0 bootstrapped, one night gated, the plot written, where to look printed
+    from lib.lineage import Lineage
+
+    versions = {v["version"]: v for v in Lineage(ws / "lineage.duckdb").versions()}
+    assert set(versions) == {"v0", "v1"} and versions["v1"]["parent"] == "v0"
+    assert "where to look" in demo.stdout and (ws / "demo.png").stat().st_size > 10_000
     assert "original corpus 'small' (already there)" in demo.stdout  # built above: not rebuilt
     assert "demo memory buffer (built)" not in demo.stdout  # the buffer has records: not rebuilt
     assert f"{info['records']}" in demo.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 
 import pytest
 
@@ -18,7 +19,9 @@ def _tiny(ws_root, *extra):
 
     return load_config(preset="tiny", overrides=[
         f"workspace.root={ws_root}", "model.pretrain_iterations=6", "model.num_layers=2",
-        "curation.workers=2", "training.snapshot_every=50", *extra])
+        "curation.workers=2", "training.snapshot_every=50",
+        # a limit of its own per test: a slot a crashed test left held must not stall the next one
+        f"orchestration.train_concurrency_limit=test-train-{uuid.uuid4().hex[:8]}", *extra])
 
 
 def _api(path: str, body: dict) -> list[dict]:
