@@ -20,6 +20,10 @@ $(VENV)/.installed: $(PY) pyproject.toml constraints.txt
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) -e '.[test]' $(QUIET)
+	@# tests/test_docker.py validates docker/compose.yaml with a compose client (no engine needed)
+	@command -v docker-compose >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] || \
+		{ apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; } || \
+		echo "warning: could not install docker-compose; tests/test_docker.py will say so"
 	touch $@
 
 install: $(VENV)/.installed
