@@ -57,6 +57,7 @@ class CurationConfig(_Section):
     quality_model: Path | None = Field(None, description="fastText quality classifier (.bin/.ftz) trained with `consolidate quality train`; none: no quality filter.")
     quality_threshold: float = Field(0.5, ge=0, le=1, description="Minimum probability of the positive label to keep a document.")
     workers: int | None = Field(None, ge=1, description="Processes for signature computation and tokenization; none: all cores.")
+    shards: int | None = Field(None, ge=1, description="Shards of the night's buffer files, curated as parallel (mapped) tasks; none: one per worker, never more than the files.")
 
 
 class SourceConfig(_Section):

@@ -1,5 +1,19 @@
 """One night's curation: pending memory buffer files → curated parquet, every drop counted.
 
+Three steps, so the per-shard work can run as mapped tasks (threads, processes, a Ray cluster):
+
+1. `ingest_shard(rank)`: this rank's share of the buffer files → documents, their exact hashes and
+   MinHash signatures (`curation/shards/`); registry changes are recorded, not written.
+2. `dedup_shards` (one reduce over every shard): apply the registry changes, exact dedup and
+   MinHash-LSH near dedup over the whole night (the earliest copy by file then row survives, so the
+   survivors do not depend on the number of shards), then against earlier nights; a keep mask per
+   shard, `curation/duplicates.parquet`, and the night's dedup state.
+3. `filter_shard(rank)`: length filter and concatenation, language and quality filters →
+   `curated/part-<rank>.parquet`.
+
+`curate` runs the three in one process; `merge_stats` folds the per-step counts into
+`curated/stats.json`.
+
 - ingest (lib.ingest): pending buffer files, bad files and rows quarantined, registered by hash.
 - exact dedup: xxh3-64 of the normalised text; the earliest copy survives; a hash kept on an
   earlier (promoted) night drops the document (`workspace.index/exact_hashes.npy`).
@@ -8,10 +22,10 @@
   Jaccard ≥ threshold.
 - length filter and concatenation of short documents (lib.textfilters), then the fastText language
   filter and, when a model is configured, the quality filter (lib.fasttext_filters).
-- Output: `run_dir.curated/part-00000.parquet` (id, text, source_ids, lang, lang_score,
-  quality_score), `stats.json`, `duplicates.json`-like report in `run_dir.path/curation/`, and the
-  night's dedup state, committed to the persisted index only by `commit_index` when the night is
-  promoted (a rejected night must not make its documents look "seen" to the next one).
+- Output: `run_dir.curated/part-<rank>.parquet` (id, text, source_ids, lang, lang_score,
+  quality_score), `stats.json`, `curation/duplicates.parquet` (id, duplicate_of, kind, jaccard),
+  and the night's dedup state, committed to the persisted index only by `commit_index` when the
+  night is promoted (a rejected night must not make its documents look "seen" to the next one).
 
 Trade-off: the history is matched on signatures, not texts, so an earlier night's document can't
 be verified exactly; the estimate from 128 permutations has a standard error of ~0.035 at J=0.8.
@@ -20,18 +34,20 @@ be verified exactly; the estimate from 128 permutations has a standard error of 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from lib.config import ConsolidationConfig
-from lib.dedup import DedupIndex, exact_hashes, first_occurrence, lsh_params, match_history, near_dedup
+from lib.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup
 from lib.fasttext_filters import identify_languages, quality_scores
-from lib.ingest import atomic_write_table, ingest
+from lib.ingest import DeferredRegistry, apply_registry_events, atomic_write_table, buffer_files, flush_buffer, ingest
 from lib.lineage import Lineage
-from lib.minhash import normalize_text
+from lib.minhash import estimated_jaccard, normalize_text
 from lib.textfilters import Doc, length_filter
 from lib.workspace import RunDir, Workspace
 
@@ -50,46 +66,113 @@ def _state_path(run_dir: RunDir) -> Path:
     return run_dir.path / "curation" / "dedup_state.npz"
 
 
-def curate(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
-    """Curate this rank's share of the pending buffer files into `run_dir.curated`."""
-    c = cfg.curation
-    lineage = Lineage(ws.lineage_db)
-    run_dir.curated.mkdir(parents=True, exist_ok=True)
-    report_dir = run_dir.path / "curation"
-    report_dir.mkdir(parents=True, exist_ok=True)
+def shard_outputs(rank: int) -> dict[str, str]:
+    """Files each step writes for `rank`, relative to the run folder (what a cached step adopts)."""
+    return {
+        "docs": f"curation/shards/docs-{rank:05d}.parquet",
+        "dedup": f"curation/shards/dedup-{rank:05d}.npz",
+        "ingest": f"curation/shards/ingest-{rank:05d}.json",
+        "keep": f"curation/shards/keep-{rank:05d}.npy",
+        "filter": f"curation/shards/filter-{rank:05d}.json",
+        "part": f"curated/part-{rank:05d}.parquet",
+    }
 
-    got = ingest(ws, lineage, rank, world_size)
-    stats: dict[str, Any] = {"ingest": dict(got.counts), "buffer_hashes": list(got.file_hashes)}
-    ids, texts = got.ids, got.texts
-    norm = [normalize_text(t) for t in texts]
+
+DEDUP_OUTPUTS = ["curation/duplicates.parquet", "curation/dedup_state.npz", "curation/dedup.json"]
+DUPLICATES_SCHEMA = pa.schema([("id", pa.string()), ("duplicate_of", pa.string()), ("kind", pa.string()), ("jaccard", pa.float64())])
+
+
+def pending_files(ws: Workspace, lineage: Lineage) -> tuple[list[Path], dict[str, str]]:
+    """Flush the buffer's logs; the sorted buffer files and the registry's statuses."""
+    flush_buffer(ws)
+    return buffer_files(ws), {b.content_hash: b.status for b in lineage.buffer_files()}
+
+
+def shard_count(cfg: ConsolidationConfig, n_files: int) -> int:
+    """Shards of a night: `curation.shards`, else one per worker; never more than the files."""
+    want = cfg.curation.shards or cfg.curation.workers or os.cpu_count() or 1
+    return max(1, min(want, n_files))
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def ingest_shard(
+    ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, rank: int, world_size: int, files: list[Path],
+    statuses: dict[str, str], workers: int | None = 1,
+) -> dict[str, Any]:
+    """Step 1 for one rank: documents, exact hashes and signatures of its share of `files`."""
+    c = cfg.curation
+    registry = DeferredRegistry(statuses)
+    got = ingest(ws, registry, rank, world_size, flush=False, files=files)
+    norm = [normalize_text(t) for t in got.texts]
+    out = shard_outputs(rank)
+    atomic_write_table(pa.table({"id": pa.array(got.ids, pa.string()), "text": pa.array(got.texts, pa.string()),
+                                 "order": pa.array(got.order, pa.uint64())}), run_dir.path / out["docs"])
+    sig = (compute_signatures(norm, c.num_perm, c.ngram, c.shingle, _SEED, workers) if c.near_dedup and norm
+           else np.zeros((len(norm), c.num_perm), np.uint32))
+    tmp = run_dir.path / f"curation/shards/.dedup-{rank:05d}.tmp.npz"
+    np.savez(tmp, exact=exact_hashes(norm, normalized=True), signatures=sig)
+    os.replace(tmp, run_dir.path / out["dedup"])
+    info = {"rank": rank, "counts": got.counts, "file_hashes": got.file_hashes, "registry_events": registry.events}
+    _write_json(run_dir.path / out["ingest"], info)
+    return info
+
+
+def dedup_shards(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, world_size: int, lineage: Lineage) -> dict[str, Any]:
+    """Step 2, over every shard: registry changes, exact and near dedup (tonight, then against
+    earlier nights), a keep mask per shard."""
+    c = cfg.curation
+    infos = [json.loads((run_dir.path / shard_outputs(r)["ingest"]).read_text()) for r in range(world_size)]
+    for info in infos:
+        apply_registry_events(lineage, info["registry_events"])
+    ids: list[str] = []
+    order_parts, hash_parts, sig_parts, rank_of = [], [], [], []
+    for r in range(world_size):
+        docs = pq.read_table(run_dir.path / shard_outputs(r)["docs"], columns=["id", "order"])
+        ids += docs.column("id").to_pylist()
+        order_parts.append(docs.column("order").to_numpy().astype(np.uint64))
+        with np.load(run_dir.path / shard_outputs(r)["dedup"], allow_pickle=False) as z:
+            hash_parts.append(z["exact"])
+            sig_parts.append(z["signatures"])
+        rank_of.append(np.full(docs.num_rows, r, dtype=np.int64))
+    # Night order: file position, then row (what "the earliest copy" means), whatever the sharding.
+    perm = np.argsort(np.concatenate(order_parts), kind="stable")
+    ids = [ids[i] for i in perm]
+    hashes = np.concatenate(hash_parts)[perm]
+    sig_all = np.concatenate(sig_parts).reshape(-1, c.num_perm)[perm]
+    n = len(ids)
+    keep = np.ones(n, dtype=bool)
     duplicates: list[dict[str, Any]] = []
+    index = DedupIndex(ws.index)
+    stats: dict[str, Any] = {}
 
     # exact: within the night, then against what earlier nights kept
-    index = DedupIndex(ws.index)
-    keep = np.ones(len(texts), dtype=bool)
-    hashes = exact_hashes(norm, normalized=True)
-    rep = first_occurrence(hashes)
-    for i in np.flatnonzero(rep != np.arange(len(texts))):
-        keep[i] = False
-        duplicates.append({"id": ids[i], "duplicate_of": ids[rep[i]], "kind": "exact", "jaccard": 1.0})
-    seen = np.isin(hashes, index.exact()) & keep
-    for i in np.flatnonzero(seen):
-        keep[i] = False
-        duplicates.append({"id": ids[i], "duplicate_of": "earlier-night", "kind": "exact", "jaccard": 1.0})
-    stats["exact"] = {"in": len(texts), "dropped_within_night": int((rep != np.arange(len(texts))).sum()),
-                      "dropped_against_history": int(seen.sum())}
-    stats["exact"]["out"] = int(keep.sum())
+    if c.exact_dedup:
+        rep = first_occurrence(hashes)
+        for i in np.flatnonzero(rep != np.arange(n)):
+            keep[i] = False
+            duplicates.append({"id": ids[i], "duplicate_of": ids[rep[i]], "kind": "exact", "jaccard": 1.0})
+        seen = np.isin(hashes, index.exact()) & keep
+        for i in np.flatnonzero(seen):
+            keep[i] = False
+            duplicates.append({"id": ids[i], "duplicate_of": "earlier-night", "kind": "exact", "jaccard": 1.0})
+        stats["exact"] = {"in": n, "dropped_within_night": int((rep != np.arange(n)).sum()),
+                          "dropped_against_history": int(seen.sum()), "out": int(keep.sum())}
 
     # near: within the night, then against earlier nights' signatures
     alive = np.flatnonzero(keep)
     sig = np.zeros((0, c.num_perm), np.uint32)
     if c.near_dedup and len(alive):
-        res = near_dedup([norm[i] for i in alive], c.threshold, c.num_perm, c.ngram, c.shingle,
-                         c.verify_jaccard, c.workers, seed=_SEED)
+        norm = _normalized_texts(run_dir, world_size, perm, alive) if c.verify_jaccard else None
+        res = near_dedup(norm, c.threshold, c.num_perm, c.ngram, c.shingle, c.verify_jaccard, c.workers,
+                         signatures=sig_all[alive], seed=_SEED)
         sig = res.signatures
         local = np.ones(len(alive), dtype=bool)
-        from lib.minhash import estimated_jaccard
-
         for j in np.flatnonzero(res.representative != np.arange(len(alive))):
             r = res.representative[j]
             local[j] = False
@@ -107,15 +190,41 @@ def curate(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, rank: int =
         keep[alive[~local]] = False
         sig = sig[local]
         stats["near"]["out"] = int(keep.sum())
+    elif len(alive):
+        sig = sig_all[alive]
     kept = np.flatnonzero(keep)
     np.savez(_state_path(run_dir), exact=hashes[kept], ids=np.asarray([ids[i] for i in kept], dtype=str),
              signatures=sig, params=np.array(json.dumps({"num_perm": c.num_perm, "ngram": c.ngram, "shingle": c.shingle, "seed": _SEED}, sort_keys=True)))
+    atomic_write_table(pa.Table.from_pylist(duplicates, schema=DUPLICATES_SCHEMA), run_dir.path / "curation" / "duplicates.parquet")
+    # back to each shard's own row order
+    keep_by_row = np.empty(n, dtype=bool)
+    keep_by_row[perm] = keep
+    ranks = np.concatenate(rank_of) if rank_of else np.zeros(0, np.int64)
+    for r in range(world_size):
+        np.save(run_dir.path / shard_outputs(r)["keep"], keep_by_row[ranks == r])
+    _write_json(run_dir.path / "curation" / "dedup.json", stats)
+    return stats
 
-    # length filter and concatenation
-    docs = [Doc(ids[i], texts[i], [ids[i]]) for i in kept]
+
+def _normalized_texts(run_dir: RunDir, world_size: int, perm: np.ndarray, rows: np.ndarray) -> list[str]:
+    """Normalised texts of night positions `rows` (for the exact-Jaccard check of candidates)."""
+    texts: list[str] = []
+    for r in range(world_size):
+        texts += pq.read_table(run_dir.path / shard_outputs(r)["docs"], columns=["text"]).column("text").to_pylist()
+    return [normalize_text(texts[perm[i]]) for i in rows]
+
+
+def filter_shard(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, rank: int) -> dict[str, Any]:
+    """Step 3 for one rank: length filter and concatenation, language and quality filters."""
+    c = cfg.curation
+    out = shard_outputs(rank)
+    table = pq.read_table(run_dir.path / out["docs"], columns=["id", "text"])
+    keep = np.load(run_dir.path / out["keep"])
+    ids, texts = table.column("id").to_pylist(), table.column("text").to_pylist()
+    docs = [Doc(ids[i], texts[i], [ids[i]]) for i in np.flatnonzero(keep)]
+    stats: dict[str, Any] = {}
     docs, stats["length"] = length_filter(docs, c.min_chars, c.max_chars, c.long_docs, c.concatenate_short)
 
-    # language and quality
     langs, lang_scores = identify_languages([d.text for d in docs])
     quality: list[float | None] = [None] * len(docs)
     if c.quality_model is not None:
@@ -127,24 +236,59 @@ def curate(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, rank: int =
     stats["quality"] = {"in": sum(ok_lang), "dropped": sum(1 for a, b in zip(ok_lang, ok_quality) if a and not b),
                         "model": str(c.quality_model) if c.quality_model else None}
     final = [i for i in range(len(docs)) if ok_lang[i] and ok_quality[i]]
-
-    table = pa.table({
+    atomic_write_table(pa.table({
         "id": [docs[i].id for i in final],
         "text": [docs[i].text for i in final],
         "source_ids": [docs[i].source_ids for i in final],
         "lang": [langs[i] for i in final],
         "lang_score": [lang_scores[i] for i in final],
         "quality_score": [quality[i] for i in final],
-    }, schema=CURATED_SCHEMA)
-    atomic_write_table(table, run_dir.curated / f"part-{rank:05d}.parquet")
-    atomic_write_table(pa.Table.from_pylist(duplicates, schema=pa.schema([
-        ("id", pa.string()), ("duplicate_of", pa.string()), ("kind", pa.string()), ("jaccard", pa.float64())])),
-        report_dir / f"duplicates-{rank:05d}.parquet")
-    stats["docs_in"] = len(texts)
+    }, schema=CURATED_SCHEMA), run_dir.path / out["part"])
     stats["docs_out"] = len(final)
     stats["chars_out"] = int(sum(len(docs[i].text) for i in final))
-    (run_dir.curated / "stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True))
+    _write_json(run_dir.path / out["filter"], stats)
     return stats
+
+
+def _add(into: dict[str, Any], more: dict[str, Any]) -> None:
+    for k, v in more.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, dict)):
+            into.setdefault(k, v)
+        elif isinstance(v, dict):
+            _add(into.setdefault(k, {}), v)
+        else:
+            into[k] = into.get(k, 0) + v
+
+
+def merge_stats(run_dir: RunDir, ingested: list[dict[str, Any]], dedup: dict[str, Any], filtered: list[dict[str, Any]]) -> dict[str, Any]:
+    """The night's counts from every step and shard, written to `curated/stats.json`."""
+    stats: dict[str, Any] = {"shards": len(ingested), "ingest": {}, "buffer_hashes": []}
+    for info in ingested:
+        _add(stats["ingest"], info["counts"])
+        stats["buffer_hashes"] += info["file_hashes"]
+    stats["ingest"].setdefault("docs_out", 0)
+    stats.update(dedup)
+    for part in filtered:
+        _add(stats, part)
+    stats["docs_in"] = stats["ingest"]["docs_out"]
+    stats.setdefault("docs_out", 0)
+    stats.setdefault("chars_out", 0)
+    run_dir.curated.mkdir(parents=True, exist_ok=True)
+    _write_json(run_dir.curated / "stats.json", stats)
+    return stats
+
+
+def curate(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, shards: int | None = None) -> dict[str, Any]:
+    """The whole curation of the pending buffer files in this process (`shards`: default
+    `shard_count`); a flow runs the same steps as mapped tasks."""
+    lineage = Lineage(ws.lineage_db)
+    run_dir.curated.mkdir(parents=True, exist_ok=True)
+    files, statuses = pending_files(ws, lineage)
+    n = shards or shard_count(cfg, len(files))
+    ingested = [ingest_shard(ws, cfg, run_dir, r, n, files, statuses, cfg.curation.workers) for r in range(n)]
+    dedup = dedup_shards(ws, cfg, run_dir, n, lineage)
+    filtered = [filter_shard(ws, cfg, run_dir, r) for r in range(n)]
+    return merge_stats(run_dir, ingested, dedup, filtered)
 
 
 def commit_index(ws: Workspace, run_dir: RunDir) -> bool:

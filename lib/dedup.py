@@ -174,11 +174,16 @@ def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
 
 
 def near_dedup(
-    norm_texts: list[str], threshold: float = 0.8, num_perm: int = 128, ngram: int = 5, shingle: str = "word",
+    norm_texts: list[str] | None, threshold: float = 0.8, num_perm: int = 128, ngram: int = 5, shingle: str = "word",
     verify: bool = False, workers: int | None = None, signatures: np.ndarray | None = None, seed: int = 1,
 ) -> NearDedupResult:
-    """Near-duplicate clusters of normalised texts (signatures computed unless given)."""
+    """Near-duplicate clusters of normalised texts (signatures computed unless given; the texts
+    may be None when signatures are given and `verify` is off)."""
     bands, rows = lsh_params(threshold, num_perm)
+    if signatures is None and norm_texts is None:
+        raise ValueError("near_dedup needs the normalised texts or their signatures")
+    if verify and norm_texts is None:
+        raise ValueError("near_dedup(verify=True) needs the normalised texts")
     sig = signatures if signatures is not None else compute_signatures(norm_texts, num_perm, ngram, shingle, seed, workers)
     keys = band_keys(sig, bands, rows)
     u, v = candidate_pairs(keys)
@@ -186,7 +191,7 @@ def near_dedup(
     if verify and n_candidates:
         ok = verify_pairs(norm_texts, u, v, threshold, ngram, shingle)
         u, v = u[ok], v[ok]
-    rep = components_min_index(len(norm_texts), u, v)
+    rep = components_min_index(sig.shape[0], u, v)
     return NearDedupResult(rep, sig, bands, rows, n_candidates, len(u))
 
 

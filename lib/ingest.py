@@ -9,6 +9,8 @@
   rows is moved to `quarantine/` beside a `<name>.reason.json` and recorded as quarantined. Null
   texts are bad rows: they go to `quarantine/<name>.bad-rows.parquet`, the rest of the file goes on.
 - Files are split across `world_size` ranks by position in the sorted list (datatrove style).
+  A rank running as its own task records its registry changes in a `DeferredRegistry` instead
+  of writing the DuckDB file (one writing process at a time); the reduce step applies them.
 
 Trade-off: hashing every file costs one read of the buffer per night (~2 GB/s with xxh3), and buys
 "same input" meaning the same bytes whatever the file is called.
@@ -21,6 +23,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,6 +38,8 @@ class IngestResult:
     ids: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     sources: list[str | None] = field(default_factory=list)
+    # (position of the file in the full sorted list) << 32 | row: "earliest" across all ranks
+    order: list[int] = field(default_factory=list)
     file_hashes: list[str] = field(default_factory=list)  # buffer files whose rows are in this result
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -68,16 +73,66 @@ def _read(path: Path) -> pa.Table:
     return table
 
 
-def ingest(ws: Workspace, lineage: Lineage, rank: int = 0, world_size: int = 1, flush: bool = True) -> IngestResult:
-    """Documents of the pending buffer files of this rank, in file order then row order."""
-    if flush and ws.buffers.is_dir():
+class DeferredRegistry:
+    """The registry calls `ingest` makes, recorded instead of written: a shard task reads the
+    statuses it was given and hands its changes back as plain dicts (`events`) for `apply`."""
+
+    def __init__(self, statuses: dict[str, str]):
+        self.statuses = dict(statuses)
+        self.events: list[dict] = []
+
+    def buffer_files(self) -> list:
+        return [SimpleNamespace(content_hash=h, status=s) for h, s in self.statuses.items()]
+
+    def register_buffer_file(self, content_hash: str, path: str | Path, rows: int | None, nbytes: int | None) -> bool:
+        if content_hash in self.statuses:
+            return False
+        self.statuses[content_hash] = "pending"
+        self.events.append({"op": "register", "content_hash": content_hash, "path": str(path), "rows": rows, "bytes": nbytes})
+        return True
+
+    def quarantine_buffer_file(self, content_hash: str, path: str | Path, reason: str, nbytes: int | None = None) -> None:
+        self.statuses[content_hash] = "quarantined"
+        self.events.append({"op": "quarantine", "content_hash": content_hash, "path": str(path), "reason": reason, "bytes": nbytes})
+
+
+def apply_registry_events(lineage: Lineage, events: list[dict]) -> None:
+    """Write what a `DeferredRegistry` recorded (idempotent: registering known content is a no-op)."""
+    for e in events:
+        if e["op"] == "register":
+            lineage.register_buffer_file(e["content_hash"], e["path"], e["rows"], e["bytes"])
+        elif e["op"] == "quarantine":
+            lineage.quarantine_buffer_file(e["content_hash"], e["path"], e["reason"], e["bytes"])
+        else:
+            raise ValueError(f"unknown registry event {e['op']!r}")
+
+
+def flush_buffer(ws: Workspace) -> None:
+    """Replay the write-ahead logs of stopped writers into parquet files (before listing them)."""
+    if ws.buffers.is_dir():
         MemoryBuffer(ws.buffers).close(flush=True)
-    files = sorted(ws.buffers.glob("*.parquet")) if ws.buffers.is_dir() else []
+
+
+def buffer_files(ws: Workspace) -> list[Path]:
+    """The buffer's parquet files in the order every rank agrees on."""
+    return sorted(p for p in ws.buffers.glob("*.parquet") if not p.name.startswith(".")) if ws.buffers.is_dir() else []
+
+
+def ingest(
+    ws: Workspace, lineage: Lineage | DeferredRegistry, rank: int = 0, world_size: int = 1, flush: bool = True,
+    files: list[Path] | None = None,
+) -> IngestResult:
+    """Documents of the pending buffer files of this rank, in file order then row order
+    (`files`: the full sorted list to split, default the buffer folder's files)."""
+    if flush:
+        flush_buffer(ws)
+    files = buffer_files(ws) if files is None else [Path(f) for f in files]
     files = files[rank::world_size]
     status = {b.content_hash: b.status for b in lineage.buffer_files()}
     out = IngestResult()
     counts = out.counts
-    for path in files:
+    for k, path in enumerate(files):
+        file_pos = rank + k * world_size
         _bump(counts, "files")
         digest = content_hash(path)
         known = status.get(digest)
@@ -111,6 +166,7 @@ def ingest(ws: Workspace, lineage: Lineage, rank: int = 0, world_size: int = 1, 
             out.ids.append(ids[i] or f"{digest[:16]}:{i}")
             out.texts.append(text)
             out.sources.append(sources[i])
+            out.order.append((file_pos << 32) | i)
         _bump(counts, "files_ingested")
         _bump(counts, "rows_in", table.num_rows)
     counts["docs_out"] = len(out.texts)

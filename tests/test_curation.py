@@ -38,7 +38,7 @@ def _add(ws, texts):
 
 
 def _kept(run):
-    return pq.read_table(run.curated / "part-00000.parquet").to_pylist()
+    return [row for part in sorted(run.curated.glob("part-*.parquet")) for row in pq.read_table(part).to_pylist()]
 
 
 def test_exact_api_points_at_the_earliest_copy():
@@ -131,6 +131,38 @@ def test_determinism_same_input_same_survivors(tmp_path):
         outs.append([(r["id"], r["text"]) for r in _kept(ws.run("n"))])
     assert outs[0] == outs[1]
     assert [i for i, _ in outs[0]] == [f"d{i}" for i in range(8)]  # the earliest copy survives
+
+
+def test_survivors_do_not_depend_on_the_number_of_shards(tmp_path):
+    """Five buffer files with exact and near copies across files and one corrupt file: curated in
+    1, 2 and 4 shards, the same documents survive, the same duplicates point at the same
+    (earliest) originals, and the registry ends up the same."""
+    from lib.workspace import Workspace
+
+    near = [t.replace("shared notebook", "shared paper notebook") for t in PROSE]
+    files = [PROSE[:3], [PROSE[1], near[2], PROSE[3], PROSE[6]], [near[0], PROSE[4], PROSE[6]], [PROSE[5], PROSE[3].upper(), near[4]]]
+    outcomes = []
+    for shards in (1, 2, 4):
+        ws = Workspace(tmp_path / f"ws{shards}").ensure()
+        for k, texts in enumerate(files):
+            ids = [f"f{k}r{i}" for i in range(len(texts))]
+            pq.write_table(pa.table({"id": ids, "text": texts}), ws.buffers / f"buffer_{k}.parquet")
+        (ws.buffers / "buffer_9.parquet").write_bytes(b"PAR1 torn")
+        run = ws.run("n").ensure()
+        stats = curate(ws, _cfg(ws, "curation.concatenate_short=false", "curation.min_chars=10"), run, shards=shards)
+        assert stats["shards"] == shards and len(list(run.curated.glob("part-*.parquet"))) == shards
+        dups = pq.read_table(run.path / "curation" / "duplicates.parquet").to_pylist()
+        registry = sorted((b.content_hash, b.status) for b in Lineage(ws.lineage_db).buffer_files())
+        outcomes.append((sorted(r["id"] for r in _kept(run)),
+                         sorted((d["id"], d["duplicate_of"], d["kind"]) for d in dups),
+                         registry, stats["docs_in"], stats["docs_out"], stats["ingest"]["files_quarantined"]))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    kept, dups, registry, docs_in, docs_out, quarantined = outcomes[0]
+    assert kept == ["f0r0", "f0r1", "f0r2", "f1r2", "f1r3", "f2r1", "f3r0"]
+    assert {(d, o) for d, o, kind in dups if kind == "exact"} == {("f1r0", "f0r1"), ("f3r1", "f1r2"), ("f2r2", "f1r3")}
+    assert {(d, o) for d, o, kind in dups if kind == "near"} == {("f1r1", "f0r2"), ("f2r0", "f0r0"), ("f3r2", "f2r1")}
+    assert [s for _, s in registry].count("quarantined") == 1 and [s for _, s in registry].count("pending") == 4
+    assert (docs_in, docs_out, quarantined) == (13, 7, 1)
 
 
 def test_a_50_mb_document_is_split_not_fatal(workspace):
