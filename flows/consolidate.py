@@ -114,7 +114,8 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
         if not pending:
             result["status"] = "nothing to consolidate: no pending buffer files"
             return result
-        curate_into(cfg, run, pending, clock)
+        curation = curate_into(cfg, run, pending, clock)
+        result["curation"] = {k: curation[k] for k in ("shards", "docs_in", "docs_out")}
         inputs = _used_hashes(lin, pending)
         result["curated_docs"] = _curated_docs(run)
         if result["curated_docs"] == 0:

@@ -3,10 +3,11 @@ nightly flow.
 
 - ingest: list the buffer folder, hash every file (a task per file, on threads or Ray), keep
   the ones the registry does not know as consumed or quarantined;
-- curate: exact dedup → near dedup (MinHash-LSH, also against earlier nights) → length filter
-  and concatenation of short documents → fastText language and quality filters
-  (lib.curation.curate), cached on the content hashes of the pending files and the curation
-  config; a cache hit hard-links the earlier run's curated parts into this run folder.
+- curate (lib.curation's three steps): per shard of the pending files, ingest + exact hashes +
+  MinHash signatures (mapped tasks); one reduce for exact dedup → near dedup (MinHash-LSH, also
+  against earlier nights); per shard, length filter and concatenation → fastText language and
+  quality filters (mapped tasks). Each step is cached on the content it reads and the curation
+  config; a cache hit hard-links the earlier run's files into this run folder.
 
 Trade-off: hashing every file on every run costs one read of the buffer (~2 GB/s) but makes
 "same input" mean the same bytes, whatever the file names or times.
@@ -14,16 +15,19 @@ Trade-off: hashing every file on every run costs one read of the buffer (~2 GB/s
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, unmapped
 
 from flows.runtime import StageClock, map_over, new_run_id, run_cached
 from lib.config import ConsolidationConfig
+from lib.curation import DEDUP_OUTPUTS, shard_count, shard_outputs
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
-from tasks.data import adopt_outputs, curate_buffers, find_buffer_files, inspect_buffer_file, select_pending
+from tasks.data import (adopt_outputs, curation_report, dedup_shards, filter_shard, find_buffer_files, ingest_shard,
+                        inspect_buffer_file, record_ingest, select_pending)
 
 
 def pending_buffers(cfg: ConsolidationConfig, clock: StageClock) -> list[dict[str, Any]]:
@@ -35,16 +39,48 @@ def pending_buffers(cfg: ConsolidationConfig, clock: StageClock) -> list[dict[st
         return select_pending(root, inspected)
 
 
-def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, Any]], clock: StageClock) -> dict[str, Any]:
-    """curation of `pending` into `run.curated`, cached on content."""
+def _present(outputs):
+    return lambda result: all((Path(result["run_dir"]) / o).exists() for o in outputs(result))
+
+
+def _map_cached(task, cfg: ConsolidationConfig, outputs, params: dict[str, Any], over: str, values: list) -> list[dict[str, Any]]:
+    """`task` mapped over `values` of parameter `over`, cached on content; a result whose outputs
+    are gone (an old run folder deleted) is computed again with the cache refreshed."""
     ws = Workspace(cfg.workspace.root)
+    cached = on_workspace(task, ws)
+    results = map_over(cached, cfg, **{k: unmapped(v) for k, v in params.items()}, **{over: values})
+    present = _present(outputs)
+    return [r if present(r) else cached.with_options(refresh_cache=True)(**params, **{over: v}) for r, v in zip(results, values)]
+
+
+def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, Any]], clock: StageClock) -> dict[str, Any]:
+    """Curation of `pending` into `run.curated`: ingest and signatures mapped over shards, one
+    dedup over all of them, filters mapped over shards; each step cached on content, and a cached
+    step's files hard-linked from the run that computed them."""
+    ws = Workspace(cfg.workspace.root)
+    files = sorted(p["path"] for p in pending)
+    from lib.lineage import Lineage
+
+    mine = {p["content_hash"] for p in pending}  # what the registry knows of them (pending or nothing)
+    statuses = {b.content_hash: b.status for b in Lineage(ws.lineage_db).buffer_files() if b.content_hash in mine}
+    n = shard_count(cfg, len(files))
+    workers = max(1, (cfg.curation.workers or os.cpu_count() or 1) // n)
+    here = str(run.path)
     with clock.stage("curate"):
-        stats = run_cached(on_workspace(curate_buffers, ws),
-                           lambda s: all((Path(s["curated_dir"]).parent / e).is_dir() for e in ("curated", "curation")),
-                           cfg=cfg, run_dir=str(run.path), inputs=pending)
-        # curated/ and curation/ (reports, and the dedup state commit_index adds on promotion)
-        adopt_outputs(str(Path(stats["curated_dir"]).parent), str(run.path), ["curated", "curation"])
-    return stats
+        shards = _map_cached(ingest_shard, cfg, lambda r: [shard_outputs(r["rank"])[k] for k in ("docs", "dedup", "ingest")],
+                             dict(cfg=cfg, run_dir=here, world_size=n, files=files, statuses=statuses, workers=workers),
+                             "rank", list(range(n)))
+        for r in shards:
+            adopt_outputs(r["run_dir"], here, [shard_outputs(r["rank"])[k] for k in ("docs", "dedup", "ingest")])
+        record_ingest(str(ws.root), shards)
+        dedup = run_cached(on_workspace(dedup_shards, ws), _present(lambda r: DEDUP_OUTPUTS + [shard_outputs(k)["keep"] for k in range(n)]),
+                           cfg=cfg, run_dir=here, world_size=n)
+        adopt_outputs(dedup["run_dir"], here, DEDUP_OUTPUTS + [shard_outputs(k)["keep"] for k in range(n)])
+        filtered = _map_cached(filter_shard, cfg, lambda r: [shard_outputs(r["rank"])[k] for k in ("part", "filter")],
+                               dict(cfg=cfg, run_dir=here), "rank", list(range(n)))
+        for r in filtered:
+            adopt_outputs(r["run_dir"], here, [shard_outputs(r["rank"])[k] for k in ("part", "filter")])
+        return curation_report(here, shards, dedup["stats"], [f["stats"] for f in filtered])
 
 
 @flow(name="curate", log_prints=True)

@@ -62,9 +62,13 @@ def shard_task_runner(cfg):
     return ThreadPoolTaskRunner(max_workers=workers)
 
 
-def map_over(task, cfg, **iterables: Any) -> list[Any]:
-    """`task.map(**iterables)` on the shard runner of `cfg`; results in input order."""
-    n = len(next(iter(iterables.values()))) if iterables else 0
+def map_over(task, cfg, /, **iterables: Any) -> list[Any]:
+    """`task.map(**iterables)` on the shard runner of `cfg` (constants wrapped in `unmapped`);
+    results in input order."""
+    from prefect.utilities.annotations import unmapped
+
+    mapped = [v for v in iterables.values() if not isinstance(v, unmapped)]
+    n = len(mapped[0]) if mapped else 0
     if n == 0:
         return []
     with shard_task_runner(cfg) as runner:

@@ -123,13 +123,14 @@ def ingest_shard(
     return info
 
 
-def dedup_shards(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, world_size: int, lineage: Lineage) -> dict[str, Any]:
-    """Step 2, over every shard: registry changes, exact and near dedup (tonight, then against
-    earlier nights), a keep mask per shard."""
+def dedup_shards(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, world_size: int, lineage: Lineage | None) -> dict[str, Any]:
+    """Step 2, over every shard: registry changes (unless `lineage` is None: the caller records
+    them), exact and near dedup (tonight, then against earlier nights), a keep mask per shard."""
     c = cfg.curation
-    infos = [json.loads((run_dir.path / shard_outputs(r)["ingest"]).read_text()) for r in range(world_size)]
-    for info in infos:
-        apply_registry_events(lineage, info["registry_events"])
+    if lineage is not None:
+        for r in range(world_size):
+            info = json.loads((run_dir.path / shard_outputs(r)["ingest"]).read_text())
+            apply_registry_events(lineage, info["registry_events"])
     ids: list[str] = []
     order_parts, hash_parts, sig_parts, rank_of = [], [], [], []
     for r in range(world_size):

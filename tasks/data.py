@@ -1,9 +1,11 @@
 """Data stages of a night as Prefect tasks: find and hash buffer files (mapped over files),
-curate, prepare the training data. Each is a few lines around lib.
+curate (mapped over shards, one dedup reduce), prepare the training data. Each is a few lines
+around lib.
 
 - `inspect_buffer_file` runs once per buffer file (`.map`), on threads or on Ray, and yields the
   content hash the cache keys and the lineage registry both use.
-- `curate_buffers` and `prepare_data` are cached on the content of what they read plus their
+- `ingest_shard` and `filter_shard` run once per shard (`.map`), `dedup_shards` once over all.
+- The curation steps and `prepare_data` are cached on the content of what they read plus their
   config section and lib code (tasks/cache_keys.py); results persist under `<workspace>/cache/`.
 - A cache hit returns the outputs of the run that computed them; `adopt_outputs` hard-links
   those files into tonight's run folder, so every run folder is complete on its own and the
@@ -37,8 +39,12 @@ IO_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_fac
 # -- ingest: which buffer files are tonight's input ------------------------------------------------
 @task(name="find-buffer-files", **IO_RETRIES)
 def find_buffer_files(workspace_root: str) -> list[str]:
+    """The buffer's parquet files, after replaying the logs of stopped writers into new ones."""
+    from lib.ingest import buffer_files, flush_buffer
+
     ws = Workspace(workspace_root)
-    files = sorted(str(p) for p in ws.buffers.glob("*.parquet") if not p.name.startswith("."))
+    flush_buffer(ws)
+    files = [str(p) for p in buffer_files(ws)]
     stage_logger().info("%d buffer file(s) in %s", len(files), ws.buffers)
     return files
 
@@ -78,33 +84,113 @@ def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list
     return pending
 
 
-# -- curation ---------------------------------------------------------------------------------------
-def _curation_inputs(p: dict[str, Any]) -> list[str]:
-    return [i["path"] for i in p["inputs"]]
+# -- curation: per-shard ingest and signatures, one dedup reduce, per-shard filters ----------------
+CURATION_MODULES = ["lib.curation", "lib.ingest", "lib.dedup", "lib.minhash", "lib.buffer", "lib.textfilters",
+                    "lib.fasttext_filters"]
 
 
 def _curation_settings(p: dict[str, Any]) -> Any:
     cfg: ConsolidationConfig = p["cfg"]
-    return {"curation": cfg.curation.model_dump(mode="json"), "corpus": cfg.workspace.corpus,
+    return {"curation": cfg.curation.model_dump(mode="json", exclude={"workers", "shards"}),
             "max_text_bytes": cfg.buffer.max_text_bytes}
 
 
+def _shard_files(p: dict[str, Any]) -> list[str]:
+    return list(p["files"])[p["rank"] :: p["world_size"]]
+
+
+def _shard_settings(p: dict[str, Any]) -> Any:
+    mine = {content_hash(f) for f in _shard_files(p)}
+    return {**_curation_settings(p), "rank": p["rank"], "world_size": p["world_size"],
+            # pending and unknown files read the same (registering is recorded, applied idempotently)
+            "skipped": sorted(h for h, s in p["statuses"].items() if h in mine and s in ("consumed", "quarantined"))}
+
+
 @task(
-    name="curate",
-    cache_policy=content_cache("curate", _curation_inputs, _curation_settings,
-                               modules=["lib.curation", "lib.minhash", "lib.buffer"]),
+    name="ingest-shard",
+    cache_policy=content_cache("ingest-shard", _shard_files, _shard_settings, modules=CURATION_MODULES),
     persist_result=True,
     **IO_RETRIES,
 )
-def curate_buffers(cfg: ConsolidationConfig, run_dir: str, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-    """lib.curation.curate over the pending buffer files: ingest, exact and near dedup, length
-    filter and concatenation, language and quality filters. Returns its stats (small)."""
-    from lib.curation import curate
+def ingest_shard(cfg: ConsolidationConfig, run_dir: str, rank: int, world_size: int, files: list[str],
+                 statuses: dict[str, str], workers: int | None = 1) -> dict[str, Any]:
+    """Curation step 1 for one shard: its buffer files → documents, exact hashes, signatures."""
+    from lib.curation import ingest_shard as run_step
 
-    ws, run = Workspace(cfg.workspace.root), RunDir(Path(run_dir))
-    run.ensure()
-    stats = curate(ws, cfg, run)
-    stats = dict(stats)
+    info = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), rank, world_size,
+                    [Path(f) for f in files], statuses, workers)
+    return {**info, "run_dir": run_dir}
+
+
+def _dedup_inputs(p: dict[str, Any]) -> list[str]:
+    from lib.curation import shard_outputs
+    from lib.dedup import DedupIndex
+
+    run = Path(p["run_dir"])
+    index = DedupIndex(Workspace(p["cfg"].workspace.root).index)
+    history = [index.exact_path] if index.exact_path.exists() else []
+    history += sorted(index.minhash_dir.glob("*.npz")) if index.minhash_dir.is_dir() else []
+    return [str(run / shard_outputs(r)[k]) for r in range(p["world_size"]) for k in ("docs", "dedup")] + [str(h) for h in history]
+
+
+@task(
+    name="dedup-shards",
+    cache_policy=content_cache("dedup-shards", _dedup_inputs, lambda p: {**_curation_settings(p), "world_size": p["world_size"]},
+                               modules=CURATION_MODULES),
+    persist_result=True,
+    **IO_RETRIES,
+)
+def dedup_shards(cfg: ConsolidationConfig, run_dir: str, world_size: int) -> dict[str, Any]:
+    """Curation step 2 over every shard: exact and near dedup, tonight and against earlier nights
+    (the key includes the dedup index, so a night promoted since makes it run again)."""
+    from lib.curation import dedup_shards as run_step
+
+    stats = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), world_size, lineage=None)
+    return {"stats": stats, "run_dir": run_dir}
+
+
+def _filter_inputs(p: dict[str, Any]) -> list[str]:
+    from lib.curation import shard_outputs
+
+    out = shard_outputs(p["rank"])
+    model = p["cfg"].curation.quality_model
+    extra = [str(Workspace(p["cfg"].workspace.root).resolve(model))] if model else []
+    return [str(Path(p["run_dir"]) / out["docs"]), str(Path(p["run_dir"]) / out["keep"])] + extra
+
+
+@task(
+    name="filter-shard",
+    cache_policy=content_cache("filter-shard", _filter_inputs, lambda p: {**_curation_settings(p), "rank": p["rank"]},
+                               modules=CURATION_MODULES),
+    persist_result=True,
+    **IO_RETRIES,
+)
+def filter_shard(cfg: ConsolidationConfig, run_dir: str, rank: int) -> dict[str, Any]:
+    """Curation step 3 for one shard: length filter and concatenation, language and quality."""
+    from lib.curation import filter_shard as run_step
+
+    stats = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), rank)
+    return {"stats": stats, "rank": rank, "run_dir": run_dir}
+
+
+@task(name="record-ingest", **IO_RETRIES)
+def record_ingest(workspace_root: str, shards: list[dict[str, Any]]) -> int:
+    """Write the shards' registry changes (pending and quarantined files) to lineage; idempotent."""
+    from lib.ingest import apply_registry_events
+    from lib.lineage import Lineage
+
+    events = [e for s in shards for e in s["registry_events"]]
+    apply_registry_events(Lineage(Workspace(workspace_root).lineage_db), events)
+    return len(events)
+
+
+@task(name="curation-report", **IO_RETRIES)
+def curation_report(run_dir: str, shards: list[dict[str, Any]], dedup: dict[str, Any], filtered: list[dict[str, Any]]) -> dict[str, Any]:
+    """The night's curation counts (curated/stats.json) and their table artifact."""
+    from lib.curation import merge_stats
+
+    run = RunDir(Path(run_dir))
+    stats = merge_stats(run, shards, dedup, filtered)
     stats["curated_dir"] = str(run.curated)
     publish_table("curation-counts", _flat_counts(stats), "Documents in, dropped by each filter, kept")
     stage_logger().info("curation: %s", {k: v for k, v in stats.items() if isinstance(v, (int, float))})

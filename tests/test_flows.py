@@ -157,6 +157,13 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     cfg = _tiny(tmp_path / "ws", "training.num_iterations=4", "eval.max_docs=8", "gate.min_acquisition=10")
     ws = Workspace(cfg.workspace.root)
     assert bootstrap(cfg)["version"] == "v0"
+    from lib.buffer import MemoryBuffer
+
+    buf = MemoryBuffer(ws.buffers)  # a second buffer file: curation maps over two shards
+    buf.add_many([f"Conversation {i}: the user explained that the {w} valve in hall {i} is checked every "
+                  f"morning before the pumps start, and that the log of each check is kept for a year."
+                  for i, w in enumerate(["north", "south", "east", "west", "upper", "lower"])])
+    buf.flush()
     state = nightly_consolidation(cfg, return_state=True)
     assert state.is_completed(), state
     night = state.result()
@@ -174,7 +181,9 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     again = nightly_consolidation(cfg, return_state=True)
     assert again.is_completed(), again
     states = _task_states(again.state_details.flow_run_id)
-    assert states["curate"] == ["Cached"] and states["prepare-training-data"] == ["Cached"], states
+    shards = night["curation"]["shards"]
+    assert shards == 2 and states["ingest-shard"] == states["filter-shard"] == ["Cached"] * shards, states
+    assert states["dedup-shards"] == ["Cached"] and states["prepare-training-data"] == ["Cached"], states
     assert states["train"] == ["Completed"]
     second = again.result()
     assert second["version"] == "v2" and second["run_id"] != night["run_id"]

@@ -193,7 +193,7 @@ def test_deployment_on_a_real_server(server, tmp_path):
         v1 = lin.get_version("v1")
         assert v1 is not None and v1["parent"] == "v0" and v1["status"] in ("accepted", "rejected")
         assert lin.gate_decisions("v1") and lin.get_run(v1["run_id"])["flow_run_id"] == night
-        assert {"curate", "prepare-training-data", "train", "evaluate", "gate-and-promote"} <= set(_task_states(api, night))
+        assert {"ingest-shard", "dedup-shards", "filter-shard", "prepare-training-data", "train", "evaluate", "gate-and-promote"} <= set(_task_states(api, night))
     finally:
         os.killpg(gpu_worker.pid, 15)
         os.killpg(worker.pid, 15)
