@@ -45,3 +45,40 @@ def test_ingest_maps_over_buffer_files_on_ray(workspace, prefect_harness):
     if ray.is_initialized():
         assert ray.cluster_resources().get("CPU") == 2
         ray.shutdown()
+
+
+def test_curation_shards_on_ray_match_threads(tmp_path, prefect_harness):
+    """The curate flow with task_runner=ray (2 local CPUs, 2 shards) keeps exactly the documents
+    the thread runner keeps from the same buffer files."""
+    import pyarrow.parquet as pq
+
+    from flows.curation import curate
+    from lib.buffer import MemoryBuffer
+    from lib.config import load_config
+    from lib.workspace import Workspace
+
+    kept = {}
+    for runner in ("ray", "threads"):
+        ws = Workspace(tmp_path / runner).ensure()
+        buf = MemoryBuffer(ws.buffers, flush_size=100)
+        for night in range(3):
+            for i in range(4):
+                w = ["copper", "timber", "granite", "cotton", "marble", "amber", "cobalt", "linen", "basalt", "walnut",
+                     "silver", "quartz"][night * 4 + i]
+                buf.add(f"Shift {night}: the operator of line {i} reported that the {w} conveyor ran smoothly "
+                        f"all day and that the spare {w} belts were counted twice before the evening {w} handover.")
+            buf.add("Shift 0: the operator of line 0 reported that the copper conveyor ran smoothly all day and "
+                    "that the spare copper belts were counted twice before the evening copper handover.")  # a copy
+            buf.flush()
+        over = [f"workspace.root={ws.root}", "curation.workers=2", "curation.shards=2"]
+        cfg = load_config(preset="tiny", overrides=over + (["orchestration.task_runner=ray"] if runner == "ray" else []))
+        out = curate(cfg)
+        assert out["stats"]["shards"] == 2
+        kept[runner] = sorted(r["text"] for p in Workspace(ws.root).run(out["run_id"]).curated.glob("part-*.parquet")
+                              for r in pq.read_table(p, columns=["text"]).to_pylist())
+        assert out["stats"]["exact"]["dropped_within_night"] == 3
+    assert len(kept["ray"]) == 12 and kept["ray"] == kept["threads"]
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
