@@ -1,7 +1,7 @@
 """The nightly consolidation flow: the table of contents of one night.
 
 ingest → exact dedup → near dedup → length filter and concatenation → fastText filters
-(flows/curation.py) → manifest → tokenize (one cached stage, lib.sampling) → train (torchrun,
+(flows/curation.py) → tokenize (a task per input file) → manifest (lib.sampling) → train (torchrun,
 inline or on the GPU deployment) → evaluate → gate → promote and record lineage.
 
 - One parameter, the `ConsolidationConfig`: the UI renders every section as a form.
@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from prefect import flow
+from prefect import flow, unmapped
 
 from flows.curation import curate_into, pending_buffers
-from flows.runtime import RunLock, StageClock, new_run_id, run_cached
+from flows.runtime import RunLock, StageClock, map_over, new_run_id, run_cached
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
-from tasks.data import adopt_outputs, commit_dedup_index, prepare_data, token_budget
+from tasks.data import adopt_outputs, commit_dedup_index, plan_tokenization, prepare_data, token_budget, tokenize_file
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate
 
 DATA_OUTPUTS = ["manifest.parquet", "data.json", "shards", "heldout"]
@@ -48,9 +48,12 @@ def _used_hashes(lin, pending: list[dict[str, Any]]) -> list[str]:
 
 
 def prepare(cfg: ConsolidationConfig, run: RunDir, tokenizer_dir: str, sources: list, budget: int, clock: StageClock) -> dict[str, Any]:
-    """manifest + token shards into `run`, cached on content."""
+    """token shards (one mapped task per input file, into the token cache) + manifest into `run`,
+    cached on content."""
     ws = Workspace(cfg.workspace.root)
     with clock.stage("prepare"):
+        jobs = plan_tokenization(cfg, str(run.path), sources, tokenizer_dir)
+        map_over(tokenize_file, cfg, job=jobs, tokenizer_dir=unmapped(tokenizer_dir), cache_dir=unmapped(str(ws.token_cache)))
         data = run_cached(on_workspace(prepare_data, ws), lambda d: all((Path(d["data_dir"]) / e).exists() for e in DATA_OUTPUTS),
                           cfg=cfg, run_dir=str(run.path), sources=sources, tokenizer_dir=tokenizer_dir, budget=budget)
         adopt_outputs(data["data_dir"], str(run.path), DATA_OUTPUTS)

@@ -448,6 +448,46 @@ def write_manifest(cols: dict, path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def tokenize_tasks(sources: list[SourceConfig], tok, out_dir: str | Path, sampling: SamplingConfig, seq_len: int) -> list[dict]:
+    """One tokenization task per input file of `sources`: what `tokenize_file` needs (plain
+    data, so a task can travel to another process or machine)."""
+    fim_piece_tokens = max(8, seq_len - 8)  # room for 3 sentinels + EOS + re-encoding drift
+    tasks = []
+    for s in sources:
+        for k, f in enumerate(source_files(s)):
+            tasks.append({
+                "source": s.name, "kind": s.kind, "file": str(f), "file_index": k,
+                "stem": str(Path(out_dir) / "shards" / s.name / f"shard-{k:05d}"), "input_hash": file_hash(f),
+                "heldout_fraction": sampling.heldout_fraction,
+                "fim_rate": s.fim_rate if "fim_rate" in s.model_fields_set else None,
+                "fim_rate_code": sampling.fim_rate_code, "fim_spm_rate": sampling.fim_spm_rate,
+                "fim_enabled": tok.has_fim, "fim_piece_tokens": fim_piece_tokens, "seed": sampling.seed,
+            })
+    return tasks
+
+
+def tokenize_to_cache(task: dict, tokenizer_dir: str | Path, cache_dir: str | Path) -> dict:
+    """Make sure `task`'s file is in the token cache (tokenize it if not): the per-file step a
+    flow maps over files before `prepare_training_data`, which then only links shards."""
+    from lib.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(tokenizer_dir)
+    cache_dir = Path(cache_dir)
+    key = cache_key(task, tok.hash)
+    if (cache_dir / key / "result.json").is_file():
+        return {"file": task["file"], "key": key, "cached": True, "tokens": None}
+    work = cache_dir / f".work-{key}-{os.getpid()}-{threading.get_ident()}"
+    try:
+        mine = {**task, "stem": str(work / "shard")}
+        result = tokenize_file(mine, tok)
+        cache_store(cache_dir, key, mine, result)
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    return {"file": task["file"], "key": key, "cached": False, "tokens": int(result["tokens"])}
+
+
 def prepare_training_data(
     sources: list[SourceConfig],
     tokenizer_dir: str | Path,
@@ -479,23 +519,10 @@ def prepare_training_data(
     out = Path(out_dir)
     tok = load_tokenizer(tokenizer_dir)
     warnings: list[str] = []
+    tasks = tokenize_tasks(sources, tok, out, sampling, seq_len)
     wants_fim = sampling.fim_rate_code > 0 or any(s.fim_rate > 0 for s in sources)
-    fim_enabled = tok.has_fim
-    if wants_fim and not fim_enabled:
+    if wants_fim and not tok.has_fim:
         warnings.append(f"tokenizer {tokenizer_dir} has no FIM tokens (<|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>): FIM is off for this run")
-    fim_piece_tokens = max(8, seq_len - 8)  # room for 3 sentinels + EOS + re-encoding drift
-
-    tasks = []
-    for s in sources:
-        for k, f in enumerate(source_files(s)):
-            tasks.append({
-                "source": s.name, "kind": s.kind, "file": str(f), "file_index": k,
-                "stem": str(out / "shards" / s.name / f"shard-{k:05d}"), "input_hash": file_hash(f),
-                "heldout_fraction": sampling.heldout_fraction,
-                "fim_rate": s.fim_rate if "fim_rate" in s.model_fields_set else None,
-                "fim_rate_code": sampling.fim_rate_code, "fim_spm_rate": sampling.fim_spm_rate,
-                "fim_enabled": fim_enabled, "fim_piece_tokens": fim_piece_tokens, "seed": sampling.seed,
-            })
     results: list[dict | None] = [None] * len(tasks)
     keys = [cache_key(t, tok.hash) for t in tasks] if cache_dir is not None else []
     if cache_dir is not None:
@@ -604,7 +631,7 @@ def prepare_training_data(
         "inputs_digest": inputs_digest,
         "tokenizer_hash": tok.hash, "tokenizer_dir": str(tokenizer_dir), "vocab_size": tok.vocab_size,
         "bos_id": tok.bos_id, "eos_id": tok.eos_id, "pad_id": tok.pad_id,
-        "fim": {"enabled": fim_enabled, "middle_id": tok.fim_middle_id, "middle_only": sampling.fim_middle_only,
+        "fim": {"enabled": tok.has_fim, "middle_id": tok.fim_middle_id, "middle_only": sampling.fim_middle_only,
                 "rate_code": sampling.fim_rate_code, "spm_rate": sampling.fim_spm_rate},
         "sampling": json.loads(sampling.model_dump_json()),
         "sources": source_stats,

@@ -4,7 +4,9 @@ around lib.
 
 - `inspect_buffer_file` runs once per buffer file (`.map`), on threads or on Ray, and yields the
   content hash the cache keys and the lineage registry both use.
-- `ingest_shard` and `filter_shard` run once per shard (`.map`), `dedup_shards` once over all.
+- `ingest_shard` and `filter_shard` run once per shard (`.map`), `dedup_shards` once over all;
+  `tokenize_file` once per input file (`.map`) into the token cache, before `prepare_data`
+  draws the manifest from cached shards.
 - The curation steps and `prepare_data` are cached on the content of what they read plus their
   config section and lib code (tasks/cache_keys.py); results persist under `<workspace>/cache/`.
 - A cache hit returns the outputs of the run that computed them; `adopt_outputs` hard-links
@@ -240,6 +242,24 @@ def _data_settings(p: dict[str, Any]) -> Any:
         "seq_len": cfg.training.seq_len,
         "token_budget": p["budget"],
     }
+
+
+@task(name="plan-tokenization", **IO_RETRIES)
+def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str) -> list[dict[str, Any]]:
+    """One tokenization job per input file of `sources` (plain dicts, one per mapped task)."""
+    from lib.sampling import tokenize_tasks
+    from lib.tokenizer import load_tokenizer
+
+    return tokenize_tasks(sources, load_tokenizer(tokenizer_dir), run_dir, cfg.sampling, cfg.training.seq_len)
+
+
+@task(name="tokenize-file", **IO_RETRIES)
+def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> dict[str, Any]:
+    """One input file into the workspace's token cache, unless it is there already (the cache is
+    keyed on the file's content, the tokenizer and the hold-out and FIM rules)."""
+    from lib.sampling import tokenize_to_cache
+
+    return tokenize_to_cache(job, tokenizer_dir, cache_dir)
 
 
 @task(

@@ -184,6 +184,9 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     shards = night["curation"]["shards"]
     assert shards == 2 and states["ingest-shard"] == states["filter-shard"] == ["Cached"] * shards, states
     assert states["dedup-shards"] == ["Cached"] and states["prepare-training-data"] == ["Cached"], states
+    # a tokenize task per input file (the corpus parts and the two curated parts), all in the token cache
+    assert len(states["tokenize-file"]) >= 3 and set(states["tokenize-file"]) == {"Completed"}, states
+    assert len([e for e in ws.token_cache.iterdir() if not e.name.startswith(".")]) >= len(states["tokenize-file"])
     assert states["train"] == ["Completed"]
     second = again.result()
     assert second["version"] == "v2" and second["run_id"] != night["run_id"]

@@ -295,3 +295,26 @@ def test_token_cache_reuses_shards_and_keeps_the_manifest(env, base, tmp_path):
     third = _prepare(env, "cached3", cache_dir=cache, heldout_fraction=0.3)
     assert all(f["cached"] for f in third["sources"]["stdlib"]["files"])
     assert not any(f["cached"] for f in third["sources"]["new"]["files"])
+
+
+def test_files_tokenized_one_by_one_into_the_cache_give_the_same_manifest(env, base, tmp_path):
+    """The flow's mapped step: tokenize_to_cache per file (threads, as a task runner would), then
+    prepare_training_data only links shards, and the manifest is byte-identical."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lib.sampling import tokenize_tasks, tokenize_to_cache
+    from lib.tokenizer import load_tokenizer
+
+    cache = tmp_path / "cache"
+    cfg = SamplingConfig(heldout_fraction=0.2, fim_rate_code=0.0)
+    srcs = two_sources(env["corpus"], env["new"], 0.25)
+    tasks = tokenize_tasks(srcs, load_tokenizer(env["tok"]), tmp_path / "unused", cfg, SEQ)
+    assert len(tasks) >= 2
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda t: tokenize_to_cache(t, env["tok"], cache), tasks))
+    assert not any(d["cached"] for d in done) and all(d["tokens"] > 0 for d in done)
+    assert all(d["cached"] for d in (tokenize_to_cache(t, env["tok"], cache) for t in tasks))
+    assert not list(cache.glob(".work-*"))  # scratch folders are gone
+    data = _prepare(env, "mapped", cache_dir=cache)
+    assert all(f["cached"] for s in data["sources"].values() for f in s["files"])
+    assert (env["root"] / "mapped" / "manifest.parquet").read_bytes() == (env["root"] / "base" / "manifest.parquet").read_bytes()
