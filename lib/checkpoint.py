@@ -102,6 +102,23 @@ def copy_tokenizer_files(src: str | Path, dst: str | Path) -> list[str]:
     return copied
 
 
+STORAGE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def storage_dtype(setting: str, parent_dir: str | Path | None) -> str:
+    """The dtype a version's weights are stored in: `setting`, or for "auto" the parent's
+    (config.json `dtype`, or `torch_dtype` in older files), float32 without a parent."""
+    if setting != "auto":
+        if setting not in STORAGE_DTYPES:
+            raise ValueError(f"checkpoints.dtype must be auto or one of {STORAGE_DTYPES}, got {setting!r}")
+        return setting
+    if parent_dir is None:
+        return "float32"
+    config = json.loads((materialize(Path(parent_dir)) / "config.json").read_text())
+    found = config.get("dtype") or config.get("torch_dtype") or "float32"
+    return found if found in STORAGE_DTYPES else "float32"
+
+
 def write_version(
     out_dir: str | Path,
     model,
@@ -110,11 +127,19 @@ def write_version(
     meta: dict[str, Any],
     optimizer_state: dict | None = None,
     overwrite: bool = False,
+    dtype: str | None = None,
 ) -> Path:
     """Write a full version folder atomically: HF weights + config, tokenizer files, meta.json
-    with the sha256 digest of model.safetensors, and optionally optimizer.pt."""
+    with the sha256 digest of model.safetensors, and optionally optimizer.pt. With `dtype`
+    (float32, bfloat16, float16) the weights are stored in it: the model is cast IN PLACE, so
+    call this last (the trainer does, after its final step)."""
     import torch
     from transformers.utils import logging as hf_logging
+
+    if dtype is not None:
+        if dtype not in STORAGE_DTYPES:
+            raise ValueError(f"dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
+        model.to(getattr(torch, dtype))
 
     hf_logging.disable_progress_bar()  # a bar per file in a nightly log is noise
     out_dir = Path(out_dir)
@@ -127,6 +152,11 @@ def write_version(
         model.save_pretrained(tmp, safe_serialization=True, max_shard_size="1000GB")
         if not (tmp / MODEL_FILE).is_file():
             raise CheckpointError(f"save_pretrained did not write {MODEL_FILE} in {tmp}")
+        stored = str(next(model.parameters()).dtype).removeprefix("torch.")
+        config = json.loads((tmp / "config.json").read_text())
+        if config.get("dtype") != stored:  # what from_pretrained(dtype="auto") and users read
+            config["dtype"] = stored
+            (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         copy_tokenizer_files(tokenizer_dir, tmp)
         if optimizer_state is not None:
             torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
@@ -134,6 +164,7 @@ def write_version(
         full.setdefault("version", out_dir.name)
         full["digest"] = sha256_file(tmp / MODEL_FILE)
         full["model_bytes"] = (tmp / MODEL_FILE).stat().st_size
+        full["storage_dtype"] = stored
         full["has_optimizer_state"] = optimizer_state is not None
         full.setdefault("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         _write_json_atomic(tmp / META_FILE, full)

@@ -137,6 +137,9 @@ class TrainingConfig(_Section):
 class CheckpointConfig(_Section):
     delta: bool = Field(True, description="Store a new version as a lossless zstd-compressed XOR delta against its parent.")
     full_every: int = Field(5, ge=1, description="Store a full copy every this many versions in a chain, to bound restore time.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Precision of a version's stored weights (training keeps fp32 master weights either way). "
+                            "auto: the parent's (a bf16 model stays bf16); float32 for a model pre-trained here.")
 
 
 class EvalConfig(_Section):

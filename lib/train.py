@@ -288,7 +288,7 @@ def train(
     import torch.nn.functional as F
 
     from lib import snapshot as snap
-    from lib.checkpoint import load_optimizer_state, materialize, read_meta, write_version
+    from lib.checkpoint import load_optimizer_state, materialize, read_meta, storage_dtype, write_version
     from lib.model import build_model, count_parameters, flops_per_token, load_model
     from lib.schedule import lr_at, peak_lr
     from lib.workspace import RunDir
@@ -527,7 +527,9 @@ def train(
             version_meta.update(meta or {})
             save_opt = optimizer.state_dict() if tcfg.optimizer_state == "inherit" else None
             model.config.use_cache = True  # off for training only; a served version generates with a KV cache
-            write_version(out_dir, model, tokenizer_dir=tok_dir, meta=version_meta, optimizer_state=save_opt, overwrite=resume)
+            dtype = storage_dtype(cfg.checkpoints.dtype, None if init else parent)
+            write_version(out_dir, model, tokenizer_dir=tok_dir, meta=version_meta, optimizer_state=save_opt, overwrite=resume,
+                          dtype=dtype)
             log.info("wrote version %s (final loss %.4f)", out_dir, final_metrics["final_loss"] or float("nan"))
         d.barrier()
         return {"status": status, "step": step, "out": str(out_dir), "final_metrics": final_metrics}

@@ -157,3 +157,35 @@ def test_checkpoint_cli_compact_info_restore(tmp_path, tokenizer_dir):
     assert res.exit_code == 0 and (v1 / MODEL_FILE).read_bytes() == expected
     res = runner.invoke(app, ["checkpoint", "info", "v9", "-w", str(ws)])
     assert res.exit_code != 0 and "no checkpoint version 'v9'" in str(res.exception)
+
+
+def test_bf16_storage_stays_bf16_and_its_delta_is_small_and_exact(tmp_path, tokenizer_dir):
+    """checkpoints.dtype: a version stored in bf16 says so in config.json and meta, loads in bf16
+    with dtype="auto", a child with "auto" inherits bf16 from its parent, and a bf16 child's delta
+    against its parent restores bit-exactly; with a consolidation-sized change (0.1% relative)
+    most bf16 weights do not move, so the delta is a fraction of what the same change costs fp32."""
+    from transformers import AutoModelForCausalLM
+
+    from lib.checkpoint import storage_dtype
+
+    model = _model()
+    v0 = write_version(tmp_path / "v0", model, tokenizer_dir=tokenizer_dir, meta={}, dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16  # cast in place, as documented
+    assert json.loads((v0 / "config.json").read_text())["dtype"] == "bfloat16" and read_meta(v0)["storage_dtype"] == "bfloat16"
+    loaded = AutoModelForCausalLM.from_pretrained(v0, dtype="auto")
+    assert next(loaded.parameters()).dtype == torch.bfloat16
+    assert storage_dtype("auto", v0) == "bfloat16" and storage_dtype("auto", None) == "float32"
+    assert storage_dtype("float16", v0) == "float16"
+    with pytest.raises(ValueError, match="checkpoints.dtype"):
+        storage_dtype("int8", v0)
+
+    child = loaded.float()  # training runs on fp32 master weights
+    _nudge(child, 0.001, 7)
+    v1 = write_version(tmp_path / "v1", child, tokenizer_dir=tokenizer_dir, meta={}, dtype=storage_dtype("auto", v0))
+    original = (v1 / MODEL_FILE).read_bytes()
+    info = compact(v1, v0)
+    assert (materialize(v1) / MODEL_FILE).read_bytes() == original
+    fp32 = [write_version(tmp_path / f"f{i}", m, tokenizer_dir=tokenizer_dir, meta={}, dtype="float32")
+            for i, m in enumerate([_model(), _nudge(_model(), 0.001, 7)])]
+    info32 = compact(fp32[1], fp32[0])
+    assert info["ratio"] < 0.5 * info32["ratio"], (info["ratio"], info32["ratio"])

@@ -309,3 +309,25 @@ def test_consolidation_from_a_delta_stored_parent(prepared, v0, tmp_path):
     meta = read_meta(tmp_path / "v2")
     assert meta["parent_checkpoint"] == "v1" and meta["parent_digest"] == read_meta(v1)["digest"]
     assert (tmp_path / "v2" / MODEL_FILE).is_file() and (tmp_path / "v2" / "tokenizer.json").is_file()
+
+
+def test_a_bf16_parent_gives_a_bf16_child_trained_on_fp32_weights(prepared, v0, tmp_path):
+    """checkpoints.dtype: v1 stored in bf16 on request; its child with the default "auto" stays
+    bf16 (the parent's dtype), and training itself ran on fp32 weights (finite loss, moved)."""
+    import torch
+    from safetensors import safe_open
+
+    from lib.config import load_config
+    from lib.train import train
+
+    cfg = load_config(prepared["config"], overrides=["training.num_iterations=2", "checkpoints.dtype=bfloat16"])
+    v1 = train(cfg, prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t1", meta={"version": "v1"})["out"]
+    auto = load_config(prepared["config"], overrides=["training.num_iterations=2"])
+    assert auto.checkpoints.dtype == "auto"
+    v2 = train(auto, prepared["data"], tmp_path / "v2", parent=v1, train_dir=tmp_path / "t2", meta={"version": "v2"})
+    for v in (v1, v2["out"]):
+        assert read_meta(v)["storage_dtype"] == "bfloat16"
+        with safe_open(Path(v) / MODEL_FILE, "pt") as f:
+            assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+    assert v2["final_metrics"]["final_loss"] == v2["final_metrics"]["final_loss"]  # not NaN
+    assert read_meta(v0)["storage_dtype"] == "float32"  # a model pre-trained here stays fp32
