@@ -1,12 +1,14 @@
-"""Delta storage: bytes of a version stored as an XOR delta against its parent vs a full checkpoint.
+"""Delta storage: bytes of a version stored as a delta against its parent vs a full checkpoint.
 
 Pre-trains a small v0 (`--pretrain-steps` at `--pretrain-lr`, default 3e-3), consolidates it for `--steps` at
 lr_scale `--lr-scale` (the issue's 200 steps at 0.1) with the real trainer, then stores the
 child three ways and prints each size as a ratio of the full model.safetensors:
   full        the file itself (the baseline, 100%)
   zstd        the file zstd-compressed without a parent (what compression alone buys)
-  xor         lib.checkpoint's delta without the byte-plane shuffle (XOR + zstd)
-  xor+planes  lib.checkpoint.compact (XOR, byte planes, zstd): the stored format
+  xor         XOR with the parent + zstd, no byte-plane shuffle
+  xor+planes  XOR, byte planes, zstd: delta format 1
+  diff+planes lib.checkpoint.compact: zigzag integer difference of the float bit patterns, byte
+              planes, zstd (delta format 2, the stored one)
 and checks that materialize() restores the bytes exactly. `--dtype bfloat16` stores both
 versions in bf16 (checkpoints.dtype), as most Hugging Face checkpoints are; training still runs
 on fp32 master weights.
@@ -46,7 +48,7 @@ def main() -> None:
     import numpy as np
     import zstandard
 
-    from lib.checkpoint import MODEL_FILE, _byteplanes, _reference, _split_safetensors, compact, materialize, read_meta
+    from lib.checkpoint import MODEL_FILE, _byteplanes, _reference, _split_safetensors, compact, encode_delta, materialize, read_meta
     from lib.config import load_config
     from lib.train import train
     from train_fixtures import prepare, write_config
@@ -102,14 +104,16 @@ def main() -> None:
         meta = read_meta(work / "v1")
         print(f"model: {args.layers} layers × {args.width} wide, {len(full):,} bytes {args.dtype}; v0 {args.pretrain_steps} steps at {args.pretrain_lr:g}, "
               f"consolidation {args.steps} steps at lr_scale {args.lr_scale} (peak {meta['peak_lr']:.1e}); training {t_train:.0f} s")
-        print(f"{'storage':<12}{'bytes':>12}{'of full':>10}")
-        for name, n in (("full", len(full)), ("zstd", zstd_only), ("xor", xor_plain), ("xor+planes", info["delta_bytes"])):
-            print(f"{name:<12}{n:>12,}{n / len(full):>10.1%}")
+        print(f"{'storage':<13}{'bytes':>12}{'of full':>10}")
+        xor_planes = len(encode_delta(full, parent, method="xor")[0])
+        for name, n in (("full", len(full)), ("zstd", zstd_only), ("xor", xor_plain), ("xor+planes", xor_planes),
+                        ("diff+planes", info["delta_bytes"])):
+            print(f"{name:<13}{n:>12,}{n / len(full):>10.1%}")
         print(f"{args.dtype} byte planes after XOR, compressed/raw (sign+exponent … low mantissa): "
               + " ".join(f"{r:.0%}" for r in reversed(plane_ratio)))
         print(f"weights: median relative change {float(rel.median()):.2%}, unchanged values {unchanged:.1%}")
         print(f"compact {t_compact:.2f} s, materialize {t_restore:.2f} s; restore bit-exact: yes")
-        print(json.dumps({"dtype": args.dtype, "delta_ratio": info["ratio"], "zstd_ratio": zstd_only / len(full),
+        print(json.dumps({"dtype": args.dtype, "delta_ratio": info["ratio"], "xor_planes_ratio": xor_planes / len(full), "zstd_ratio": zstd_only / len(full),
                           "xor_ratio": xor_plain / len(full), "median_relative_change": float(rel.median())}))
     finally:
         if args.keep:
