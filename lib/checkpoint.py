@@ -40,7 +40,8 @@ DELTA_META = "delta.json"
 META_FILE = "meta.json"
 OPTIMIZER_FILE = "optimizer.pt"
 MATERIALIZED = ".full"
-DELTA_FORMAT = "xor-byteplane-zstd/1"
+DELTA_FORMAT = "diff-byteplane-zstd/2"  # written; format 1 (XOR for every tensor) is still read
+DELTA_FORMATS = {"xor-byteplane-zstd/1": "xor", DELTA_FORMAT: "diff"}
 
 # Files of a Hugging Face tokenizer folder that travel with every version.
 TOKENIZER_FILES = (
@@ -215,12 +216,13 @@ def _tensors(header: dict) -> dict[str, dict]:
 
 
 def _reference(target_header: dict, data_len: int, parent_header: dict, parent_data: memoryview):
-    """Parent bytes laid out at the target's offsets for every tensor both share (zeros elsewhere)."""
+    """Parent bytes laid out at the target's offsets for every tensor both share (zeros elsewhere),
+    and the names of those tensors."""
     import numpy as np
 
     ref = np.zeros(data_len, dtype=np.uint8)
     parent_tensors = _tensors(parent_header)
-    matched = 0
+    matched = []
     for name, info in _tensors(target_header).items():
         p = parent_tensors.get(name)
         if p is None or p["dtype"] != info["dtype"] or p["shape"] != info["shape"]:
@@ -228,8 +230,39 @@ def _reference(target_header: dict, data_len: int, parent_header: dict, parent_d
         b, e = info["data_offsets"]
         pb, pe = p["data_offsets"]
         ref[b:e] = np.frombuffer(parent_data[pb:pe], dtype=np.uint8)
-        matched += 1
+        matched.append(name)
     return ref, matched
+
+
+_FLOAT_UINT = {"F32": "<u4", "F16": "<u2", "BF16": "<u2", "F64": "<u8"}
+
+
+def _diff(x, ref, header: dict, matched: list[str], inverse: bool) -> None:
+    """In place on the data bytes `x`: for shared float tensors, the zigzag-coded integer
+    difference of the bit patterns (target - parent, mod 2^bits); XOR for everything else.
+    A weight that moved by a few ulps costs a few low bits, where XOR also flips every bit
+    between the changed ones and the top of the mantissa. `inverse` undoes it given `ref`."""
+    import numpy as np
+
+    x ^= ref  # XOR everywhere first; float tensors are redone below
+    for name in matched:
+        info = header[name]
+        kind = _FLOAT_UINT.get(info["dtype"])
+        b, e = info["data_offsets"]
+        if kind is None or e <= b:
+            continue
+        bits = np.dtype(kind).itemsize * 8
+        seg = x[b:e].view(kind)
+        base = ref[b:e].view(kind)
+        seg ^= base  # back to the raw target (or the stored code)
+        one, shift = np.array(1, kind), np.array(bits - 1, kind)
+        with np.errstate(over="ignore"):
+            if not inverse:
+                d = seg - base                      # wraps mod 2^bits
+                seg[:] = (d << one) ^ (0 - (d >> shift))  # zigzag: small |d| -> small code
+            else:
+                d = (seg >> one) ^ (0 - (seg & one))
+                seg[:] = base + d
 
 
 def _byteplanes(buf, header: dict, inverse: bool) -> None:
@@ -244,21 +277,28 @@ def _byteplanes(buf, header: dict, inverse: bool) -> None:
 
 
 # -- delta storage --------------------------------------------------------------------------------
-def encode_delta(target: bytes, parent: bytes, *, level: int = 3) -> tuple[bytes, dict]:
-    """Compress the safetensors bytes `target` against `parent`: returns (delta bytes, stats)."""
+def encode_delta(target: bytes, parent: bytes, *, level: int = 3, method: str = "diff") -> tuple[bytes, dict]:
+    """Compress the safetensors bytes `target` against `parent`: returns (delta bytes, stats).
+    method "diff" (format 2, the default) or "xor" (format 1)."""
     import numpy as np
     import zstandard
 
     head, t_header, t_data = _split_safetensors(target, "target")
     _, p_header, p_data = _split_safetensors(parent, "parent")
     ref, matched = _reference(t_header, len(t_data), p_header, p_data)
-    x = np.frombuffer(t_data, dtype=np.uint8) ^ ref
+    x = np.frombuffer(t_data, dtype=np.uint8).copy()
+    if method == "diff":
+        _diff(x, ref, t_header, matched, inverse=False)
+    elif method == "xor":
+        x ^= ref
+    else:
+        raise ValueError(f"unknown delta method {method!r}")
     _byteplanes(x, t_header, inverse=False)
     payload = zstandard.ZstdCompressor(level=level, threads=-1).compress(head + x.tobytes())
-    return payload, {"tensors": len(_tensors(t_header)), "tensors_xored": matched}
+    return payload, {"tensors": len(_tensors(t_header)), "tensors_matched": len(matched), "method": method}
 
 
-def decode_delta(payload: bytes, parent: bytes) -> bytes:
+def decode_delta(payload: bytes, parent: bytes, method: str = "diff") -> bytes:
     """Inverse of `encode_delta`: the target file's exact bytes."""
     import numpy as np
     import zstandard
@@ -266,10 +306,16 @@ def decode_delta(payload: bytes, parent: bytes) -> bytes:
     raw = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
     head, t_header, t_data = _split_safetensors(raw, "delta payload")
     _, p_header, p_data = _split_safetensors(parent, "parent")
-    ref, _ = _reference(t_header, len(t_data), p_header, p_data)
+    ref, matched = _reference(t_header, len(t_data), p_header, p_data)
     x = np.frombuffer(t_data, dtype=np.uint8).copy()
     _byteplanes(x, t_header, inverse=True)
-    return head + (x ^ ref).tobytes()
+    if method == "diff":
+        _diff(x, ref, t_header, matched, inverse=True)
+    elif method == "xor":
+        x ^= ref
+    else:
+        raise ValueError(f"unknown delta method {method!r}")
+    return head + x.tobytes()
 
 
 def chain_depth(version_dir: str | Path) -> int:
@@ -368,7 +414,7 @@ def materialize(version_dir: str | Path) -> Path:
             return version_dir  # a sharded HF folder: loadable as it is
         raise CheckpointError(f"{version_dir} holds neither {MODEL_FILE} nor a delta ({DELTA_FILE} + {DELTA_META})")
     info = json.loads((version_dir / DELTA_META).read_text(encoding="utf-8"))
-    if info.get("format") != DELTA_FORMAT:
+    if info.get("format") not in DELTA_FORMATS:
         raise CheckpointError(f"{version_dir / DELTA_META}: unknown delta format {info.get('format')!r}")
     cache = version_dir / MATERIALIZED
     cached = cache / MODEL_FILE
@@ -381,7 +427,7 @@ def materialize(version_dir: str | Path) -> Path:
             f"{version_dir} was stored against parent weights with sha256 {info['parent_digest']}, "
             f"but {parent_dir} now holds different weights; the delta cannot be restored"
         )
-    target = decode_delta((version_dir / DELTA_FILE).read_bytes(), parent)
+    target = decode_delta((version_dir / DELTA_FILE).read_bytes(), parent, DELTA_FORMATS[info["format"]])
     if hashlib.sha256(target).hexdigest() != info["digest"]:
         raise CheckpointError(f"{version_dir / DELTA_FILE} is corrupt: restored weights fail the sha256 check")
     tmp = version_dir / f".full.tmp-{uuid.uuid4().hex[:8]}"

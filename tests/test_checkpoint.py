@@ -83,7 +83,7 @@ def test_delta_round_trip_is_bit_exact_over_a_chain(tmp_path, tokenizer_dir):
     assert is_delta(v1) and is_delta(v2) and is_full(v0)
     assert not (v2 / MODEL_FILE).exists() and (v2 / DELTA_FILE).is_file()
     assert chain_depth(v2) == 2 and chain_depth(v0) == 0
-    assert info1["tensors_xored"] == info1["tensors"] and info1["ratio"] < 1
+    assert info1["tensors_matched"] == info1["tensors"] and info1["ratio"] < 1
     for v in (v1, v2):
         folder = materialize(v)
         assert folder == v / MATERIALIZED
@@ -135,7 +135,7 @@ def test_parent_moved_together_with_child_is_found_as_sibling(tmp_path, tokenize
     shutil.move(tmp_path / "a", tmp_path / "b")  # a copied workspace: absolute parent path is stale
     assert (materialize(tmp_path / "b" / "v1") / MODEL_FILE).read_bytes() == expected
     info = json.loads((tmp_path / "b" / "v1" / "delta.json").read_text())
-    assert info["format"].startswith("xor-byteplane-zstd")
+    assert info["format"] == "diff-byteplane-zstd/2"
 
 
 def test_checkpoint_cli_compact_info_restore(tmp_path, tokenizer_dir):
@@ -189,3 +189,40 @@ def test_bf16_storage_stays_bf16_and_its_delta_is_small_and_exact(tmp_path, toke
             for i, m in enumerate([_model(), _nudge(_model(), 0.001, 7)])]
     info32 = compact(fp32[1], fp32[0])
     assert info["ratio"] < 0.5 * info32["ratio"], (info["ratio"], info32["ratio"])
+
+
+def test_format_1_xor_deltas_still_restore_and_format_2_is_smaller(tmp_path, tokenizer_dir):
+    """A delta written by the earlier XOR format (delta.json format xor-byteplane-zstd/1) still
+    materialises bit-exactly; the current integer-difference format is smaller on the same pair,
+    and both round-trip every dtype (bf16, fp32, and an int tensor stored beside them)."""
+    from lib.checkpoint import DELTA_FORMAT, DELTA_META, decode_delta, encode_delta
+
+    v0, v1 = _versions(tmp_path, tokenizer_dir, 2)
+    target, parent = (v1 / MODEL_FILE).read_bytes(), (v0 / MODEL_FILE).read_bytes()
+    old, _ = encode_delta(target, parent, method="xor")
+    new, stats = encode_delta(target, parent)
+    assert stats["method"] == "diff" and len(new) < len(old)
+    assert decode_delta(old, parent, "xor") == target and decode_delta(new, parent) == target
+    info = compact(v1, v0)
+    assert info["format"] == DELTA_FORMAT
+    # rewrite v1 as a format-1 delta, as an older release left it
+    (v1 / DELTA_FILE).write_bytes(old)
+    meta = json.loads((v1 / DELTA_META).read_text())
+    (v1 / DELTA_META).write_text(json.dumps({**meta, "format": "xor-byteplane-zstd/1", "delta_bytes": len(old)}))
+    shutil.rmtree(v1 / MATERIALIZED, ignore_errors=True)
+    assert (materialize(v1) / MODEL_FILE).read_bytes() == target
+    (v1 / DELTA_META).write_text(json.dumps({**meta, "format": "zip/9"}))
+    shutil.rmtree(v1 / MATERIALIZED, ignore_errors=True)
+    with pytest.raises(CheckpointError, match="unknown delta format"):
+        materialize(v1)
+
+    from safetensors.torch import save
+
+    g = torch.Generator().manual_seed(3)
+    a = {"w16": torch.randn(257, generator=g).bfloat16(), "w32": torch.randn(64, 3, generator=g),
+         "ids": torch.arange(10, dtype=torch.int64), "only_in_child": torch.ones(4)}
+    b = {k: (v * 1.01 if v.is_floating_point() else v + 1) for k, v in a.items()}
+    b["w32"][0, 0] = -b["w32"][0, 0]  # a sign flip: the difference wraps around
+    pa, pb = save({k: v for k, v in a.items() if k != "only_in_child"}), save(b)
+    for method in ("diff", "xor"):
+        assert decode_delta(encode_delta(pb, pa, method=method)[0], pa, method) == pb
