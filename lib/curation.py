@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lib.config import ConsolidationConfig
-from lib.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup
+from lib.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup, signature_params
 from lib.fasttext_filters import identify_languages, quality_scores
 from lib.ingest import DeferredRegistry, apply_registry_events, atomic_write_table, buffer_files, flush_buffer, ingest
 from lib.lineage import Lineage
@@ -195,7 +195,7 @@ def dedup_shards(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, world
         sig = sig_all[alive]
     kept = np.flatnonzero(keep)
     np.savez(_state_path(run_dir), exact=hashes[kept], ids=np.asarray([ids[i] for i in kept], dtype=str),
-             signatures=sig, params=np.array(json.dumps({"num_perm": c.num_perm, "ngram": c.ngram, "shingle": c.shingle, "seed": _SEED}, sort_keys=True)))
+             signatures=sig, params=np.array(json.dumps(signature_params(c.num_perm, c.ngram, c.shingle, _SEED), sort_keys=True)))
     atomic_write_table(pa.Table.from_pylist(duplicates, schema=DUPLICATES_SCHEMA), run_dir.path / "curation" / "duplicates.parquet")
     # back to each shard's own row order
     keep_by_row = np.empty(n, dtype=bool)

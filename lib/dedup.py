@@ -2,7 +2,7 @@
 
 - Exact: xxh3-64 of the normalised text (NFKC, lower case, collapsed whitespace); the earliest
   document of each hash survives, and a hash already in the persisted index drops the document.
-- Near: MinHash signatures (lib.minhash; processes over text chunks), LSH bands chosen for the
+- Near: MinHash signatures (lib.minhash; threads over text chunks), LSH bands chosen for the
   threshold, candidate pairs = documents sharing a band bucket, connected components with
   scipy's union-find equivalent (`connected_components`), survivor = smallest index.
 - Optional verification drops candidate pairs whose exact Jaccard (same shingles) is below the
@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing as mp
 import os
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 import xxhash
 
 from lib.minhash import (
+    HASH_VERSION,
     MinHasher,
     band_keys,
     estimated_jaccard,
@@ -65,11 +65,6 @@ def exact_duplicate_clusters(texts: list[str]) -> np.ndarray:
 
 # -- signatures -------------------------------------------------------------------------------
 
-def _signature_chunk(args) -> np.ndarray:
-    norm, num_perm, ngram, shingle, seed = args
-    return MinHasher(num_perm, seed).signatures(norm, ngram, shingle, normalized=True)
-
-
 def resolve_workers(workers: int | None) -> int:
     if workers is None:
         return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
@@ -82,17 +77,22 @@ def compute_signatures(
     norm_texts: list[str], num_perm: int = 128, ngram: int = 5, shingle: str = "word", seed: int = 1,
     workers: int | None = None,
 ) -> np.ndarray:
-    """uint32[n, num_perm] for normalised texts; chunks of ~4 MB of text go to `workers` processes."""
+    """uint32[n, num_perm] for normalised texts; chunks of ~4 MB of text go to `workers` threads
+    (the compiled kernel releases the GIL, so threads scale without copying texts to processes)."""
     workers = resolve_workers(workers)
+    hasher = MinHasher(num_perm, seed)
     chunks = text_chunks(norm_texts)
     if workers == 1 or len(chunks) < 2:
-        return MinHasher(num_perm, seed).signatures(norm_texts, ngram, shingle, normalized=True)
-    jobs = [(norm_texts[lo:hi], num_perm, ngram, shingle, seed) for lo, hi in chunks]
-    # fork is cheap but unsafe beside other threads (a Prefect worker); spawn re-imports this module.
-    method = "fork" if threading.active_count() == 1 else "spawn"
-    with mp.get_context(method).Pool(min(workers, len(chunks))) as pool:
-        parts = pool.map(_signature_chunk, jobs, chunksize=1)
-    return np.concatenate(parts, axis=0)
+        return hasher.signatures(norm_texts, ngram, shingle, normalized=True)
+    out = np.empty((len(norm_texts), num_perm), dtype=np.uint32)
+
+    def one(chunk: tuple[int, int]) -> None:
+        lo, hi = chunk
+        out[lo:hi] = hasher.signatures(norm_texts[lo:hi], ngram, shingle, normalized=True)
+
+    with ThreadPoolExecutor(min(workers, len(chunks))) as pool:
+        list(pool.map(one, chunks))
+    return out
 
 
 # -- LSH --------------------------------------------------------------------------------------
@@ -204,6 +204,11 @@ def near_duplicate_clusters(
     return near_dedup(norm, threshold, num_perm, ngram, shingle, verify, workers).representative
 
 
+def signature_params(num_perm: int, ngram: int, shingle: str, seed: int) -> dict:
+    """What makes two signatures comparable; stored beside every persisted night."""
+    return {"num_perm": num_perm, "ngram": ngram, "shingle": shingle, "seed": seed, "hash": HASH_VERSION}
+
+
 # -- persisted index of earlier nights --------------------------------------------------------
 
 class DedupIndex:
@@ -230,7 +235,7 @@ class DedupIndex:
         for path in sorted(self.minhash_dir.glob("*.npz")):
             with np.load(path, allow_pickle=False) as z:
                 params = json.loads(str(z["params"]))
-                if params != {"num_perm": num_perm, "ngram": ngram, "shingle": shingle, "seed": seed}:
+                if params != signature_params(num_perm, ngram, shingle, seed):
                     log.warning("dedup index %s was built with %s; skipped for these parameters", path, params)
                     continue
                 ids.append(z["ids"])

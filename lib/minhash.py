@@ -1,20 +1,28 @@
-"""MinHash signatures and LSH banding, vectorised with numpy (no per-shingle Python loop).
+"""MinHash signatures and LSH banding: one compiled pass over the text (numba), no Python loop
+per shingle and no shingle array in between.
 
 - Normalise: NFKC, lower case, whitespace collapsed to single spaces (`normalize_text`).
-- Shingles: word n-grams (default 5) or character n-grams of the normalised text. Every shingle is
-  a byte span of one big buffer holding a chunk of documents, so its 64-bit hash is a difference
-  of two prefix sums of a polynomial rolling hash (mod 2^64), finalised with murmur3's fmix64.
-  A document with fewer than n words (chars) is one shingle; an empty document has none.
+- Units: words (runs of non-whitespace bytes) or characters (a UTF-8 lead byte and its
+  continuation bytes) of the normalised text's UTF-8 bytes. Each unit is hashed once: FNV-1a over
+  its bytes, finalised with murmur3's fmix64 (with the unit's length mixed in).
+- Shingles: n consecutive units (default word 5-grams); the shingle hash chains the n unit hashes
+  in order (FNV-style multiply, then fmix64), so it depends on the units and their order, never on
+  the position. A document with fewer than n units is one shingle of all of them; an empty one has
+  none (its signature stays all MAX_HASH).
 - Permutations: on the high 32 bits x of each shingle hash, h_i(x) = (a_i * x + b_i) mod 2^32
   with a_i odd (a bijection of the 32-bit values); signature = min over the document's shingles.
+  `signatures` runs all of it in `_signature_kernel` (compiled once, cached on disk by numba; it
+  releases the GIL, so threads scale); `shingle_hashes` exposes the same 64-bit shingle hashes for
+  exact-Jaccard checks, and `signatures_from_hashes(shingle_hashes(t))` equals `signatures(t)`.
 - LSH: (bands b, rows r) with b * r <= num_perm chosen by minimising the weighted false-positive
   + false-negative areas under the S-curve 1 - (1 - s^r)^b (datasketch's `_optimal_param`);
   each band of a signature is folded into one 64-bit bucket key.
 
-Trade-off: 32-bit affine maps replace datasketch's `(a*x + b) mod (2^61 - 1)` in 64 bits: the
-(shingle, permutation) matrix costs 0.5 ns per entry instead of 1.95 ns (64-bit multiply-shift)
-or more (a 64-bit modulo). The inputs are already fmix64-mixed hashes, so the weaker family does
-not bias the estimate: tests/test_dedup.py checks it within 0.03 of the exact Jaccard.
+Trade-off: 32-bit affine maps replace datasketch's `(a*x + b) mod (2^61 - 1)` in 64 bits: they
+vectorise as 8 lanes of 32-bit multiply-add-min per AVX2 instruction. The inputs are already
+fmix64-mixed hashes, so the weaker family does not bias the estimate: tests/test_dedup.py checks it
+within 0.03 of the exact Jaccard. The first call in a fresh environment compiles the kernels (a few
+seconds); numba caches them in `__pycache__`, so later processes load them in well under a second.
 """
 
 from __future__ import annotations
@@ -25,14 +33,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from numba import njit
 
 MAX_HASH = np.uint32(0xFFFFFFFF)
-_P = np.uint64(0x100000001B3)  # FNV-64 prime: odd, so invertible mod 2^64
-_M64 = (1 << 64) - 1
-# Shingles per matrix block: 128 perms x 16k shingles x 8 B = 16 MB, stays in L2/L3.
-_BLOCK = 16384
-# Bytes of text per hashing chunk: bounds the prefix-sum arrays (8 x 4 MB x 4 arrays).
+HASH_VERSION = 2  # bump when signatures of the same text change (the dedup index keys on it)
+# Bytes of text per kernel call (bounds the encoded buffer; threads take chunks of this size).
 _TEXT_CHUNK = 4 << 20
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_C1 = np.uint64(0xFF51AFD7ED558CCD)
+_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+_S32 = np.uint64(32)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
 def normalize_text(text: str) -> str:
@@ -41,7 +55,7 @@ def normalize_text(text: str) -> str:
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
-    """murmur3's 64-bit finaliser: spreads the rolling hash's bits (in place)."""
+    """murmur3's 64-bit finaliser on a numpy array (in place)."""
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
     h ^= h >> np.uint64(33)
@@ -50,30 +64,131 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
     return h
 
 
-@lru_cache(maxsize=4)
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """P^j and P^-j mod 2^64 for j < n."""
-    pinv = np.uint64(pow(int(_P), -1, 1 << 64))
-    with np.errstate(over="ignore"):
-        pw = np.cumprod(np.full(n, _P, dtype=np.uint64))
-        pw = np.concatenate([np.ones(1, np.uint64), pw[:-1]])
-        ipw = np.cumprod(np.full(n, pinv, dtype=np.uint64))
-        ipw = np.concatenate([np.ones(1, np.uint64), ipw[:-1]])
-    return pw, ipw
+@njit(inline="always")
+def _fmix(h):
+    h ^= h >> _S33
+    h *= _C1
+    h ^= h >> _S33
+    h *= _C2
+    h ^= h >> _S33
+    return h
 
 
-def _span_hashes(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """64-bit hashes of the byte spans buf[starts[k]:ends[k]], position independent."""
-    n = len(buf) + 1
-    size = 1 << max(16, (n - 1).bit_length())  # cache powers by size class
-    pw, ipw = _powers(size)
-    with np.errstate(over="ignore"):
-        prefix = np.zeros(n, dtype=np.uint64)
-        # +1 so that a zero byte still contributes; sums wrap mod 2^64 by design.
-        np.cumsum((buf.astype(np.uint64) + np.uint64(1)) * pw[: n - 1], out=prefix[1:])
-        h = (prefix[ends] - prefix[starts]) * ipw[starts]
-        h += (ends - starts).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    return _fmix64(h)
+@njit(inline="always")
+def _is_space(c) -> bool:
+    return c == 32 or c == 10 or c == 9 or c == 13
+
+
+@njit(inline="always")
+def _next_unit(buf, i, e, char_mode):
+    """(start, end, hash) of the unit at or after byte i, or start == e when there is none."""
+    if not char_mode:
+        while i < e and _is_space(buf[i]):
+            i += 1
+        if i == e:
+            return e, e, _FNV_OFFSET
+    h = (_FNV_OFFSET ^ np.uint64(buf[i])) * _FNV_PRIME
+    j = i + 1
+    if char_mode:
+        while j < e and (buf[j] & 0xC0) == 0x80:
+            h = (h ^ np.uint64(buf[j])) * _FNV_PRIME
+            j += 1
+    else:
+        while j < e and not _is_space(buf[j]):
+            h = (h ^ np.uint64(buf[j])) * _FNV_PRIME
+            j += 1
+    return i, j, _fmix(h + np.uint64(j - i))
+
+
+@njit(inline="always")
+def _chain(ring, first, count, ngram):
+    """Shingle hash of `count` unit hashes in order, starting at ring slot `first`."""
+    s = _GOLD * np.uint64(count)
+    for k in range(count):
+        s = (s ^ ring[(first + k) % ngram]) * _FNV_PRIME
+    return _fmix(s)
+
+
+@njit(cache=True, nogil=True)
+def _shingle_kernel(buf, starts, ends, ngram, char_mode, out, offsets):
+    """Shingle hashes of documents buf[starts[d]:ends[d]]. With `out` of length 0 it only counts
+    them into offsets[d + 1]; otherwise it fills out[offsets[d]:offsets[d + 1]]."""
+    ring = np.empty(ngram, np.uint64)
+    fill = out.shape[0] > 0
+    for d in range(starts.shape[0]):
+        i, e = starts[d], ends[d]
+        n_units, pos = 0, offsets[d]
+        while True:
+            u0, u1, h = _next_unit(buf, i, e, char_mode)
+            if u0 == e:
+                break
+            ring[n_units % ngram] = h
+            n_units += 1
+            if n_units >= ngram:
+                if fill:
+                    out[pos] = _chain(ring, n_units - ngram, ngram, ngram)
+                pos += 1
+            i = u1
+        if 0 < n_units < ngram:
+            if fill:
+                out[pos] = _chain(ring, 0, n_units, ngram)
+            pos += 1
+        if not fill:
+            offsets[d + 1] = offsets[d] + (pos - offsets[d])
+
+
+@njit(cache=True, nogil=True)
+def _signature_kernel(buf, starts, ends, ngram, char_mode, a, b, out):
+    """out[d] = MinHash signature of document buf[starts[d]:ends[d]] (all MAX_HASH if empty)."""
+    n_perm = a.shape[0]
+    ring = np.empty(ngram, np.uint64)
+    xs = np.empty(4096, np.uint32)
+    for d in range(starts.shape[0]):
+        i, e = starts[d], ends[d]
+        n_units, nx = 0, 0
+        while True:
+            u0, u1, h = _next_unit(buf, i, e, char_mode)
+            if u0 == e:
+                break
+            ring[n_units % ngram] = h
+            n_units += 1
+            if n_units >= ngram:
+                if nx == xs.shape[0]:
+                    grown = np.empty(2 * nx, np.uint32)
+                    grown[:nx] = xs
+                    xs = grown
+                xs[nx] = np.uint32(_chain(ring, n_units - ngram, ngram, ngram) >> _S32)
+                nx += 1
+            i = u1
+        if 0 < n_units < ngram:
+            xs[0] = np.uint32(_chain(ring, 0, n_units, ngram) >> _S32)
+            nx = 1
+        row = out[d]
+        for p in range(n_perm):
+            ap, bp = a[p], b[p]
+            m = np.uint32(0xFFFFFFFF)
+            for k in range(nx):  # contiguous: 32-bit multiply-add-min in SIMD lanes
+                v = np.uint32(ap * xs[k] + bp)
+                if v < m:
+                    m = v
+            row[p] = m
+
+
+def _encode(norm_texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """UTF-8 bytes of the texts back to back, and each text's [start, end) byte range."""
+    parts = [t.encode("utf-8", "surrogatepass") for t in norm_texts]
+    lens = np.fromiter((len(x) for x in parts), dtype=np.int64, count=len(parts))
+    ends = np.cumsum(lens)
+    buf = np.frombuffer(b"".join(parts), dtype=np.uint8) if parts else np.zeros(0, np.uint8)
+    return buf, ends - lens, ends
+
+
+def _check(ngram: int, shingle: str) -> bool:
+    if shingle not in ("word", "char"):
+        raise ValueError(f"shingle must be 'word' or 'char', got {shingle!r}")
+    if ngram < 1:
+        raise ValueError(f"ngram must be at least 1, got {ngram}")
+    return shingle == "char"
 
 
 def shingle_hashes(norm_texts: list[str], ngram: int = 5, shingle: str = "word") -> tuple[np.ndarray, np.ndarray]:
@@ -81,48 +196,14 @@ def shingle_hashes(norm_texts: list[str], ngram: int = 5, shingle: str = "word")
 
     Returns (hashes uint64[S], offsets int64[n + 1]): document i owns hashes[offsets[i]:offsets[i+1]].
     """
-    if shingle not in ("word", "char"):
-        raise ValueError(f"shingle must be 'word' or 'char', got {shingle!r}")
-    if ngram < 1:
-        raise ValueError(f"ngram must be at least 1, got {ngram}")
-    n_docs = len(norm_texts)
-    # Documents are joined with '\n', which normalisation removed from inside them.
-    buf = np.frombuffer(("\n".join(norm_texts) + "\n").encode("utf-8", "surrogatepass"), dtype=np.uint8)
-    is_nl = buf == 10
-    doc_end = np.flatnonzero(is_nl)  # byte position of each document's terminator
-    doc_start = np.concatenate([[0], doc_end[:-1] + 1])
-    if shingle == "word":
-        sep = is_nl | (buf == 32)
-        prev_sep = np.concatenate([[True], sep[:-1]])
-        next_sep = np.concatenate([sep[1:], [True]])
-        unit_start = np.flatnonzero(~sep & prev_sep)
-        unit_end = np.flatnonzero(~sep & next_sep) + 1
-    else:
-        # Characters are UTF-8 lead bytes; the terminator is not part of any shingle.
-        lead = ((buf & 0xC0) != 0x80) & ~is_nl
-        unit_start = np.flatnonzero(lead)
-        unit_end = np.concatenate([unit_start[1:], [len(buf)]])
-        # A character's end is the next lead byte or its document's terminator.
-        term_after = doc_end[np.searchsorted(doc_end, unit_start)]
-        unit_end = np.minimum(unit_end, term_after)
-    unit_doc = np.searchsorted(doc_end, unit_start)
-    counts = np.bincount(unit_doc, minlength=n_docs)
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    # Shingle k of a document starts at unit first+k and ends at unit first+k+ngram-1.
-    n_sh = np.where(counts >= ngram, counts - ngram + 1, np.minimum(counts, 1))
-    offsets = np.zeros(n_docs + 1, dtype=np.int64)
-    np.cumsum(n_sh, out=offsets[1:])
-    total = int(offsets[-1])
-    if total == 0:
-        return np.zeros(0, np.uint64), offsets
-    sh_doc = np.repeat(np.arange(n_docs), n_sh)
-    k = np.arange(total) - offsets[sh_doc]
-    u0 = first[sh_doc] + k
-    u1 = np.minimum(u0 + ngram - 1, first[sh_doc] + counts[sh_doc] - 1)
-    starts = unit_start[u0]
-    ends = unit_end[u1]
-    del doc_start
-    return _span_hashes(buf, starts, ends), offsets
+    char_mode = _check(ngram, shingle)
+    buf, starts, ends = _encode(norm_texts)
+    offsets = np.zeros(len(norm_texts) + 1, dtype=np.int64)
+    _shingle_kernel(buf, starts, ends, ngram, char_mode, np.zeros(0, np.uint64), offsets)
+    hashes = np.empty(int(offsets[-1]), dtype=np.uint64)
+    if len(hashes):
+        _shingle_kernel(buf, starts, ends, ngram, char_mode, hashes, offsets)
+    return hashes, offsets
 
 
 @dataclass(frozen=True)
@@ -137,39 +218,26 @@ class MinHasher:
         return _perm_params(self.num_perm, self.seed)
 
     def signatures_from_hashes(self, hashes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        """uint32[n_docs, num_perm]; a document without shingles gets all MAX_HASH."""
+        """uint32[n_docs, num_perm] from `shingle_hashes` output; a document without shingles
+        gets all MAX_HASH. (numpy; `signatures` does the same in one compiled pass.)"""
         a, b = self.params
         n_docs = len(offsets) - 1
         sig = np.full((n_docs, self.num_perm), MAX_HASH, dtype=np.uint32)
-        total = len(hashes)
         x32 = (hashes >> np.uint64(32)).astype(np.uint32)
-        # Layout [perm, shingle]: the multiply broadcasts a row per permutation and the per-doc
-        # min is a reduceat along contiguous rows (3.7x faster than [shingle, perm]).
-        work = np.empty((self.num_perm, min(_BLOCK, max(total, 1))), dtype=np.uint32)
-        for lo in range(0, total, _BLOCK):
-            hi = min(lo + _BLOCK, total)
-            w = work[:, : hi - lo]
-            np.multiply(a[:, None], x32[None, lo:hi], out=w)
-            w += b[:, None]
-            # Documents overlapping [lo, hi), each with the start of its segment in the block.
-            d0 = int(np.searchsorted(offsets, lo, side="right")) - 1
-            d1 = int(np.searchsorted(offsets, hi, side="left"))
-            seg_lo = np.clip(offsets[d0:d1], lo, hi) - lo
-            seg_hi = np.clip(offsets[d0 + 1 : d1 + 1], lo, hi) - lo
-            keep = seg_hi > seg_lo
-            docs, seg = np.arange(d0, d1)[keep], seg_lo[keep]
-            if len(docs):
-                mins = np.minimum.reduceat(w, seg, axis=1).T
-                sig[docs] = np.minimum(sig[docs], mins)
+        for d in np.flatnonzero(np.diff(offsets) > 0):
+            x = x32[offsets[d] : offsets[d + 1]]
+            sig[d] = (a[:, None] * x[None, :] + b[:, None]).min(axis=1)
         return sig
 
     def signatures(self, texts: list[str], ngram: int = 5, shingle: str = "word", normalized: bool = False) -> np.ndarray:
         """Signatures of raw texts (normalised here unless `normalized`), chunked by text size."""
+        char_mode = _check(ngram, shingle)
         norm = texts if normalized else [normalize_text(t) for t in texts]
+        a, b = self.params
         out = np.empty((len(norm), self.num_perm), dtype=np.uint32)
         for lo, hi in text_chunks(norm):
-            hashes, offsets = shingle_hashes(norm[lo:hi], ngram, shingle)
-            out[lo:hi] = self.signatures_from_hashes(hashes, offsets)
+            buf, starts, ends = _encode(norm[lo:hi])
+            _signature_kernel(buf, starts, ends, ngram, char_mode, a, b, out[lo:hi])
         return out
 
 

@@ -54,3 +54,31 @@ def test_lsh_recall_and_precision_against_brute_force():
     recall = len(truth & found) / len(truth)
     precision = len(truth & found) / max(len(found), 1)
     assert recall >= 0.95 and precision >= 0.95
+
+
+def test_compiled_signatures_match_the_shingle_hashes_and_do_not_depend_on_position():
+    """The one-pass kernel equals signatures_from_hashes(shingle_hashes(...)) for word and char
+    shingles (multi-byte UTF-8, short, empty and whitespace-only documents included); a document
+    gets the same signature alone, inside another batch, and across thread chunks."""
+    from lib.dedup import compute_signatures
+    from lib.minhash import MAX_HASH
+
+    docs = [normalize_text(t) for t in stdlib_texts(12, min_chars=2000)]
+    odd = ["", "one", "two words", "naïve café — 東京 über straße ünïcode", "a b c d e", "   "]
+    texts = odd + docs
+    hasher = MinHasher(64, seed=5)
+    for shingle, n in (("word", 5), ("char", 4)):
+        sig = hasher.signatures(texts, n, shingle, normalized=True)
+        hashes, offsets = shingle_hashes(texts, n, shingle)
+        assert np.array_equal(sig, hasher.signatures_from_hashes(hashes, offsets))
+        assert (sig[0] == MAX_HASH).all()  # no shingles; spaces are characters but not words:
+        assert (sig[5] == MAX_HASH).all() == (shingle == "word")
+        assert np.diff(offsets)[1:5].tolist() == ([1, 1, 3, 1] if shingle == "word" else [1, 6, len(odd[3]) - 3, 6])
+        alone = hasher.signatures([texts[8]], n, shingle, normalized=True)
+        assert np.array_equal(alone[0], sig[8])
+        assert np.array_equal(hasher.signatures(texts[::-1], n, shingle, normalized=True)[::-1], sig)
+    chunked = compute_signatures(docs * 40, 64, 5, "word", seed=5, workers=2)  # > 4 MB: several chunks
+    assert np.array_equal(chunked, np.tile(hasher.signatures(docs, normalized=True), (40, 1)))
+    assert not np.array_equal(MinHasher(64, seed=6).signatures(docs[:2], normalized=True), sig[6:8])
+    # the same words in another order are other shingles
+    assert not np.array_equal(hasher.signatures(["e d c b a"], normalized=True), hasher.signatures(["a b c d e"], normalized=True))
