@@ -12,7 +12,8 @@ per shingle and no shingle array in between.
 - Permutations: on the high 32 bits x of each shingle hash, h_i(x) = (a_i * x + b_i) mod 2^32
   with a_i odd (a bijection of the 32-bit values); signature = min over the document's shingles.
   `signatures` runs all of it in `_signature_kernel` (compiled once, cached on disk by numba; it
-  releases the GIL, so threads scale); `shingle_hashes` exposes the same 64-bit shingle hashes for
+  releases the GIL, so threads scale), keeping the last n unit hashes in a mirrored ring buffer
+  so a shingle is n contiguous reads; `shingle_hashes` exposes the same 64-bit shingle hashes for
   exact-Jaccard checks, and `signatures_from_hashes(shingle_hashes(t))` equals `signatures(t)`.
 - LSH: (bands b, rows r) with b * r <= num_perm chosen by minimising the weighted false-positive
   + false-negative areas under the S-curve 1 - (1 - s^r)^b (datasketch's `_optimal_param`);
@@ -20,13 +21,16 @@ per shingle and no shingle array in between.
 
 Trade-off: 32-bit affine maps replace datasketch's `(a*x + b) mod (2^61 - 1)` in 64 bits: they
 vectorise as 8 lanes of 32-bit multiply-add-min per AVX2 instruction. The inputs are already
-fmix64-mixed hashes, so the weaker family does not bias the estimate: tests/test_dedup.py checks it
-within 0.03 of the exact Jaccard. The first call in a fresh environment compiles the kernels (a few
-seconds); numba caches them in `__pycache__`, so later processes load them in well under a second.
+fmix64-mixed hashes, so the weaker family does not bias the estimate: tests/test_dedup.py and
+tests/test_minhash.py check it within 0.03 of the exact Jaccard. Second cost: numba. The first call
+in a fresh checkout compiles the two kernels (~5-10 s on the 2-core machine); numba caches them in
+`__pycache__` (or NUMBA_CACHE_DIR), and a later process's first call takes ~1 s, mostly numba's own
+start-up. Where no cache directory is writable the kernels compile in every process, with one warning.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import unicodedata
 from dataclasses import dataclass
@@ -34,6 +38,8 @@ from functools import lru_cache
 
 import numpy as np
 from numba import njit
+
+log = logging.getLogger(__name__)
 
 MAX_HASH = np.uint32(0xFFFFFFFF)
 HASH_VERSION = 2  # bump when signatures of the same text change (the dedup index keys on it)
@@ -62,6 +68,23 @@ def _fmix64(h: np.ndarray) -> np.ndarray:
     h *= np.uint64(0xC4CEB9FE1A85EC53)
     h ^= h >> np.uint64(33)
     return h
+
+
+_uncached: list[str] = []  # kernels numba could not cache
+
+
+def _compiled(fn):
+    """njit with numba's on-disk cache (NUMBA_CACHE_DIR if set, else `__pycache__` beside this
+    file, else ~/.cache/numba). Where none is writable numba refuses cache=True at decoration; we
+    then compile in memory instead of failing the import (a few seconds in every process)."""
+    try:
+        return njit(cache=True, nogil=True)(fn)
+    except RuntimeError as exc:  # "cannot cache function ...: no locator available"
+        if not _uncached:
+            log.warning("%s; lib.minhash compiles its kernels in every process (seconds). Set "
+                        "NUMBA_CACHE_DIR to a writable directory to keep them.", exc)
+        _uncached.append(fn.__name__)
+        return njit(nogil=True)(fn)
 
 
 @njit(inline="always")
@@ -101,67 +124,77 @@ def _next_unit(buf, i, e, char_mode):
 
 
 @njit(inline="always")
-def _chain(ring, first, count, ngram):
-    """Shingle hash of `count` unit hashes in order, starting at ring slot `first`."""
+def _chain(ring, first, count):
+    """Shingle hash of the `count` unit hashes ring[first:first + count], in order."""
     s = _GOLD * np.uint64(count)
     for k in range(count):
-        s = (s ^ ring[(first + k) % ngram]) * _FNV_PRIME
+        s = (s ^ ring[first + k]) * _FNV_PRIME
     return _fmix(s)
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
+def _push(ring, w, h, ngram):
+    """Store unit hash h at slot w and its mirror w + ngram, so that the last ngram units are
+    always the contiguous ring[w':w' + ngram] (w' = the returned next slot): no modulo per read."""
+    ring[w] = h
+    ring[w + ngram] = h
+    w += 1
+    return 0 if w == ngram else w
+
+
+@_compiled
 def _shingle_kernel(buf, starts, ends, ngram, char_mode, out, offsets):
     """Shingle hashes of documents buf[starts[d]:ends[d]]. With `out` of length 0 it only counts
     them into offsets[d + 1]; otherwise it fills out[offsets[d]:offsets[d + 1]]."""
-    ring = np.empty(ngram, np.uint64)
+    ring = np.empty(2 * ngram, np.uint64)
     fill = out.shape[0] > 0
     for d in range(starts.shape[0]):
         i, e = starts[d], ends[d]
-        n_units, pos = 0, offsets[d]
+        n_units, w, pos = 0, 0, offsets[d]
         while True:
             u0, u1, h = _next_unit(buf, i, e, char_mode)
             if u0 == e:
                 break
-            ring[n_units % ngram] = h
+            w = _push(ring, w, h, ngram)
             n_units += 1
             if n_units >= ngram:
                 if fill:
-                    out[pos] = _chain(ring, n_units - ngram, ngram, ngram)
+                    out[pos] = _chain(ring, w, ngram)
                 pos += 1
             i = u1
         if 0 < n_units < ngram:
             if fill:
-                out[pos] = _chain(ring, 0, n_units, ngram)
+                out[pos] = _chain(ring, 0, n_units)
             pos += 1
         if not fill:
             offsets[d + 1] = offsets[d] + (pos - offsets[d])
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def _signature_kernel(buf, starts, ends, ngram, char_mode, a, b, out):
     """out[d] = MinHash signature of document buf[starts[d]:ends[d]] (all MAX_HASH if empty)."""
     n_perm = a.shape[0]
-    ring = np.empty(ngram, np.uint64)
+    ring = np.empty(2 * ngram, np.uint64)
     xs = np.empty(4096, np.uint32)
     for d in range(starts.shape[0]):
         i, e = starts[d], ends[d]
-        n_units, nx = 0, 0
+        n_units, w, nx = 0, 0, 0
         while True:
             u0, u1, h = _next_unit(buf, i, e, char_mode)
             if u0 == e:
                 break
-            ring[n_units % ngram] = h
+            w = _push(ring, w, h, ngram)
             n_units += 1
             if n_units >= ngram:
                 if nx == xs.shape[0]:
                     grown = np.empty(2 * nx, np.uint32)
                     grown[:nx] = xs
                     xs = grown
-                xs[nx] = np.uint32(_chain(ring, n_units - ngram, ngram, ngram) >> _S32)
+                xs[nx] = np.uint32(_chain(ring, w, ngram) >> _S32)
                 nx += 1
             i = u1
         if 0 < n_units < ngram:
-            xs[0] = np.uint32(_chain(ring, 0, n_units, ngram) >> _S32)
+            xs[0] = np.uint32(_chain(ring, 0, n_units) >> _S32)
             nx = 1
         row = out[d]
         for p in range(n_perm):

@@ -1,0 +1,134 @@
+"""The compiled MinHash kernel: pinned values, shingle semantics (words, UTF-8 characters, short
+and empty documents), position independence, estimates against exact Jaccard, the uncached path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lib import minhash
+from lib.minhash import MAX_HASH, MinHasher, estimated_jaccard, normalize_text, shingle_hashes, text_chunks
+
+FOX = "the quick brown fox jumps over the lazy dog"
+
+
+def _doc_hashes(text: str, ngram: int, shingle: str) -> np.ndarray:
+    hashes, offsets = shingle_hashes([text], ngram, shingle)
+    assert offsets.tolist() == [0, len(hashes)]
+    return hashes
+
+
+def _jaccard(x: np.ndarray, y: np.ndarray) -> float:
+    x, y = np.unique(x), np.unique(y)
+    return len(np.intersect1d(x, y)) / len(np.union1d(x, y))
+
+
+def test_values_are_pinned_across_processes_and_versions():
+    """Persisted signatures (the dedup index) are only comparable if these never drift: a change
+    here must come with a bump of HASH_VERSION."""
+    assert minhash.HASH_VERSION == 2
+    assert MinHasher(128, 1).signatures([FOX], normalized=True)[0][:4].tolist() == [1143544956, 1303732143, 350901885, 1089046686]
+    assert _doc_hashes(FOX, 5, "word")[:2].tolist() == [0x67E90FF707EC6A20, 0x81B3F71086B2626F]
+    assert _doc_hashes("東京 café", 2, "char")[:2].tolist() == [0xEE97ACEA8053D093, 0x490C14754E74F3F5]
+
+
+def test_deterministic_and_seeded():
+    docs = [FOX, "lorem ipsum " * 50, "東京 " * 9]
+    first = MinHasher(64, seed=3).signatures(docs)
+    assert np.array_equal(first, MinHasher(64, seed=3).signatures(list(docs)))
+    assert not np.array_equal(first, MinHasher(64, seed=4).signatures(docs))
+    assert first.dtype == np.uint32 and first.shape == (3, 64)
+
+
+def test_word_shingles_do_not_depend_on_position_or_whitespace():
+    inner = _doc_hashes("p q r s t", 5, "word")
+    assert len(inner) == 1
+    for text in ("x p q r s t y", "p q r s t z z z", "a b c d e f g p q r s t"):
+        assert inner[0] in _doc_hashes(text, 5, "word")
+    # the kernel splits on any ASCII whitespace run, so unnormalised spacing gives the same shingles
+    assert np.array_equal(_doc_hashes(" a\tb  c\nd e\r\nf ", 5, "word"), _doc_hashes("a b c d e f", 5, "word"))
+    # order matters: the same words reversed are other shingles
+    assert not np.intersect1d(_doc_hashes("a b c d e", 5, "word"), _doc_hashes("e d c b a", 5, "word")).size
+    # a word is its bytes, not a prefix: "ab" differs from "a" + "b" and from "abc"
+    one = lambda t: _doc_hashes(t, 1, "word")  # noqa: E731
+    assert len({one("ab")[0], one("abc")[0], one("a")[0], one("b")[0]}) == 4
+
+
+def test_char_shingles_are_utf8_characters():
+    for text in ("naïve café — 東京 über straße", "emoji 🙂🙃 mixed ǅ", "a\ud800b"):  # 1-4 byte characters, a lone surrogate
+        for n in (1, 2, 3):
+            assert len(_doc_hashes(text, n, "char")) == max(len(text) - n + 1, 1)
+    tokyo = _doc_hashes("東京", 2, "char")
+    assert len(tokyo) == 1 and tokyo[0] in _doc_hashes("in 東京 today", 2, "char")
+    assert tokyo[0] in _doc_hashes("東京", 2, "char")
+    # spaces are characters in char mode but never words
+    assert len(_doc_hashes("   ", 2, "char")) == 2 and len(_doc_hashes("   ", 2, "word")) == 0
+
+
+def test_short_and_empty_documents():
+    texts = ["", "one", "two words", "a b c d"]
+    hashes, offsets = shingle_hashes(texts, 5, "word")
+    assert np.diff(offsets).tolist() == [0, 1, 1, 1]  # fewer than n words: one shingle of all of them
+    sig = MinHasher(32).signatures(texts, normalized=True)
+    assert (sig[0] == MAX_HASH).all() and not (sig[1:] == MAX_HASH).any()
+    assert len(set(hashes.tolist())) == 3
+    assert MinHasher(32).signatures([], normalized=True).shape == (0, 32)
+    assert shingle_hashes([], 5)[1].tolist() == [0]
+    with pytest.raises(ValueError, match="shingle"):
+        shingle_hashes(["x"], 5, "token")
+    with pytest.raises(ValueError, match="ngram"):
+        MinHasher(8).signatures(["x"], ngram=0)
+
+
+def test_one_pass_kernel_equals_the_two_step_path_and_normalises():
+    raw = ["Hello   WORLD, this is\tthe Same text written TWICE ﬁne", "Ünïcode ＦＵＬＬＷＩＤＴＨ and more words here"]
+    hasher = MinHasher(128, seed=9)
+    norm = [normalize_text(t) for t in raw]
+    assert np.array_equal(hasher.signatures(raw), hasher.signatures(norm, normalized=True))
+    for ngram, shingle in ((5, "word"), (3, "char"), (1, "word")):
+        hashes, offsets = shingle_hashes(norm, ngram, shingle)
+        assert np.array_equal(hasher.signatures(norm, ngram, shingle, normalized=True), hasher.signatures_from_hashes(hashes, offsets))
+
+
+@pytest.mark.parametrize("shingle, ngram", [("word", 1), ("word", 5), ("char", 3)])
+def test_estimate_tracks_exact_jaccard(shingle, ngram):
+    """Pairs at a spread of overlaps, 256 permutations: mean error < 0.03, no bias, and errors the
+    size the binomial predicts (sqrt(J(1 - J) / 256)), as for truly random permutations."""
+    rng = np.random.default_rng(7)
+    alphabet = list("abcdéèüß東京大阪日本語🙂") if shingle == "char" else [f"w{i}" for i in range(5000)]
+    sep = "" if shingle == "char" else " "
+    a, b = [], []
+    for keep in np.linspace(0.3, 0.98, 40):
+        units = rng.choice(alphabet, size=600).tolist()
+        edited = [u if rng.random() < keep else rng.choice(alphabet) for u in units]
+        a.append(sep.join(units))
+        b.append(sep.join(edited))
+    hasher = MinHasher(256, seed=2)
+    est = estimated_jaccard(hasher.signatures(a, ngram, shingle, True), hasher.signatures(b, ngram, shingle, True))
+    exact = np.array([_jaccard(_doc_hashes(x, ngram, shingle), _doc_hashes(y, ngram, shingle)) for x, y in zip(a, b)])
+    assert exact.max() - exact.min() > 0.6
+    assert np.abs(est - exact).mean() < 0.03
+    assert abs((est - exact).mean()) < 0.01
+    inner = (exact > 0.02) & (exact < 0.98)
+    z = (est - exact)[inner] / np.sqrt(exact * (1 - exact) / 256)[inner]
+    assert 0.6 < z.std() < 1.4
+
+
+def test_text_chunks_cover_the_texts_in_order():
+    texts = ["x" * n for n in (5, 50, 3, 90, 1, 1, 40)]
+    chunks = text_chunks(texts, chunk_bytes=60)
+    assert chunks[0][0] == 0 and chunks[-1][1] == len(texts)
+    assert all(lo < hi for lo, hi in chunks) and all(c[1] == d[0] for c, d in zip(chunks, chunks[1:]))
+    assert text_chunks([]) == []
+
+
+def test_uncachable_kernel_compiles_in_memory(monkeypatch, caplog):
+    """Numba refuses cache=True where no cache directory is writable (here: source without a
+    file); `_compiled` then compiles without the cache and says so once, instead of failing."""
+    monkeypatch.setattr(minhash, "_uncached", [])
+    ns: dict = {}
+    exec("def twice(x):\n    return 2 * x\n", ns)  # noqa: S102
+    with caplog.at_level("WARNING", logger="lib.minhash"):
+        fn = minhash._compiled(ns["twice"])
+    assert fn(21) == 42
+    assert minhash._uncached == ["twice"] and "NUMBA_CACHE_DIR" in caplog.text
