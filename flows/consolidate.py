@@ -149,7 +149,7 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
         lin.finish_run(run.run_id, "failed", result.get("version"), clock.seconds)
         raise
     finally:
-        result["timings"] = clock.seconds
+        result["timings"], result["own_timings"] = clock.seconds, clock.own
         if lin.get_run(run.run_id)["status"] == "running":
             lin.finish_run(run.run_id, "completed", result.get("version"), clock.seconds)
         lock.release()

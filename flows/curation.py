@@ -91,7 +91,7 @@ def curate(cfg: ConsolidationConfig) -> dict[str, Any]:
     clock = StageClock()
     pending = pending_buffers(cfg, clock)
     if not pending:
-        return {"run_id": run.run_id, "pending_files": 0, "timings": clock.seconds}
+        return {"run_id": run.run_id, "pending_files": 0, "timings": clock.seconds, "own_timings": clock.own}
     stats = curate_into(cfg, run, pending, clock)
     return {"run_id": run.run_id, "pending_files": len(pending), "curated_dir": str(run.curated),
-            "stats": stats, "timings": clock.seconds}
+            "stats": stats, "timings": clock.seconds, "own_timings": clock.own}

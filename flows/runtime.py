@@ -3,8 +3,10 @@ runner of the per-shard stages, cached stages that reuse or refresh their output
 
 - Run ids are `<kind>-<UTC time>-<8 hex of the Prefect flow run id>`: sortable by time, unique
   across workers, and traceable to the flow run in the UI.
-- `StageClock` times each stage on the flow's side; the times go into lineage (runs.timings) and
-  are what the orchestration benchmark compares the flow's wall time against.
+- `StageClock` times each stage on the flow's side (`seconds`, into lineage as runs.timings) and
+  adds up the stage's own work (`own`: the lib calls its tasks wrap in `tasks.reporting.own_time`,
+  Prefect's task overhead excluded); bench/bench_orchestration.py compares the flow's wall time
+  with the sum of `own`.
 - Per-shard tasks (`.map`) run on a thread pool, or on Ray when
   `orchestration.task_runner = "ray"` (prefect-ray; a local Ray of `curation.workers` CPUs when
   no `ray_address` is given).
@@ -31,18 +33,28 @@ def new_run_id(kind: str) -> str:
 
 
 class StageClock:
-    """Wall seconds per stage, in the order the stages ran."""
+    """Wall seconds per stage, in the order the stages ran, and the own seconds of the work
+    inside each (tasks on threads add theirs in parallel, so own can exceed wall)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self._own: dict[str, float] = {}
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        from tasks.reporting import stage_ledger
+
         t0 = time.perf_counter()
         try:
-            yield
+            with stage_ledger(self._own, name):
+                yield
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t0, 3)
+
+    @property
+    def own(self) -> dict[str, float]:
+        """Own seconds per stage that ran (0.0 where all its work came from the cache)."""
+        return {name: round(self._own.get(name, 0.0), 3) for name in self.seconds}
 
 
 def shard_task_runner(cfg):

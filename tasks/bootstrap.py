@@ -23,14 +23,15 @@ from lib.config import ConsolidationConfig
 from lib.workspace import Workspace
 from tasks.cache_keys import content_cache
 from tasks.data import IO_RETRIES
-from tasks.reporting import publish_table, stage_logger
+from tasks.reporting import own_time, publish_table, stage_logger
 
 
 @task(name="build-embedded-default", cache_policy=NO_CACHE, **IO_RETRIES)
 def build_embedded_default(cfg: ConsolidationConfig) -> dict[str, Any]:
     from lib.corpus import ensure_embedded_default
 
-    info = ensure_embedded_default(Workspace(cfg.workspace.root), cfg)
+    with own_time():
+        info = ensure_embedded_default(Workspace(cfg.workspace.root), cfg)
     corpus = info["corpus"] or {}
     counts = {"corpus": cfg.workspace.corpus, "corpus_built": info["corpus_built"],
               "demo_buffer_built": info["demo_buffer_built"]}
@@ -67,8 +68,9 @@ def train_tokenizer(cfg: ConsolidationConfig) -> str:
         for f in files:
             yield from (t for t in pq.read_table(f, columns=["text"]).column("text").to_pylist() if t)
 
-    out = train_bpe(texts(), cfg.tokenizer.vocab_size, ws.tokenizer)
-    tok = load_tokenizer(out)
+    with own_time():
+        out = train_bpe(texts(), cfg.tokenizer.vocab_size, ws.tokenizer)
+        tok = load_tokenizer(out)
     publish_table("tokenizer", {"path": str(out), "vocab_size": tok.vocab_size, "hash": tok.hash, "corpus_files": len(files)},
                   "BPE tokenizer trained on the corpus")
     return str(out)
@@ -81,9 +83,10 @@ def register_v0(cfg: ConsolidationConfig, run_id: str, version: str, version_dir
     from lib.lineage import Lineage, version_digest
     from lib.promotion import promote
 
-    lin = Lineage(Workspace(cfg.workspace.root).lineage_db)
-    lin.record_version(version, version_dir, parent=None, run_id=run_id, status="candidate",
-                       digest=version_digest(version_dir), storage="full", meta=read_meta(version_dir), manifest=manifest)
-    promote(lin, version, reason="bootstrap: pre-trained from scratch on the corpus", actor="bootstrap", content_hashes=[])
+    with own_time():
+        lin = Lineage(Workspace(cfg.workspace.root).lineage_db)
+        lin.record_version(version, version_dir, parent=None, run_id=run_id, status="candidate",
+                           digest=version_digest(version_dir), storage="full", meta=read_meta(version_dir), manifest=manifest)
+        promote(lin, version, reason="bootstrap: pre-trained from scratch on the corpus", actor="bootstrap", content_hashes=[])
     stage_logger().info("%s is champion (%s)", version, Path(version_dir))
     return version

@@ -33,7 +33,7 @@ from lib.buffer import content_hash
 from lib.config import ConsolidationConfig
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import content_cache
-from tasks.reporting import publish_table, stage_logger
+from tasks.reporting import own_time, publish_table, stage_logger
 
 IO_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5)
 
@@ -45,8 +45,9 @@ def find_buffer_files(workspace_root: str) -> list[str]:
     from lib.ingest import buffer_files, flush_buffer
 
     ws = Workspace(workspace_root)
-    flush_buffer(ws)
-    files = [str(p) for p in buffer_files(ws)]
+    with own_time():
+        flush_buffer(ws)
+        files = [str(p) for p in buffer_files(ws)]
     stage_logger().info("%d buffer file(s) in %s", len(files), ws.buffers)
     return files
 
@@ -55,12 +56,13 @@ def find_buffer_files(workspace_root: str) -> list[str]:
 def inspect_buffer_file(path: str) -> dict[str, Any]:
     """Content hash, rows and bytes of one buffer file; unreadable files are reported, not raised
     (curation quarantines them with the reason)."""
-    info: dict[str, Any] = {"path": path, "bytes": os.path.getsize(path), "content_hash": content_hash(path)}
-    try:
-        info["rows"] = pq.ParquetFile(path).metadata.num_rows
-        info["error"] = None
-    except Exception as exc:  # a torn or foreign file: counted here, quarantined by curation
-        info["rows"], info["error"] = None, f"{type(exc).__name__}: {exc}"
+    with own_time():
+        info: dict[str, Any] = {"path": path, "bytes": os.path.getsize(path), "content_hash": content_hash(path)}
+        try:
+            info["rows"] = pq.ParquetFile(path).metadata.num_rows
+            info["error"] = None
+        except Exception as exc:  # a torn or foreign file: counted here, quarantined by curation
+            info["rows"], info["error"] = None, f"{type(exc).__name__}: {exc}"
     return info
 
 
@@ -69,8 +71,9 @@ def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list
     """Drop files the registry already knows as consumed or quarantined (never consume twice)."""
     from lib.lineage import Lineage
 
-    done = {b.content_hash: b.status for b in Lineage(Workspace(workspace_root).lineage_db).buffer_files()
-            if b.status in ("consumed", "quarantined")}
+    with own_time():
+        done = {b.content_hash: b.status for b in Lineage(Workspace(workspace_root).lineage_db).buffer_files()
+                if b.status in ("consumed", "quarantined")}
     pending = [i for i in inspected if i["content_hash"] not in done]
     counts = {
         "files": len(inspected),
@@ -119,8 +122,9 @@ def ingest_shard(cfg: ConsolidationConfig, run_dir: str, rank: int, world_size: 
     """Curation step 1 for one shard: its buffer files → documents, exact hashes, signatures."""
     from lib.curation import ingest_shard as run_step
 
-    info = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), rank, world_size,
-                    [Path(f) for f in files], statuses, workers)
+    with own_time():
+        info = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), rank, world_size,
+                        [Path(f) for f in files], statuses, workers)
     return {**info, "run_dir": run_dir}
 
 
@@ -147,7 +151,8 @@ def dedup_shards(cfg: ConsolidationConfig, run_dir: str, world_size: int) -> dic
     (the key includes the dedup index, so a night promoted since makes it run again)."""
     from lib.curation import dedup_shards as run_step
 
-    stats = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), world_size, lineage=None)
+    with own_time():
+        stats = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), world_size, lineage=None)
     return {"stats": stats, "run_dir": run_dir}
 
 
@@ -171,7 +176,8 @@ def filter_shard(cfg: ConsolidationConfig, run_dir: str, rank: int) -> dict[str,
     """Curation step 3 for one shard: length filter and concatenation, language and quality."""
     from lib.curation import filter_shard as run_step
 
-    stats = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), rank)
+    with own_time():
+        stats = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), rank)
     return {"stats": stats, "rank": rank, "run_dir": run_dir}
 
 
@@ -182,7 +188,8 @@ def record_ingest(workspace_root: str, shards: list[dict[str, Any]]) -> int:
     from lib.lineage import Lineage
 
     events = [e for s in shards for e in s["registry_events"]]
-    apply_registry_events(Lineage(Workspace(workspace_root).lineage_db), events)
+    with own_time():
+        apply_registry_events(Lineage(Workspace(workspace_root).lineage_db), events)
     return len(events)
 
 
@@ -192,7 +199,8 @@ def curation_report(run_dir: str, shards: list[dict[str, Any]], dedup: dict[str,
     from lib.curation import merge_stats
 
     run = RunDir(Path(run_dir))
-    stats = merge_stats(run, shards, dedup, filtered)
+    with own_time():
+        stats = merge_stats(run, shards, dedup, filtered)
     stats["curated_dir"] = str(run.curated)
     publish_table("curation-counts", _flat_counts(stats), "Documents in, dropped by each filter, kept")
     stage_logger().info("curation: %s", {k: v for k, v in stats.items() if isinstance(v, (int, float))})
@@ -215,7 +223,8 @@ def commit_dedup_index(cfg: ConsolidationConfig, run_dir: str) -> bool:
     so later nights drop its near-duplicates; a rejected night never gets here."""
     from lib.curation import commit_index
 
-    added = commit_index(Workspace(cfg.workspace.root), RunDir(Path(run_dir)))
+    with own_time():
+        added = commit_index(Workspace(cfg.workspace.root), RunDir(Path(run_dir)))
     stage_logger().info("dedup index %s", "extended with this night" if added else "already had this night")
     return added
 
@@ -250,7 +259,8 @@ def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tok
     from lib.sampling import tokenize_tasks
     from lib.tokenizer import load_tokenizer
 
-    return tokenize_tasks(sources, load_tokenizer(tokenizer_dir), run_dir, cfg.sampling, cfg.training.seq_len)
+    with own_time():
+        return tokenize_tasks(sources, load_tokenizer(tokenizer_dir), run_dir, cfg.sampling, cfg.training.seq_len)
 
 
 @task(name="tokenize-file", **IO_RETRIES)
@@ -259,7 +269,8 @@ def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> di
     keyed on the file's content, the tokenizer and the hold-out and FIM rules)."""
     from lib.sampling import tokenize_to_cache
 
-    return tokenize_to_cache(job, tokenizer_dir, cache_dir)
+    with own_time():
+        return tokenize_to_cache(job, tokenizer_dir, cache_dir)
 
 
 @task(
@@ -275,9 +286,10 @@ def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenize
     from lib.sampling import prepare_training_data
 
     # The per-file token cache makes a night tokenize only its new files (the corpus once, ever).
-    data = prepare_training_data(sources, tokenizer_dir, run_dir, token_budget=budget, sampling=cfg.sampling,
-                                 seq_len=cfg.training.seq_len, workers=cfg.curation.workers,
-                                 cache_dir=Workspace(cfg.workspace.root).token_cache)
+    with own_time():
+        data = prepare_training_data(sources, tokenizer_dir, run_dir, token_budget=budget, sampling=cfg.sampling,
+                                     seq_len=cfg.training.seq_len, workers=cfg.curation.workers,
+                                     cache_dir=Workspace(cfg.workspace.root).token_cache)
     rows = [{"source": name, "kind": s["kind"], "docs": s["docs"], "heldout_docs": s["heldout_docs"],
              "tokens_available": s["tokens_available"], "tokens_drawn": s["tokens_drawn"], "share": s["share"],
              "epochs": s["epochs"], "mean_exposures": s["exposures"]["mean"]}
@@ -317,6 +329,7 @@ def adopt_outputs(src_dir: str, dst_dir: str, entries: list[str]) -> int:
     missing = [e for e in entries if not (src / e).exists()]
     if missing:
         raise FileNotFoundError(f"cached outputs {missing} are gone from {src}; re-run with the cache refreshed")
-    n = sum(_link_tree(src / e, dst / e) for e in entries)
+    with own_time():
+        n = sum(_link_tree(src / e, dst / e) for e in entries)
     stage_logger().info("reused %d cached file(s) from %s", n, src)
     return n

@@ -25,7 +25,7 @@ from prefect.cache_policies import NO_CACHE
 from lib.config import ConsolidationConfig
 from lib.workspace import RunDir, Workspace
 from tasks.data import IO_RETRIES
-from tasks.reporting import publish_markdown, publish_table, stage_logger
+from tasks.reporting import own_time, publish_markdown, publish_table, stage_logger
 
 
 def _lineage(cfg: ConsolidationConfig):
@@ -40,11 +40,12 @@ def record_candidate(cfg: ConsolidationConfig, run_id: str, version: str, versio
     from lib.checkpoint import read_meta
     from lib.lineage import version_digest
 
-    meta = read_meta(version_dir)
-    _lineage(cfg).record_version(
-        version, version_dir, parent=parent, run_id=run_id, status=status, digest=version_digest(version_dir),
-        storage="full", meta=meta, inputs=input_hashes, manifest=manifest,
-    )
+    with own_time():
+        meta = read_meta(version_dir)
+        _lineage(cfg).record_version(
+            version, version_dir, parent=parent, run_id=run_id, status=status, digest=version_digest(version_dir),
+            storage="full", meta=meta, inputs=input_hashes, manifest=manifest,
+        )
     stage_logger().info("recorded %s (parent %s, %d buffer file(s))", version, parent, len(input_hashes))
     return version
 
@@ -54,13 +55,14 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str, run_id: str, versi
     """BPB of parent and candidate on the same sets; recorded in lineage; returns the rows."""
     from lib.evaluate import evaluate_candidate
 
-    ws, lin = Workspace(cfg.workspace.root), _lineage(cfg)
-    cand_dir, parent_dir = lin.get_version(version)["path"], lin.get_version(parent)["path"]
-    table = evaluate_candidate(ws, cfg, cand_dir, parent_dir, RunDir(Path(run_dir)))
-    with lin.transaction() as con:
-        lin.record_metrics(parent, table.parent, run_id, con)
-        lin.record_metrics(version, table.candidate, run_id, con)
-    rows = table.rows()
+    with own_time():
+        ws, lin = Workspace(cfg.workspace.root), _lineage(cfg)
+        cand_dir, parent_dir = lin.get_version(version)["path"], lin.get_version(parent)["path"]
+        table = evaluate_candidate(ws, cfg, cand_dir, parent_dir, RunDir(Path(run_dir)))
+        with lin.transaction() as con:
+            lin.record_metrics(parent, table.parent, run_id, con)
+            lin.record_metrics(version, table.candidate, run_id, con)
+        rows = table.rows()
     publish_table("eval-before-after", [{**r, "parent_version": parent, "candidate_version": version} for r in rows],
                   f"Bits per byte of {parent} (before) and {version} (after) on the same data")
     stage_logger().info("evaluation %s -> %s:\n%s", parent, version, table.to_markdown())
@@ -74,16 +76,18 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     from lib.promotion import gate_version
 
     lin = _lineage(cfg)
-    decision, status = gate_version(lin, cfg.gate, version, apply=True)
+    with own_time():
+        decision, status = gate_version(lin, cfg.gate, version, apply=True)
     publish_markdown("gate-decision", decision.to_markdown(f"Regression gate on {version}: {status}"),
                      f"Gate decision on {version} with the reason of every rule")
     out = {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary(),
            "champion": lin.alias("champion"), "rules": decision.to_dict().get("rules", [])}
     if decision.passed:
-        row = lin.get_version(version)
-        parent = lin.get_version(row["parent"]) if row["parent"] else None
-        out["storage"] = store_version(row["path"], parent["path"] if parent else None,
-                                       delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
-        lin.set_storage(version, out["storage"]["stored"])
+        with own_time():
+            row = lin.get_version(version)
+            parent = lin.get_version(row["parent"]) if row["parent"] else None
+            out["storage"] = store_version(row["path"], parent["path"] if parent else None,
+                                           delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
+            lin.set_storage(version, out["storage"]["stored"])
     stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
     return out

@@ -7,6 +7,9 @@
   run to attach artifacts to: publishing is skipped and logs go to the `tasks` logger, so the
   same code runs with and without an orchestrator.
 - Training progress is one progress artifact per run, created at 0 % and updated in place.
+- `own_time()` wraps a task's lib call; its seconds add up per stage in the flow's `StageClock`
+  (flows/runtime.py, via a context variable that Prefect copies into task threads), so a run
+  reports both the flow-side stage time and the work inside it.
 
 Trade-off: skipping artifacts outside a run means `task.fn` results carry the numbers only in
 their return value; the alternative, starting an ephemeral API just to store an artifact, costs
@@ -16,7 +19,11 @@ their return value; the alternative, starting an ephemeral API just to store an 
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Iterator, Mapping, Sequence
 
 _fallback = logging.getLogger("tasks")
 
@@ -84,3 +91,36 @@ class TrainingProgress:
 
         update_progress_artifact(artifact_id=self.artifact_id, progress=percent)
         self.last = percent
+
+
+# -- own time: the seconds of the lib work inside each stage --------------------------------------
+# (seconds dict, stage name) of the stage now running; None outside a StageClock (a task run
+# alone, or on a Ray worker, whose time is not added up here).
+_stage_ledger: ContextVar[tuple[dict[str, float], str] | None] = ContextVar("stage_ledger", default=None)
+_ledger_lock = threading.Lock()  # mapped tasks add from several threads at once
+
+
+@contextmanager
+def stage_ledger(seconds: dict[str, float], name: str) -> Iterator[None]:
+    """While inside, `own_time` blocks (in this thread or in tasks submitted from it) add their
+    seconds to `seconds[name]`."""
+    token = _stage_ledger.set((seconds, name))
+    try:
+        yield
+    finally:
+        _stage_ledger.reset(token)
+
+
+@contextmanager
+def own_time() -> Iterator[None]:
+    """Time the work of a task (its lib call, not Prefect's bookkeeping around it) into the
+    running stage's own seconds."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        entry = _stage_ledger.get()
+        if entry is not None:
+            seconds, name = entry
+            with _ledger_lock:
+                seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - t0

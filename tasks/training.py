@@ -28,7 +28,7 @@ from prefect.cache_policies import NO_CACHE
 
 from lib.config import ConsolidationConfig
 from lib.supervised_process import run_supervised
-from tasks.reporting import TrainingProgress, publish_table, stage_logger
+from tasks.reporting import TrainingProgress, own_time, publish_table, stage_logger
 
 # Past the trainer's own time limit, how long it may take to snapshot and exit before we kill it.
 SNAPSHOT_GRACE_S = 120.0
@@ -141,7 +141,7 @@ def train_checkpoint(
         from contextlib import nullcontext
 
         slot = nullcontext()
-    with slot:
+    with slot, own_time():  # own time: the torchrun process, the wait for the slot excluded
         result = run_supervised(cmd, env=env, cwd=os.getcwd(), on_line=log.info, on_tick=on_tick, tick_s=2.0, keep_lines=200,
                                 time_limit_s=None if limit is None else limit + SNAPSHOT_GRACE_S)
     tail = "\n".join(result.last_lines[-20:])
