@@ -73,7 +73,8 @@ def show_story(console, ws, story: dict) -> None:
         t.add_row(v["version"], str(v["parent"]), v["status"], ",".join(v.get("aliases", [])), str(v.get("run_id")))
     console.print(t)
     timings = night.get("timings", {})
-    console.print("stage seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    # two decimals: most data stages of the demo take well under a second (whole seconds printed 0)
+    console.print("stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
     console.print(f"\n[bold]where to look[/bold]\n  plot:       {story['figures'].get('png', '(no new version)')}"
                   f"\n  workspace:  {ws.root}\n  lineage:    consolidate lineage ls --workspace {ws.root}"
                   f"\n  run folder: {ws.run(night['run_id']).path}")
