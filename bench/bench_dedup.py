@@ -2,9 +2,10 @@
 
 Documents are phrases of real text (the standard library's sources), ~3% of them near-copies
 (a few words changed) and ~2% exact copies, so LSH has real work. Baseline for the growth: the
-100k run; a linear pipeline keeps seconds-per-document constant.
+100k run; a linear pipeline keeps seconds-per-document constant. Verification (exact Jaccard of
+every LSH candidate, the default) is on unless --no-verify.
 
-    python bench/bench_dedup.py [--sizes 100000,300000,1000000] [--workers 2]
+    python bench/bench_dedup.py [--sizes 100000,300000,1000000] [--workers 2] [--no-verify]
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ def make_docs(n: int, seed: int = 0) -> list[str]:
     return docs
 
 
-def run(n: int, workers: int) -> tuple[float, float, int]:
+def run(n: int, workers: int, verify: bool) -> tuple[float, float, int]:
     docs = make_docs(n)
     t = time.perf_counter()
     norm = [normalize_text(d) for d in docs]
     rep = first_occurrence(exact_hashes(norm, normalized=True))
     alive = np.flatnonzero(rep == np.arange(n))
-    res = near_dedup([norm[i] for i in alive], 0.8, 128, 5, "word", workers=workers)
+    res = near_dedup([norm[i] for i in alive], 0.8, 128, 5, "word", verify, workers=workers)
     seconds = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # includes building the documents
     dropped = int(n - len(alive) + (res.representative != np.arange(len(alive))).sum())
@@ -61,10 +62,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="100000,300000,1000000")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-verify", action="store_true", help="LSH candidates without the exact-Jaccard check")
     args = ap.parse_args()
     first = None
     for n in (int(s) for s in args.sizes.split(",")):
-        seconds, peak_gb, dropped = run(n, args.workers)
+        seconds, peak_gb, dropped = run(n, args.workers, not args.no_verify)
         per = seconds / n
         first = first or per
         print(f"{n:>9,} docs: {seconds:7.1f} s  ({per * 1e6:.1f} us/doc, {per / first:.2f}x the first size's cost per doc)  "

@@ -73,7 +73,8 @@ def register(app: typer.Typer) -> None:
         num_perm: Annotated[int, typer.Option("--num-perm", help="MinHash permutations.")] = 128,
         ngram: Annotated[int, typer.Option("--ngram", help="Shingle size.")] = 5,
         shingle: Annotated[str, typer.Option("--shingle", help="word or char shingles.")] = "word",
-        workers: Annotated[Optional[int], typer.Option("--workers", help="Processes (default: all cores).")] = None,
+        workers: Annotated[Optional[int], typer.Option("--workers", help="Threads for signatures (default: all cores).")] = None,
+        verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Check LSH candidates with the exact Jaccard (candidates banded 0.2 below the threshold).")] = True,
     ) -> None:
         """Exact + near (MinHash-LSH) deduplication of files, outside any workspace."""
         import numpy as np
@@ -99,7 +100,7 @@ def register(app: typer.Typer) -> None:
         n = len(texts)
         rows = [{"id": ids[i], "duplicate_of": ids[rep[i]], "kind": "exact", "jaccard": 1.0} for i in np.flatnonzero(rep != np.arange(n))]
         alive = np.flatnonzero(rep == np.arange(n))
-        res = near_dedup([norm[i] for i in alive], threshold, num_perm, ngram, shingle, workers=workers)
+        res = near_dedup([norm[i] for i in alive], threshold, num_perm, ngram, shingle, verify, workers=workers)
         near = np.flatnonzero(res.representative != np.arange(len(alive)))
         est = estimated_jaccard(res.signatures[near], res.signatures[res.representative[near]]) if len(near) else []
         rows += [{"id": ids[alive[j]], "duplicate_of": ids[alive[res.representative[j]]], "kind": "near", "jaccard": float(e)}
@@ -112,7 +113,8 @@ def register(app: typer.Typer) -> None:
                        out / "duplicates.parquet")
         stats = {"documents": n, "kept": int(len(kept)), "exact_duplicates": int(n - len(alive)),
                  "near_duplicates": int(len(near)), "bands": res.bands, "rows": res.rows,
-                 "candidate_pairs": res.candidate_pairs, "threshold": threshold, "num_perm": num_perm,
+                 "candidate_pairs": res.candidate_pairs, "verified_pairs": res.verified_pairs if verify else None,
+                 "verify": verify, "threshold": threshold, "num_perm": num_perm,
                  "ngram": ngram, "shingle": shingle, "seconds": round(time.perf_counter() - started, 3)}
         (out / "stats.json").write_text(json.dumps(stats, indent=1))
         typer.echo(json.dumps(stats))

@@ -169,7 +169,7 @@ def dedup_shards(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, world
     alive = np.flatnonzero(keep)
     sig = np.zeros((0, c.num_perm), np.uint32)
     if c.near_dedup and len(alive):
-        norm = _normalized_texts(run_dir, world_size, perm, alive) if c.verify_jaccard else None
+        norm = _NightTexts(run_dir, world_size, perm, alive) if c.verify_jaccard else None
         res = near_dedup(norm, c.threshold, c.num_perm, c.ngram, c.shingle, c.verify_jaccard, c.workers,
                          signatures=sig_all[alive], seed=_SEED)
         sig = res.signatures
@@ -207,12 +207,21 @@ def dedup_shards(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, world
     return stats
 
 
-def _normalized_texts(run_dir: RunDir, world_size: int, perm: np.ndarray, rows: np.ndarray) -> list[str]:
-    """Normalised texts of night positions `rows` (for the exact-Jaccard check of candidates)."""
-    texts: list[str] = []
-    for r in range(world_size):
-        texts += pq.read_table(run_dir.path / shard_outputs(r)["docs"], columns=["text"]).column("text").to_pylist()
-    return [normalize_text(texts[perm[i]]) for i in rows]
+class _NightTexts:
+    """Normalised text of night position i (alive[i] in night order), read from the shards once
+    and normalised only when asked: verification touches the candidates, not the whole night."""
+
+    def __init__(self, run_dir: RunDir, world_size: int, perm: np.ndarray, alive: np.ndarray):
+        texts: list[str] = []
+        for r in range(world_size):
+            texts += pq.read_table(run_dir.path / shard_outputs(r)["docs"], columns=["text"]).column("text").to_pylist()
+        self._texts, self._rows = texts, perm[alive]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> str:
+        return normalize_text(self._texts[self._rows[i]])
 
 
 def filter_shard(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, rank: int) -> dict[str, Any]:
