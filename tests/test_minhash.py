@@ -85,6 +85,9 @@ def test_one_pass_kernel_equals_the_two_step_path_and_normalises():
     hasher = MinHasher(128, seed=9)
     norm = [normalize_text(t) for t in raw]
     assert np.array_equal(hasher.signatures(raw), hasher.signatures(norm, normalized=True))
+    # both min orders of the kernel (few shingles: per shingle; many: per permutation)
+    words = [f"w{i}" for i in range(minhash._SHORT_DOC + 10)]
+    norm += [" ".join(words[: minhash._SHORT_DOC + k]) for k in (3, 4, 5, 6)]
     for ngram, shingle in ((5, "word"), (3, "char"), (1, "word")):
         hashes, offsets = shingle_hashes(norm, ngram, shingle)
         assert np.array_equal(hasher.signatures(norm, ngram, shingle, normalized=True), hasher.signatures_from_hashes(hashes, offsets))
