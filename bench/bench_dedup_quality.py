@@ -10,22 +10,24 @@ from" model files, test variants). A seeded sample of `--docs` non-empty files.
   shingles ordered rarest first, a pair can reach Jaccard t only if the two documents share a
   shingle among their first |x| - ceil(t|x|) + 1 (prefix filter, Bayardo et al. 2007), and only if
   t|x| <= |y| <= |x|/t; every such candidate gets its exact intersection (sorted merge).
-- Ours: lib's bands (`lsh_params`, `band_keys`), every pair that shares a bucket in a band (the
-  LSH's candidates), and `near_dedup`'s clusters with and without `verify`.
+- Ours, as shipped (`curation.verify_jaccard`, on by default): bands for the lower candidate
+  threshold (`lib.dedup.candidate_threshold`, 0.6 for 0.8), every bucket pair checked with the
+  exact Jaccard; also with verification off (lib's bands for the threshold itself, every bucket
+  pair, as datasketch), and `near_dedup`'s clusters both ways.
 - Baseline: datasketch `MinHashLSH(threshold, num_perm)`, `MinHash(num_perm).update_batch` on
   the same shingle strings, insert all, then query each; its bucket pairs are its candidates.
 - Precision: of reported pairs, the share with exact Jaccard >= threshold (and, as extra
   information, >= threshold - 0.05). Recall: of the truth pairs, the share reported; also on the
   pairs whose shingle sets differ (identical files are easy) and without the largest truth cluster.
-- Also: recall at permutation seeds 1..N for both (the truth is a few correlated families, so one
-  seed's recall swings by ~0.1), document-level drops (what exact Jaccard + the same union-find
-  would drop vs what each LSH drops), and a what-if: bands for a lower LSH threshold (--probe)
-  with every candidate checked by exact Jaccard.
+- Also: recall at permutation seeds 1..N for the unverified LSH of both (the truth is a few
+  correlated families, so one seed's recall swings by ~0.1), and document-level drops (what exact
+  Jaccard + the same union-find would drop vs what each pipeline drops).
 
 Result on 20,000 files (237 MB normalised): 94% of the 35k truth pairs are one family (436
 transformers `models/*/__init__.py`, mean Jaccard 0.83). At (9 bands, 13 rows) P(candidate | J=0.8)
 is 0.40, so LSH candidates alone give precision ~0.53 and recall ~0.57 for both libraries (the
-S-curve predicts 0.58); bands for 0.6 plus an exact check give precision 1.0, recall 0.997.
+S-curve predicts 0.58); candidates at 0.6 plus the exact check (lib's default) give precision
+1.0, recall ~0.997.
 
     .venv/bin/python bench/bench_dedup_quality.py [--docs 20000] [--threshold 0.8] [--workers 2]
 """
@@ -44,7 +46,7 @@ from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lib.dedup import components_min_index, lsh_params, near_dedup  # noqa: E402
+from lib.dedup import candidate_threshold, components_min_index, lsh_params, near_dedup  # noqa: E402
 from lib.minhash import (  # noqa: E402
     MinHasher, band_keys, estimated_jaccard, normalize_text, optimal_bands, s_curve, shingle_hashes,
 )
@@ -323,11 +325,13 @@ def main() -> None:
     ap.add_argument("--ngram", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=10, help="recall of both at permutation seeds 1..N (one seed is noisy)")
-    ap.add_argument("--probe", type=float, default=0.6, help="also: bands for this LSH threshold + a check at --threshold")
+    ap.add_argument("--probe", type=float, default=None,
+                    help="LSH threshold of the verified candidates (default: lib's candidate_threshold, 0.6 for 0.8)")
     ap.add_argument("--max-kb", type=int, default=1024, help="skip larger files (generated tables)")
     ap.add_argument("--sample-seed", type=int, default=0)
     args = ap.parse_args()
     t, perms, ngram = args.threshold, args.num_perm, args.ngram
+    args.probe = candidate_threshold(t) if args.probe is None else args.probe
 
     paths, norm, st = sample_docs(args.docs, args.max_kb * 1024, args.sample_seed)
     n = len(norm)
@@ -360,14 +364,14 @@ def main() -> None:
               f"{len(members)} files, mean Jaccard {tj[truth.family].mean():.3f} (e.g. {family}/...); "
               f"the next {min(len(comp) - 1, 5)} hold {np.sort(comp_pairs)[::-1][1:6].tolist()} pairs")
 
-    # ours: the pipeline as shipped (timed), its bucket pairs, other permutation seeds
-    near_dedup(norm[:50], t, perms, ngram, workers=1)  # load the numba kernels outside the timing
+    # ours: the pipeline as shipped (verify on, timed), the same without verification, other seeds
+    near_dedup(norm[:50], t, perms, ngram, verify=True, workers=1)  # load the numba kernels outside the timing
     t0 = time.perf_counter()
-    res = near_dedup(norm, t, perms, ngram, workers=args.workers)
+    res_v = near_dedup(norm, t, perms, ngram, verify=True, workers=args.workers)
     t_ours = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res_v = near_dedup(norm, t, perms, ngram, verify=True, signatures=res.signatures)
-    t_verify = time.perf_counter() - t0
+    res = near_dedup(norm, t, perms, ngram, verify=False, signatures=res_v.signatures)
+    t_plain = time.perf_counter() - t0  # banding + union only: signatures given
     bands, rows = lsh_params(t, perms)
     ours = score(bucket_pairs(band_keys(res.signatures, bands, rows)), truth, sets, t)
     # datasketch
@@ -392,8 +396,8 @@ def main() -> None:
     print(f"{'pairs reported':<48}{'pairs':>9}{'precision':>10}{f'J>={t - 0.05:.2f}':>9}{'recall':>8}"
           f"{'J<1':>8}{rest:>12}")
     rows_out = [
-        ("ours: LSH candidates (bucket pairs)", ours), ("datasketch MinHashLSH: query results", ds),
-        (f"what-if: bands for {args.probe} ({pb}x{pr}) + exact J>={t}", probe_exact),
+        (f"ours, shipped: bands for {args.probe} ({pb}x{pr}) + exact J>={t}", probe_exact),
+        ("ours, verify off: LSH candidates (bucket pairs)", ours), ("datasketch MinHashLSH: query results", ds),
         (f"what-if: bands for {args.probe} ({pb}x{pr}) + estimate>={t}", probe_est),
     ]
     for name, s in rows_out:
@@ -416,10 +420,10 @@ def main() -> None:
     print(f"\n{'union-find over the pairs, min index survives':<48}{'dropped':>8}{'precision':>10}{'recall':>8}"
           f"{'pair recall':>12}{'J(doc, survivor)>=t':>21}")
     clusters = [
-        ("exact Jaccard (the truth)", truth_rep), ("ours near_dedup", res.representative),
-        ("ours near_dedup(verify=True)", res_v.representative),
+        ("exact Jaccard (the truth)", truth_rep), ("ours near_dedup (verify on, shipped)", res_v.representative),
+        ("ours near_dedup(verify=False)", res.representative),
         ("datasketch query results", components_min_index(n, ds_pairs // n, ds_pairs % n)),
-        (f"what-if: bands for {args.probe} + exact J>={t}", components_min_index(n, exact_ok // n, exact_ok % n)),
+        (f"every bucket pair at {args.probe} + exact J>={t}", components_min_index(n, exact_ok // n, exact_ok % n)),
     ]
     for name, rep in clusters:
         p, r, dropped = doc_level(rep, truth_rep)
@@ -428,8 +432,8 @@ def main() -> None:
         surv = float((sets.jaccard(lost, rep[lost]) >= t).mean()) if len(lost) else float("nan")
         print(f"  {name:<46}{dropped:>8,}{p:>10.4f}{r:>8.4f}{pair_recall:>12.4f}{surv:>21.4f}")
 
-    print(f"\ntime: ours near_dedup {t_ours:.2f} s ({mb / t_ours:.0f} MB/s, {args.workers} threads; verify=True adds "
-          f"{t_verify:.2f} s for {res.candidate_pairs:,} star edges); datasketch {t_ds:.1f} s (MinHash {t_ds_hash:.1f} s "
+    print(f"\ntime: ours near_dedup (shipped) {t_ours:.2f} s ({mb / t_ours:.0f} MB/s, {args.workers} threads; {res_v.candidate_pairs:,} "
+          f"candidates verified; the unverified LSH on the same signatures takes {t_plain:.2f} s); datasketch {t_ds:.1f} s (MinHash {t_ds_hash:.1f} s "
           f"+ insert/query {t_ds_lsh:.1f} s, one process, {mb / t_ds:.2f} MB/s); ratio {t_ds / t_ours:.1f}x; "
           f"bands for {args.probe}: {len(probe):,} candidates to check")
     if seed_ours:  # the truth is a few correlated families: one seed's recall swings by ~0.1
@@ -443,15 +447,14 @@ def main() -> None:
         return "met" if ok else "NOT MET"
 
     vs = "met" if mean_ours >= mean_ds else ("within noise (< 2 s.e.)" if mean_ds - mean_ours < 2 * se else "NOT MET")
-    print(f"\ntargets, ours' LSH candidates at {t} (what near_dedup unions): precision {ours['precision']:.4f} >= 0.98 "
-          f"{verdict(ours['precision'] >= 0.98)}; recall {ours['recall']:.4f} >= 0.95 {verdict(ours['recall'] >= 0.95)}; "
-          f"recall vs datasketch's, seed 1: {ours['recall']:.4f} vs {ds['recall']:.4f} (ratio "
-          f"{ours['recall'] / max(ds['recall'], 1e-12):.3f}); mean of {len(seed_ours)} seeds: {mean_ours:.4f} vs "
-          f"{mean_ds:.4f} (ratio {mean_ours / max(mean_ds, 1e-12):.3f}, s.e. of the difference {se:.4f}) {vs}")
     pe = probe_exact
-    print(f"what-if, bands for {args.probe} + exact check at {t}: precision {pe['precision']:.4f} "
-          f"{verdict(pe['precision'] >= 0.98)}; recall {pe['recall']:.4f} {verdict(pe['recall'] >= 0.95)}; "
-          f"recall / datasketch's {pe['recall'] / max(ds['recall'], 1e-12):.3f} {verdict(pe['recall'] >= ds['recall'])}")
+    print(f"\ntargets, ours as shipped (candidates at {args.probe}, exact check at {t}): precision {pe['precision']:.4f} "
+          f">= 0.98 {verdict(pe['precision'] >= 0.98)}; recall {pe['recall']:.4f} >= 0.95 {verdict(pe['recall'] >= 0.95)}; "
+          f"recall / datasketch's {pe['recall'] / max(ds['recall'], 1e-12):.3f} >= 1 {verdict(pe['recall'] >= ds['recall'])}")
+    print(f"verify off (LSH candidates at {t}, as datasketch): precision {ours['precision']:.4f}, recall {ours['recall']:.4f} "
+          f"vs datasketch's {ds['recall']:.4f}; mean of {len(seed_ours)} seeds: {mean_ours:.4f} vs {mean_ds:.4f} "
+          f"(ratio {mean_ours / max(mean_ds, 1e-12):.3f}, s.e. of the difference {se:.4f}) {vs}")
+
 
 if __name__ == "__main__":
     main()
