@@ -21,9 +21,10 @@ from typing import Any
 
 from prefect import flow, unmapped
 
-from flows.runtime import StageClock, map_over, new_run_id, run_cached
+from flows.runtime import StageClock, map_over, new_run_id
 from lib.config import ConsolidationConfig
 from lib.curation import DEDUP_OUTPUTS, shard_count, shard_outputs
+from lib.lineage import Lineage
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
 from tasks.data import (adopt_outputs, curation_report, dedup_shards, filter_shard, find_buffer_files, ingest_shard,
@@ -39,18 +40,29 @@ def pending_buffers(cfg: ConsolidationConfig, clock: StageClock) -> list[dict[st
         return select_pending(root, inspected)
 
 
-def _present(outputs):
-    return lambda result: all((Path(result["run_dir"]) / o).exists() for o in outputs(result))
+def _files(rank: int, kinds: tuple[str, ...]) -> list[str]:
+    return [shard_outputs(rank)[k] for k in kinds]
 
 
-def _map_cached(task, cfg: ConsolidationConfig, outputs, params: dict[str, Any], over: str, values: list) -> list[dict[str, Any]]:
-    """`task` mapped over `values` of parameter `over`, cached on content; a result whose outputs
-    are gone (an old run folder deleted) is computed again with the cache refreshed."""
-    ws = Workspace(cfg.workspace.root)
-    cached = on_workspace(task, ws)
-    results = map_over(cached, cfg, **{k: unmapped(v) for k, v in params.items()}, **{over: values})
-    present = _present(outputs)
-    return [r if present(r) else cached.with_options(refresh_cache=True)(**params, **{over: v}) for r, v in zip(results, values)]
+def _adopted(task, cfg: ConsolidationConfig, here: str, outputs, results: list[dict[str, Any]], params: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cached step results with their files in run folder `here`: a result whose files are gone
+    (an old run folder deleted) is computed again with the cache refreshed; the files of a result
+    computed by another run are hard-linked in."""
+    cached = on_workspace(task, Workspace(cfg.workspace.root))
+    done = []
+    for r, p in zip(results, params):
+        if not all((Path(r["run_dir"]) / o).exists() for o in outputs(r)):
+            r = cached.with_options(refresh_cache=True)(**p)
+        adopt_outputs(r["run_dir"], here, outputs(r))
+        done.append(r)
+    return done
+
+
+def _map_cached(task, cfg: ConsolidationConfig, here: str, outputs, params: dict[str, Any], ranks: list[int]) -> list[dict[str, Any]]:
+    """`task` mapped over `rank`, cached on content, its files adopted into `here`."""
+    cached = on_workspace(task, Workspace(cfg.workspace.root))
+    results = map_over(cached, cfg, **{k: unmapped(v) for k, v in params.items()}, rank=ranks)
+    return _adopted(task, cfg, here, outputs, results, [{**params, "rank": r} for r in ranks])
 
 
 def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, Any]], clock: StageClock) -> dict[str, Any]:
@@ -59,27 +71,21 @@ def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, A
     step's files hard-linked from the run that computed them."""
     ws = Workspace(cfg.workspace.root)
     files = sorted(p["path"] for p in pending)
-    from lib.lineage import Lineage
-
     mine = {p["content_hash"] for p in pending}  # what the registry knows of them (pending or nothing)
     statuses = {b.content_hash: b.status for b in Lineage(ws.lineage_db).buffer_files() if b.content_hash in mine}
     n = shard_count(cfg, len(files))
     workers = max(1, (cfg.curation.workers or os.cpu_count() or 1) // n)
-    here = str(run.path)
+    here, ranks = str(run.path), list(range(n))
     with clock.stage("curate"):
-        shards = _map_cached(ingest_shard, cfg, lambda r: [shard_outputs(r["rank"])[k] for k in ("docs", "dedup", "ingest")],
-                             dict(cfg=cfg, run_dir=here, world_size=n, files=files, statuses=statuses, workers=workers),
-                             "rank", list(range(n)))
-        for r in shards:
-            adopt_outputs(r["run_dir"], here, [shard_outputs(r["rank"])[k] for k in ("docs", "dedup", "ingest")])
+        shards = _map_cached(ingest_shard, cfg, here, lambda r: _files(r["rank"], ("docs", "dedup", "ingest")),
+                             dict(cfg=cfg, run_dir=here, world_size=n, files=files, statuses=statuses, workers=workers), ranks)
         record_ingest(str(ws.root), shards)
-        dedup = run_cached(on_workspace(dedup_shards, ws), _present(lambda r: DEDUP_OUTPUTS + [shard_outputs(k)["keep"] for k in range(n)]),
-                           cfg=cfg, run_dir=here, world_size=n)
-        adopt_outputs(dedup["run_dir"], here, DEDUP_OUTPUTS + [shard_outputs(k)["keep"] for k in range(n)])
-        filtered = _map_cached(filter_shard, cfg, lambda r: [shard_outputs(r["rank"])[k] for k in ("part", "filter")],
-                               dict(cfg=cfg, run_dir=here), "rank", list(range(n)))
-        for r in filtered:
-            adopt_outputs(r["run_dir"], here, [shard_outputs(r["rank"])[k] for k in ("part", "filter")])
+        params = dict(cfg=cfg, run_dir=here, world_size=n)
+        dedup_files = DEDUP_OUTPUTS + [shard_outputs(k)["keep"] for k in ranks]
+        [dedup] = _adopted(dedup_shards, cfg, here, lambda r: dedup_files,
+                           [on_workspace(dedup_shards, ws)(**params)], [params])
+        filtered = _map_cached(filter_shard, cfg, here, lambda r: _files(r["rank"], ("part", "filter")),
+                               dict(cfg=cfg, run_dir=here), ranks)
         return curation_report(here, shards, dedup["stats"], [f["stats"] for f in filtered])
 
 
