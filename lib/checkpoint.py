@@ -8,18 +8,20 @@
   weights when the pipeline inherits optimizer state.
 - Writes are atomic: the folder is assembled under a temporary name and renamed into place.
 - Delta storage (seed 003): `compact(version, parent)` replaces model.safetensors by
-  model.delta.zst: the safetensors header verbatim, then every tensor's raw bits XOR the parent's
-  tensor of the same name/dtype/shape (others stored raw), byte-plane shuffled per tensor
-  (all sign/exponent bytes together, then the mantissa bytes), zstd-compressed. No float
-  arithmetic, so the restore is bit-exact and checked against the recorded sha256.
+  model.delta.zst: the safetensors header verbatim, then the data section transformed against the
+  parent's tensor of the same name/dtype/shape (a tensor without one is stored raw, a non-float
+  one XOR the parent's): for float tensors the zigzag-coded integer difference of the bit patterns, the elements ordered by the parent's
+  exponent, byte planes per tensor (all high bytes together, then the low ones), zstd-compressed.
+  Integer arithmetic and permutations only, so the restore is bit-exact, and it is checked
+  against the recorded sha256. Formats 1 (XOR) and 2 (no exponent order) are still read.
 - `materialize(version)` returns a folder `from_pretrained` loads: the version itself when full,
   else `<version>/.full/` rebuilt from the parent chain (recursively), cached and verified.
   `store_version` keeps every `full_every`-th version of a chain full to bound restore time.
 
-Trade-off: XOR keeps the restore exact but cannot shrink bits that really changed: after a
-consolidation the low mantissa bytes are close to random, so an fp32 delta costs roughly half a
-full checkpoint (measured in bench/bench_delta.py and the README) while the sign/exponent plane
-compresses to almost nothing.
+Trade-off: a lossless delta cannot shrink bits that really changed. AdamW moves every weight by
+about the LR per step, so after 200 steps at lr_scale 0.1 a weight has moved by ~1-5% of its
+value: a few ulps of bf16 (a delta of about a third of the checkpoint), but ~2^17 ulps of fp32,
+whose low two mantissa bytes are then noise (about 70%). Measured in bench/bench_delta.py.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ DELTA_META = "delta.json"
 META_FILE = "meta.json"
 OPTIMIZER_FILE = "optimizer.pt"
 MATERIALIZED = ".full"
-DELTA_FORMAT = "diff-byteplane-zstd/2"  # written; format 1 (XOR for every tensor) is still read
-DELTA_FORMATS = {"xor-byteplane-zstd/1": "xor", DELTA_FORMAT: "diff"}
+DELTA_FORMAT = "diff-expgroup-byteplane-zstd/3"  # written; formats 1 (XOR) and 2 (no grouping) are still read
+DELTA_FORMATS = {"xor-byteplane-zstd/1": "xor", "diff-byteplane-zstd/2": "diff", DELTA_FORMAT: "grouped"}
 
 # Files of a Hugging Face tokenizer folder that travel with every version.
 TOKENIZER_FILES = (
@@ -276,46 +278,85 @@ def _byteplanes(buf, header: dict, inverse: bool) -> None:
         buf[b:e] = (seg.reshape(k, -1).T if inverse else seg.reshape(-1, k).T).reshape(-1)
 
 
-# -- delta storage --------------------------------------------------------------------------------
-def encode_delta(target: bytes, parent: bytes, *, level: int = 3, method: str = "diff") -> tuple[bytes, dict]:
-    """Compress the safetensors bytes `target` against `parent`: returns (delta bytes, stats).
-    method "diff" (format 2, the default) or "xor" (format 1)."""
+def _xor(x, ref, header: dict, matched: list[str], inverse: bool) -> None:
+    x ^= ref
+
+
+# bit offset and mask of the exponent field of each float dtype's bit pattern (sign excluded)
+_EXPONENT = {"F32": (23, 0xFF), "BF16": (7, 0xFF), "F16": (10, 0x1F), "F64": (52, 0x7FF)}
+GROUP_CHUNK = 1 << 22  # elements ordered together; bounds the permutation's memory to 32 MB
+
+
+def _group_by_exponent(x, ref, header: dict, matched: list[str], inverse: bool) -> None:
+    """In place on the differenced data bytes: within each chunk of a shared float tensor, put
+    the elements in the (stable) order of their PARENT's exponent. AdamW moves every weight by
+    about the same amount, so a small weight moves by many ulps and a large one by few: grouped
+    by magnitude, each run of codes has one distribution and zstd's per-block Huffman tables
+    fit it (about 3 points of a bf16 checkpoint; bench/bench_delta.py). The order comes from
+    the parent, which the decoder holds, so it costs no bytes."""
     import numpy as np
+
+    for name in matched:
+        info = header[name]
+        kind, field = _FLOAT_UINT.get(info["dtype"]), _EXPONENT.get(info["dtype"])
+        b, e = info["data_offsets"]
+        if kind is None or field is None or e <= b:
+            continue
+        seg, base = x[b:e].view(kind), ref[b:e].view(kind)
+        shift, mask = field
+        key_type = np.uint8 if mask <= 0xFF else np.uint16  # radix sort for small keys
+        for s in range(0, seg.size, GROUP_CHUNK):
+            part = seg[s : s + GROUP_CHUNK]
+            order = np.argsort(((base[s : s + GROUP_CHUNK] >> shift) & mask).astype(key_type), kind="stable")
+            if inverse:
+                out = np.empty_like(part)
+                out[order] = part
+                part[:] = out
+            else:
+                part[:] = part[order]
+
+
+# the in-place transforms of each delta method, applied in order before the byte planes
+_METHODS = {"xor": (_xor,), "diff": (_diff,), "grouped": (_diff, _group_by_exponent)}
+
+
+# -- delta storage --------------------------------------------------------------------------------
+def encode_delta(target: bytes, parent: bytes, *, level: int = 3, method: str = "grouped") -> tuple[bytes, dict]:
+    """Compress the safetensors bytes `target` against `parent`: returns (delta bytes, stats).
+    method "grouped" (format 3, the default), "diff" (format 2) or "xor" (format 1)."""
     import zstandard
 
-    head, t_header, t_data = _split_safetensors(target, "target")
-    _, p_header, p_data = _split_safetensors(parent, "parent")
-    ref, matched = _reference(t_header, len(t_data), p_header, p_data)
-    x = np.frombuffer(t_data, dtype=np.uint8).copy()
-    if method == "diff":
-        _diff(x, ref, t_header, matched, inverse=False)
-    elif method == "xor":
-        x ^= ref
-    else:
-        raise ValueError(f"unknown delta method {method!r}")
+    head, t_header, x, ref, matched = _delta_inputs(target, parent, method, "target")
+    for step in _METHODS[method]:
+        step(x, ref, t_header, matched, inverse=False)
     _byteplanes(x, t_header, inverse=False)
     payload = zstandard.ZstdCompressor(level=level, threads=-1).compress(head + x.tobytes())
     return payload, {"tensors": len(_tensors(t_header)), "tensors_matched": len(matched), "method": method}
 
 
-def decode_delta(payload: bytes, parent: bytes, method: str = "diff") -> bytes:
+def decode_delta(payload: bytes, parent: bytes, method: str = "grouped") -> bytes:
     """Inverse of `encode_delta`: the target file's exact bytes."""
-    import numpy as np
     import zstandard
 
     raw = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
-    head, t_header, t_data = _split_safetensors(raw, "delta payload")
-    _, p_header, p_data = _split_safetensors(parent, "parent")
-    ref, matched = _reference(t_header, len(t_data), p_header, p_data)
-    x = np.frombuffer(t_data, dtype=np.uint8).copy()
+    head, t_header, x, ref, matched = _delta_inputs(raw, parent, method, "delta payload")
     _byteplanes(x, t_header, inverse=True)
-    if method == "diff":
-        _diff(x, ref, t_header, matched, inverse=True)
-    elif method == "xor":
-        x ^= ref
-    else:
-        raise ValueError(f"unknown delta method {method!r}")
+    for step in reversed(_METHODS[method]):
+        step(x, ref, t_header, matched, inverse=True)
     return head + x.tobytes()
+
+
+def _delta_inputs(data: bytes, parent: bytes, method: str, where: str):
+    """(header bytes, header, a writable copy of the data section, the parent laid out at its
+    offsets, the shared tensor names) of a target or a decompressed delta payload."""
+    import numpy as np
+
+    if method not in _METHODS:
+        raise ValueError(f"unknown delta method {method!r}; one of {', '.join(_METHODS)}")
+    head, header, body = _split_safetensors(data, where)
+    _, p_header, p_data = _split_safetensors(parent, "parent")
+    ref, matched = _reference(header, len(body), p_header, p_data)
+    return head, header, np.frombuffer(body, dtype=np.uint8).copy(), ref, matched
 
 
 def chain_depth(version_dir: str | Path) -> int:

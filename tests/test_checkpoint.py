@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lib.checkpoint import (
-    DELTA_FILE, MATERIALIZED, MODEL_FILE, CheckpointError, chain_depth, compact, is_delta, is_full,
+    DELTA_FILE, DELTA_FORMAT, MATERIALIZED, MODEL_FILE, CheckpointError, chain_depth, compact, is_delta, is_full,
     load_optimizer_state, materialize, read_meta, restore, sha256_file, store_version, verify, write_version,
 )
 from lib.config import ModelConfig
@@ -135,7 +135,7 @@ def test_parent_moved_together_with_child_is_found_as_sibling(tmp_path, tokenize
     shutil.move(tmp_path / "a", tmp_path / "b")  # a copied workspace: absolute parent path is stale
     assert (materialize(tmp_path / "b" / "v1") / MODEL_FILE).read_bytes() == expected
     info = json.loads((tmp_path / "b" / "v1" / "delta.json").read_text())
-    assert info["format"] == "diff-byteplane-zstd/2"
+    assert info["format"] == DELTA_FORMAT
 
 
 def test_checkpoint_cli_compact_info_restore(tmp_path, tokenizer_dir):
@@ -191,38 +191,69 @@ def test_bf16_storage_stays_bf16_and_its_delta_is_small_and_exact(tmp_path, toke
     assert info["ratio"] < 0.5 * info32["ratio"], (info["ratio"], info32["ratio"])
 
 
-def test_format_1_xor_deltas_still_restore_and_format_2_is_smaller(tmp_path, tokenizer_dir):
-    """A delta written by the earlier XOR format (delta.json format xor-byteplane-zstd/1) still
-    materialises bit-exactly; the current integer-difference format is smaller on the same pair,
-    and both round-trip every dtype (bf16, fp32, and an int tensor stored beside them)."""
-    from lib.checkpoint import DELTA_FORMAT, DELTA_META, decode_delta, encode_delta
+def _adamw_steps(model, steps, lr, seed):
+    """What a consolidation does to weights: AdamW moves every weight by about `lr` per step,
+    whatever its size (unlike `_nudge`'s relative noise)."""
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
+    for _ in range(steps):
+        ids = torch.randint(3, 300, (4, 32), generator=g)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model
 
-    v0, v1 = _versions(tmp_path, tokenizer_dir, 2)
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_older_delta_formats_still_restore_and_format_3_is_smallest(tmp_path, tokenizer_dir, dtype):
+    """Deltas written by earlier releases (format 1: XOR; format 2: integer difference without
+    the exponent order) still materialise bit-exactly. On a real AdamW update the current format
+    (difference, elements in the parent's exponent order) is the smallest of the three."""
+    from lib.checkpoint import DELTA_META, decode_delta, encode_delta
+
+    v0 = write_version(tmp_path / "v0", _model(), tokenizer_dir=tokenizer_dir, meta={}, dtype=dtype)
+    v1 = write_version(tmp_path / "v1", _adamw_steps(_model(), 20, 3e-4, 1), tokenizer_dir=tokenizer_dir, meta={}, dtype=dtype)
     target, parent = (v1 / MODEL_FILE).read_bytes(), (v0 / MODEL_FILE).read_bytes()
-    old, _ = encode_delta(target, parent, method="xor")
-    new, stats = encode_delta(target, parent)
-    assert stats["method"] == "diff" and len(new) < len(old)
-    assert decode_delta(old, parent, "xor") == target and decode_delta(new, parent) == target
+    sizes, payloads = {}, {}
+    for method in ("xor", "diff", "grouped"):
+        payloads[method], stats = encode_delta(target, parent, method=method)
+        sizes[method] = len(payloads[method])
+        assert stats["method"] == method and decode_delta(payloads[method], parent, method) == target
+    assert sizes["grouped"] < sizes["diff"] < sizes["xor"], sizes
     info = compact(v1, v0)
-    assert info["format"] == DELTA_FORMAT
-    # rewrite v1 as a format-1 delta, as an older release left it
-    (v1 / DELTA_FILE).write_bytes(old)
+    assert info["format"] == DELTA_FORMAT and info["delta_bytes"] == sizes["grouped"]
     meta = json.loads((v1 / DELTA_META).read_text())
-    (v1 / DELTA_META).write_text(json.dumps({**meta, "format": "xor-byteplane-zstd/1", "delta_bytes": len(old)}))
-    shutil.rmtree(v1 / MATERIALIZED, ignore_errors=True)
-    assert (materialize(v1) / MODEL_FILE).read_bytes() == target
+    # rewrite v1 as a format-1 and a format-2 delta, as older releases left it
+    for fmt, method in (("xor-byteplane-zstd/1", "xor"), ("diff-byteplane-zstd/2", "diff")):
+        (v1 / DELTA_FILE).write_bytes(payloads[method])
+        (v1 / DELTA_META).write_text(json.dumps({**meta, "format": fmt, "delta_bytes": sizes[method]}))
+        shutil.rmtree(v1 / MATERIALIZED, ignore_errors=True)
+        assert (materialize(v1) / MODEL_FILE).read_bytes() == target
     (v1 / DELTA_META).write_text(json.dumps({**meta, "format": "zip/9"}))
     shutil.rmtree(v1 / MATERIALIZED, ignore_errors=True)
     with pytest.raises(CheckpointError, match="unknown delta format"):
         materialize(v1)
+    with pytest.raises(ValueError, match="unknown delta method"):
+        encode_delta(target, parent, method="lzma")
+
+
+def test_every_delta_method_round_trips_every_dtype_across_chunks(monkeypatch):
+    """bf16, fp16, fp32 and fp64 tensors, an int tensor, a sign flip (the difference wraps), a
+    tensor only the child has and one whose shape changed: each method restores the exact bytes,
+    also when a tensor spans several exponent-ordering chunks."""
+    import lib.checkpoint as ck
 
     from safetensors.torch import save
 
+    monkeypatch.setattr(ck, "GROUP_CHUNK", 100)
     g = torch.Generator().manual_seed(3)
-    a = {"w16": torch.randn(257, generator=g).bfloat16(), "w32": torch.randn(64, 3, generator=g),
-         "ids": torch.arange(10, dtype=torch.int64), "only_in_child": torch.ones(4)}
-    b = {k: (v * 1.01 if v.is_floating_point() else v + 1) for k, v in a.items()}
+    a = {"w16": torch.randn(257, generator=g).bfloat16(), "h16": torch.randn(333, generator=g).half(),
+         "w32": torch.randn(64, 3, generator=g), "w64": torch.randn(150, generator=g).double(),
+         "ids": torch.arange(10, dtype=torch.int64), "only_in_child": torch.ones(4), "reshaped": torch.ones(6)}
+    b = {k: (v * (1 + 0.01 * torch.randn(v.shape, generator=g, dtype=v.dtype)) if v.is_floating_point() else v + 1)
+         for k, v in a.items()}
     b["w32"][0, 0] = -b["w32"][0, 0]  # a sign flip: the difference wraps around
+    b["reshaped"] = torch.ones(2, 3)
     pa, pb = save({k: v for k, v in a.items() if k != "only_in_child"}), save(b)
-    for method in ("diff", "xor"):
-        assert decode_delta(encode_delta(pb, pa, method=method)[0], pa, method) == pb
+    for method in ("xor", "diff", "grouped"):
+        assert ck.decode_delta(ck.encode_delta(pb, pa, method=method)[0], pa, method) == pb
