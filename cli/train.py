@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None, preset: PresetOpt = "default", overrides: SetOpt = None,
         workspace: WorkspaceOpt = None, as_json: JsonOpt = False,
     ) -> None:
-        """Replace model.safetensors by a zstd XOR delta against the parent (verified before deleting)."""
+        """Replace model.safetensors by a lossless zstd delta against the parent (verified before deleting)."""
         from lib.checkpoint import compact, read_meta
 
         _, ws = resolve_config(config, preset, overrides, workspace)

@@ -10,8 +10,9 @@
 - Delta storage (seed 003): `compact(version, parent)` replaces model.safetensors by
   model.delta.zst: the safetensors header verbatim, then the data section transformed against the
   parent's tensor of the same name/dtype/shape (a tensor without one is stored raw, a non-float
-  one XOR the parent's): for float tensors the zigzag-coded integer difference of the bit patterns, the elements ordered by the parent's
-  exponent, byte planes per tensor (all high bytes together, then the low ones), zstd-compressed.
+  one XOR the parent's): for float tensors the zigzag-coded integer difference of the bit
+  patterns, the elements ordered by the parent's exponent, byte planes per tensor (all high
+  bytes together, then the low ones), zstd-compressed.
   Integer arithmetic and permutations only, so the restore is bit-exact, and it is checked
   against the recorded sha256. Formats 1 (XOR) and 2 (no exponent order) are still read.
 - `materialize(version)` returns a folder `from_pretrained` loads: the version itself when full,

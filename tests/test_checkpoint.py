@@ -1,4 +1,4 @@
-"""Version folders and delta storage: HF-loadable, digest-checked, XOR deltas restored bit-exactly."""
+"""Version folders and delta storage: HF-loadable, digest-checked, deltas restored bit-exactly."""
 
 import json
 import shutil
