@@ -52,6 +52,16 @@ def test_compose_stack_structure():
     for worker in ("worker-cpu", "worker-gpu"):
         assert services[worker]["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api"
         assert any(v.endswith(":/workspace") for v in services[worker]["volumes"])
+        # our templates must be on the pools before a worker can create them with Prefect's defaults
+        assert services[worker]["depends_on"]["pools"]["condition"] == "service_completed_successfully"
+    pools = services["pools"]
+    assert pools["command"] == ["sh", "deployments/create-pools.sh"] and (ROOT / "deployments" / "create-pools.sh").is_file()
+    assert pools["environment"]["PREFECT_API_URL"] == "http://prefect-server:4200/api" and pools["restart"] == "no"
+    assert pools["depends_on"]["prefect-server"]["condition"] == "service_healthy"
+    # the docker pool template mounts the workspace volume by its full name
+    docker = json.loads((DEPLOY / "work-pools" / "docker-gpu.json").read_text())
+    mount = docker["variables"]["properties"]["volumes"]["default"][0].split(":")[0]
+    assert spec["volumes"]["workspace"]["name"] == mount == "consolidation_workspace"
 
 
 def test_compose_config_validates_with_the_compose_client():

@@ -111,16 +111,33 @@ def _task_states(api, run_id) -> dict[str, list[str]]:
     return out
 
 
+def _create_pools(api, env):
+    """deployments/create-pools.sh, as compose's `pools` service runs it: both pools get our
+    template, also when a pool already exists with Prefect's default one (a worker that started
+    first) and when the script runs again."""
+    template = json.loads((ROOT / "deployments" / "work-pools" / "process.json").read_text())
+    env = {**env, "PATH": f"{Path(PREFECT).parent}{os.pathsep}{env.get('PATH', '')}"}
+    _cli(env, "work-pool", "create", "consolidation-cpu", "--type", "process")  # the default template
+    assert _get(api, "work_pools/consolidation-cpu")["base_job_template"] != template
+    for _ in range(2):
+        proc = subprocess.run(["sh", str(ROOT / "deployments" / "create-pools.sh")], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("consolidation-cpu", "consolidation-gpu"):
+        pool = _get(api, f"work_pools/{name}")
+        assert pool["type"] == "process" and pool["base_job_template"] == template, name
+    bad = subprocess.run(["sh", str(ROOT / "deployments" / "create-pools.sh")], env={**env, "GPU_POOL_TYPE": "slurm"},
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "GPU_POOL_TYPE must be" in bad.stderr
+
+
 def test_deployment_on_a_real_server(server, tmp_path):
     from lib.config import load_config
     from lib.lineage import Lineage
     from lib.workspace import Workspace
 
     api, env = server["api"], {**server["env"], "CONSOLIDATION_WORKSPACE": str(tmp_path / "ws")}
-    _cli(env, "work-pool", "create", "consolidation-cpu", "--type", "process",
-         "--base-job-template", str(ROOT / "deployments" / "work-pools" / "process.json"))
-    _cli(env, "work-pool", "create", "consolidation-gpu", "--type", "process",
-         "--base-job-template", str(ROOT / "deployments" / "work-pools" / "process.json"))
+    _create_pools(api, env)
     for name in ("bootstrap", "manual", "train"):
         _deploy(env, name)
     dep = _get(api, "deployments/name/bootstrap/bootstrap")
