@@ -20,6 +20,7 @@ to learn in minutes.
 
 Run: .venv/bin/python bench/bench_delta.py [--pretrain-steps 200 1000 3000] [--dtype bfloat16 float32]
      [--steps 200 --lr-scale 0.1 --width 64 --layers 2]
+     .venv/bin/python bench/bench_delta.py --synthetic   (speed at 138 M weights, no training)
 """
 
 from __future__ import annotations
@@ -121,6 +122,35 @@ def run_one(work: Path, paths: dict, args, pretrain_steps: int, dtype: str) -> d
     }
 
 
+def synthetic(layers: int, width: int, vocab: int, step: float) -> None:
+    """Speed and size at scale without training: a GPT-2-small-shaped bf16 checkpoint (weights
+    N(0, 0.02)) and a child with every weight moved by N(0, `step`), as AdamW would."""
+    import torch
+    from safetensors.torch import save
+
+    from lib.checkpoint import decode_delta, encode_delta
+
+    g = torch.Generator().manual_seed(0)
+    shapes = {"embed": (vocab, width)}
+    for i in range(layers):
+        for name, shape in (("q", (width, width)), ("k", (width, width)), ("v", (width, width)), ("o", (width, width)),
+                            ("up", (4 * width, width)), ("gate", (4 * width, width)), ("down", (width, 4 * width))):
+            shapes[f"layers.{i}.{name}"] = shape
+    parent = {k: (torch.randn(s, generator=g) * 0.02).bfloat16() for k, s in shapes.items()}
+    child = {k: (v.float() + step * torch.randn(v.shape, generator=g)).bfloat16() for k, v in parent.items()}
+    pa, pb = save(parent), save(child)
+    del parent, child
+    print(f"synthetic: {(len(pb) - 8) / 2e6:.0f} M bf16 weights ({len(pb) / 1e6:.0f} MB), each moved by N(0, {step:g})")
+    for method in ("diff", "grouped"):
+        t0 = time.perf_counter()
+        payload, _ = encode_delta(pb, pa, method=method)
+        t1 = time.perf_counter()
+        assert decode_delta(payload, pa, method) == pb, "restore must be bit-exact"
+        t2 = time.perf_counter()
+        print(f"  {method:<8} {len(payload) / len(pb):6.1%}  encode {t1 - t0:.1f} s ({len(pb) / (t1 - t0) / 1e6:.0f} MB/s), "
+              f"decode {t2 - t1:.1f} s, bit-exact")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=200, help="consolidation steps")
@@ -134,7 +164,12 @@ def main() -> None:
     ap.add_argument("--dtype", nargs="+", choices=["float32", "bfloat16"], default=["bfloat16", "float32"],
                     help="checkpoints.dtype of both versions (bfloat16: a bf16 model, as most HF checkpoints are)")
     ap.add_argument("--keep", type=Path, help="Keep the work folder here.")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="Instead: speed and size on a GPT-2-small-shaped bf16 checkpoint (12 × 768, vocab 32768) without training.")
     args = ap.parse_args()
+    if args.synthetic:
+        synthetic(12, 768, 32768, 3e-4)
+        return
 
     from train_fixtures import prepare
 
