@@ -9,6 +9,7 @@ night → v1, evaluation before/after, gate, lineage, and `<workspace>/demo.png`
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -36,6 +37,19 @@ def show_embedded(console, stats: dict) -> None:
     table.add_row("bytes on disk", f"{buf['bytes']:,}")
     table.add_row("pending in write-ahead logs", f"{buf['pending_log']:,}")
     console.print(table)
+
+
+def _stored(path: str | None) -> str:
+    """"full", "delta, 41% of full", or "missing" when the version folder is gone."""
+    from lib.checkpoint import CheckpointError, storage_info
+
+    if not path or not Path(path).exists():
+        return "missing"
+    try:
+        info = storage_info(path)
+    except (OSError, CheckpointError, ValueError):
+        return "unreadable"
+    return f"delta, {info['ratio']:.0%} of full" if info["storage"] == "delta" else "full"
 
 
 def show_story(console, ws, story: dict) -> None:
@@ -67,10 +81,11 @@ def show_story(console, ws, story: dict) -> None:
         console.print(t)
     lin = Lineage(ws.lineage_db)
     t = Table(title="lineage")
-    for col in ("version", "parent", "status", "aliases", "run"):
+    for col in ("version", "parent", "status", "aliases", "stored", "run"):
         t.add_column(col)
     for v in lin.versions():
-        t.add_row(v["version"], str(v["parent"]), v["status"], ",".join(v.get("aliases", [])), str(v.get("run_id")))
+        t.add_row(v["version"], str(v["parent"]), v["status"], ",".join(v.get("aliases", [])), _stored(v.get("path")),
+                  str(v.get("run_id")))
     console.print(t)
     timings = night.get("timings", {})
     # two decimals: most data stages of the demo take well under a second (whole seconds printed 0)

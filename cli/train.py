@@ -117,21 +117,17 @@ def register(app: typer.Typer) -> None:
         workspace: WorkspaceOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Storage (full/delta, chain depth, size), parent, LR and final metrics of a version."""
-        from lib.checkpoint import DELTA_META, chain_depth, is_delta, read_meta
+        from lib.checkpoint import read_meta, storage_info
 
         _, ws = resolve_config(config, preset, overrides, workspace)
         vdir = _version_dir(ws, version)
         meta = read_meta(vdir)
         out = {
-            "version": meta.get("version", vdir.name), "path": str(vdir),
-            "storage": "delta" if is_delta(vdir) else "full", "chain_depth": chain_depth(vdir),
+            "version": meta.get("version", vdir.name), "path": str(vdir), **storage_info(vdir),
             "parent_checkpoint": meta.get("parent_checkpoint"), "original_lr": meta.get("original_lr"),
             "peak_lr": meta.get("peak_lr"), "optimizer_state": meta.get("optimizer_state"),
             "digest": meta.get("digest"), "final_metrics": meta.get("final_metrics"),
         }
-        if is_delta(vdir):
-            delta = json.loads((vdir / DELTA_META).read_text())
-            out.update(delta_bytes=delta["delta_bytes"], full_bytes=delta["full_bytes"], ratio=delta["ratio"])
         typer.echo(json.dumps(out, indent=2, default=str) if as_json else "\n".join(f"{k}: {v}" for k, v in out.items() if k != "final_metrics"))
 
     app.add_typer(group, name="checkpoint")

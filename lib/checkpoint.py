@@ -371,6 +371,17 @@ def chain_depth(version_dir: str | Path) -> int:
     return depth
 
 
+def storage_info(version_dir: str | Path) -> dict[str, Any]:
+    """How a version's weights are stored: {"storage": "full" | "delta", "chain_depth"}, and for a
+    delta its format, delta_bytes, full_bytes and ratio (delta / full)."""
+    version_dir = Path(version_dir)
+    out: dict[str, Any] = {"storage": "delta" if is_delta(version_dir) else "full", "chain_depth": chain_depth(version_dir)}
+    if out["storage"] == "delta":
+        info = json.loads((version_dir / DELTA_META).read_text(encoding="utf-8"))
+        out.update({k: info.get(k) for k in ("format", "delta_bytes", "full_bytes", "ratio")})
+    return out
+
+
 def _parent_of_delta(version_dir: Path) -> Path:
     info = json.loads((version_dir / DELTA_META).read_text(encoding="utf-8"))
     candidates = [Path(info["parent_path"])] if info.get("parent_path") else []

@@ -128,6 +128,23 @@ def test_full_every_bounds_the_chain(tmp_path, tokenizer_dir):
     assert store_version(dirs[0], None)["stored"] == "full"
 
 
+def test_storage_info_and_the_demo_lineage_column(tmp_path, tokenizer_dir):
+    """storage_info says full or delta (format, sizes, ratio, chain depth); the demo's lineage
+    table prints it per version, and "missing" for a folder that is gone."""
+    from cli.demo import _stored
+    from lib.checkpoint import storage_info
+
+    v0, v1, v2 = _versions(tmp_path, tokenizer_dir, 3)
+    compact(v1, v0)
+    compact(v2, v1)
+    assert storage_info(v0) == {"storage": "full", "chain_depth": 0}
+    info = storage_info(v2)
+    assert info["storage"] == "delta" and info["chain_depth"] == 2 and info["format"] == DELTA_FORMAT
+    assert info["ratio"] == info["delta_bytes"] / info["full_bytes"] and 0 < info["ratio"] < 1
+    assert _stored(str(v0)) == "full" and _stored(str(v2)) == f"delta, {info['ratio']:.0%} of full"
+    assert _stored(str(tmp_path / "gone")) == "missing" and _stored(None) == "missing"
+
+
 def test_parent_moved_together_with_child_is_found_as_sibling(tmp_path, tokenizer_dir):
     v0, v1 = _versions(tmp_path / "a", tokenizer_dir, 2)
     expected = (v1 / MODEL_FILE).read_bytes()
