@@ -191,6 +191,19 @@ def load_optimizer_state(version_dir: str | Path) -> dict | None:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+def drop_optimizer_state(version_dir: str | Path) -> int:
+    """Delete a version's optimizer.pt; returns the bytes freed (0 if it had none). The weights
+    and meta.json stay; a consolidation that inherits from this version then starts AdamW fresh
+    and records that it did."""
+    path = Path(version_dir) / OPTIMIZER_FILE
+    try:
+        size = path.stat().st_size
+        path.unlink()
+    except FileNotFoundError:
+        return 0
+    return size
+
+
 def verify(version_dir: str | Path) -> str:
     """Check the (materialised) weights against meta.json's digest; returns the digest."""
     folder = materialize(version_dir)
@@ -506,9 +519,11 @@ def materialize(version_dir: str | Path) -> Path:
 
 
 def store_version(version_dir: str | Path, parent_dir: str | Path | None, *, delta: bool = True, full_every: int = 5) -> dict[str, Any]:
-    """Storage policy after a version is accepted: a delta against its parent unless the chain
+    """Storage policy after the gate (accepted or rejected): a delta against its parent unless the chain
     would reach `full_every` hops (then it stays full, bounding a restore to full_every - 1 decodes)."""
     version_dir = Path(version_dir)
+    if is_delta(version_dir):  # a replayed night: compacted the first time
+        return {"stored": "delta", **storage_info(version_dir)}
     if not delta or parent_dir is None or not (is_full(parent_dir) or is_delta(parent_dir)):
         return {"stored": "full", "reason": "delta storage off or no parent version"}
     depth = chain_depth(parent_dir) + 1

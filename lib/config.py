@@ -137,6 +137,10 @@ class TrainingConfig(_Section):
 class CheckpointConfig(_Section):
     delta: bool = Field(True, description="Store a new version as a lossless zstd-compressed delta against its parent (bf16: about a third of a full checkpoint; fp32: about 70%).")
     full_every: int = Field(5, ge=1, description="Store a full copy every this many versions in a chain, to bound restore time.")
+    keep_optimizer_states: int | None = Field(
+        1, ge=0, description="With training.optimizer_state=inherit: optimizer.pt (fp32 AdamW moments, twice an fp32 model's bytes) "
+                             "is kept by the champion and this many newest accepted versions, deleted from the rest after each gate; "
+                             "none keeps every one.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Precision of a version's stored weights (training keeps fp32 master weights either way). "
                             "auto: the parent's (a bf16 model stays bf16); float32 for a model pre-trained here.")

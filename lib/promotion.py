@@ -9,6 +9,10 @@
   alias_history.
 - `rollback(lineage, reason)`: `champion` moves back to the champion's parent; the version left
   becomes `rolled_back`; with `requeue=True` its buffer files return to pending.
+- `prune_optimizer_states(lineage, keep)`: optimizer.pt (fp32 AdamW moments, 4x a bf16 model's
+  bytes) is kept only by the champion and the `keep` newest accepted versions; the next night
+  inherits from the champion, so the others are dead weight (a rollback to one of them starts
+  AdamW fresh, which its run records).
 - Every function is idempotent: replaying a night after a crash between training and promotion
   records the decision once and moves each alias once.
 
@@ -132,3 +136,25 @@ def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True
     decision = RegressionGate(gate_config).decide(parent, candidate)
     status = conclude(lineage, version, decision, run_id or None) if apply else row["status"]
     return decision, status
+
+
+def prune_optimizer_states(lineage: Lineage, keep: int | None) -> dict[str, int]:
+    """Delete optimizer.pt from every version but the champion and the `keep` newest accepted
+    ones (None: keep all). Returns {version: bytes freed} for the versions pruned."""
+    from lib.checkpoint import drop_optimizer_state
+
+    if keep is None:
+        return {}
+    versions = lineage.versions()  # creation order
+    accepted = [v["version"] for v in versions if v["status"] == "accepted"]
+    kept = set(accepted[-keep:]) if keep else set()
+    champion = lineage.alias("champion")
+    if champion:
+        kept.add(champion)
+    freed = {}
+    for v in versions:
+        if v["version"] not in kept and v.get("path"):
+            n = drop_optimizer_state(v["path"])
+            if n:
+                freed[v["version"]] = n
+    return freed

@@ -7,8 +7,9 @@
   the run; the table is the "eval-before-after" artifact.
 - `gate_and_promote`: lib.promotion.gate_version with apply: pass -> champion + consumed buffers,
   fail -> rejected, buffers stay pending; the decision with every rule's reason is the
-  "gate-decision" markdown artifact. An accepted version is then stored as a delta against its
-  parent (lib.checkpoint.store_version).
+  "gate-decision" markdown artifact. The candidate, accepted or rejected (kept for inspection), is
+  then stored as a delta against its parent (lib.checkpoint.store_version), and optimizer.pt is
+  pruned from versions no night will inherit from (lib.promotion.prune_optimizer_states).
 
 Trade-off: none of these is cached: each reads and writes the registry, and replaying them is
 idempotent in lib (same version id, one decision per version, one alias move).
@@ -73,7 +74,7 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str, run_id: str, versi
 def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """The regression gate on the recorded metrics, applied: promote or reject."""
     from lib.checkpoint import store_version
-    from lib.promotion import gate_version
+    from lib.promotion import gate_version, prune_optimizer_states
 
     lin = _lineage(cfg)
     with own_time():
@@ -82,12 +83,13 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
                      f"Gate decision on {version} with the reason of every rule")
     out = {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary(),
            "champion": lin.alias("champion"), "rules": decision.to_dict().get("rules", [])}
-    if decision.passed:
-        with own_time():
-            row = lin.get_version(version)
-            parent = lin.get_version(row["parent"]) if row["parent"] else None
-            out["storage"] = store_version(row["path"], parent["path"] if parent else None,
-                                           delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
-            lin.set_storage(version, out["storage"]["stored"])
+    with own_time():
+        # a rejected candidate is kept for inspection, stored like an accepted one
+        row = lin.get_version(version)
+        parent = lin.get_version(row["parent"]) if row["parent"] else None
+        out["storage"] = store_version(row["path"], parent["path"] if parent else None,
+                                       delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
+        lin.set_storage(version, out["storage"]["stored"])
+        out["optimizer_states_pruned"] = prune_optimizer_states(lin, cfg.checkpoints.keep_optimizer_states)
     stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
     return out

@@ -145,6 +145,40 @@ def test_storage_info_and_the_demo_lineage_column(tmp_path, tokenizer_dir):
     assert _stored(str(tmp_path / "gone")) == "missing" and _stored(None) == "missing"
 
 
+def test_optimizer_states_are_kept_only_where_a_night_can_inherit_them(tmp_path, tokenizer_dir):
+    """prune_optimizer_states: the champion and the `keep` newest accepted versions keep
+    optimizer.pt; rejected and older versions lose it, weights untouched; None keeps all; a
+    second call frees nothing. store_version on a version already stored as a delta (a replayed
+    night) reports it instead of failing."""
+    from lib.lineage import Lineage
+    from lib.promotion import prune_optimizer_states
+
+    lin = Lineage(tmp_path / "lineage.duckdb")
+    model, digests = _model(), {}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    statuses = {"v0": "accepted", "v1": "accepted", "v2": "rejected", "v3": "accepted"}
+    for i, (name, status) in enumerate(statuses.items()):
+        model(input_ids=torch.tensor([[0, 5, 6, 7]]), labels=torch.tensor([[0, 5, 6, 7]])).loss.backward()
+        opt.step()
+        d = write_version(tmp_path / name, model, tokenizer_dir=tokenizer_dir, meta={}, optimizer_state=opt.state_dict())
+        digests[name] = sha256_file(d / MODEL_FILE)
+        lin.record_version(name, d, parent=f"v{i - 1}" if i else None, status=status)
+    lin.set_alias("champion", "v1", "person", "rolled back by hand")  # not the newest accepted one
+
+    assert prune_optimizer_states(lin, None) == {}
+    freed = prune_optimizer_states(lin, 1)
+    assert set(freed) == {"v0", "v2"} and all(n > 0 for n in freed.values())
+    assert [load_optimizer_state(tmp_path / v) is None for v in statuses] == [True, False, True, False]
+    assert all(sha256_file(tmp_path / v / MODEL_FILE) == digests[v] for v in statuses)
+    assert prune_optimizer_states(lin, 1) == {}
+    lin.set_alias("champion", "v3", "gate")
+    assert set(prune_optimizer_states(lin, 1)) == {"v1"}
+
+    first = store_version(tmp_path / "v3", tmp_path / "v1")
+    again = store_version(tmp_path / "v3", tmp_path / "v1")
+    assert first["stored"] == again["stored"] == "delta" and again["ratio"] == first["ratio"]
+
+
 def test_parent_moved_together_with_child_is_found_as_sibling(tmp_path, tokenizer_dir):
     v0, v1 = _versions(tmp_path / "a", tokenizer_dir, 2)
     expected = (v1 / MODEL_FILE).read_bytes()

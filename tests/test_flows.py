@@ -174,6 +174,11 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     assert {r["dataset"] for r in night["eval"]} >= {"old_val", "new_heldout"}
     assert lin.metrics("v1", night["run_id"]) and lin.gate_decisions("v1")
     assert any(b.status == "pending" for b in lin.buffer_files())  # rejected: buffers wait for the next night
+    # kept for inspection, stored as a delta against v0 like an accepted version
+    from lib.checkpoint import is_delta, verify
+
+    assert lin.get_version("v1")["storage"] == "delta" and is_delta(lin.get_version("v1")["path"])
+    assert verify(lin.get_version("v1")["path"]) == lin.get_version("v1")["digest"]
     for key in ("buffer-files", "curation-counts", "manifest-stats", "eval-before-after", "gate-decision", "training-progress"):
         assert _artifact(key) is not None, key
     assert "acquisition" in _artifact("gate-decision")["data"]

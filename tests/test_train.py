@@ -84,6 +84,25 @@ def test_consolidation_inherits_optimizer_and_scales_lr(prepared, v0, tmp_path):
     assert max(lrs) == pytest.approx(3e-3 * 0.3), "inherited optimizer state must not bring back the parent's LR"
 
 
+def test_inheriting_from_a_version_whose_optimizer_state_was_pruned_starts_fresh(prepared, v0, tmp_path):
+    """checkpoints.keep_optimizer_states deletes optimizer.pt from old versions; consolidating
+    from one with optimizer_state=inherit then starts AdamW fresh and says so in meta.json."""
+    import shutil
+
+    from lib.checkpoint import drop_optimizer_state
+    from lib.config import load_config
+    from lib.train import train
+
+    parent = tmp_path / "v0"
+    shutil.copytree(v0, parent)
+    assert drop_optimizer_state(parent) > 0 and drop_optimizer_state(parent) == 0
+    cfg = load_config(prepared["config"], overrides=["training.optimizer_state=inherit", "training.num_iterations=2"])
+    train(cfg, prepared["data"], tmp_path / "v1", parent=parent, train_dir=tmp_path / "t")
+    meta = read_meta(tmp_path / "v1")
+    assert meta["optimizer_state"] == "fresh (parent has no optimizer.pt)"
+    assert meta["parent_digest"] == read_meta(v0)["digest"]
+
+
 def test_tokenizer_mismatch_and_bad_batch_are_refused(prepared, v0, tmp_path):
     from conftest import stdlib_texts
     from lib.config import load_config
