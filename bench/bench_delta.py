@@ -122,13 +122,54 @@ def run_one(work: Path, paths: dict, args, pretrain_steps: int, dtype: str) -> d
     }
 
 
-def synthetic(layers: int, width: int, vocab: int, step: float) -> None:
-    """Speed and size at scale without training: a GPT-2-small-shaped bf16 checkpoint (weights
-    N(0, 0.02)) and a child with every weight moved by N(0, `step`), as AdamW would."""
-    import torch
-    from safetensors.torch import save
+_CODEC_CHILD = """
+import hashlib, io, json, sys, threading, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+peak_anon = [0]
+def watch():  # anonymous memory (heap), sampled: RSS also counts the memory-mapped files' pages
+    while True:
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
+        time.sleep(0.005)
+threading.Thread(target=watch, daemon=True).start()
+from lib.checkpoint import _Sha256Sink, _mapped, decode_delta, decode_delta_to, encode_delta, encode_delta_to
+work, method, mode = Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+t0 = time.perf_counter()
+if mode == "streaming":  # what compact and materialize do: memory-mapped files, tensor by tensor
+    with _mapped(work / "child.safetensors") as child, _mapped(work / "parent.safetensors") as parent:
+        with open(work / "delta", "wb") as out:
+            encode_delta_to(child, parent, out, method=method)
+        t1 = time.perf_counter()
+        sink = _Sha256Sink()
+        with open(work / "delta", "rb") as payload:
+            decode_delta_to(payload, parent, sink, method)
+        digest = sink.hash.hexdigest()
+else:  # the whole files in memory
+    child, parent = (work / "child.safetensors").read_bytes(), (work / "parent.safetensors").read_bytes()
+    payload, _ = encode_delta(child, parent, method=method)
+    (work / "delta").write_bytes(payload)
+    t1 = time.perf_counter()
+    digest = hashlib.sha256(decode_delta(payload, parent, method)).hexdigest()
+t2 = time.perf_counter()
+print(json.dumps({"encode_s": t1 - t0, "decode_s": t2 - t1, "digest": digest, "delta_bytes": (work / "delta").stat().st_size,
+                  "peak_rss_mb": [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0] / 1024, "peak_anon_mb": peak_anon[0] / 1024}))
+"""
 
-    from lib.checkpoint import decode_delta, encode_delta
+
+def synthetic(layers: int, width: int, vocab: int, step: float) -> None:
+    """Speed, size and memory at scale without training: a GPT-2-small-shaped bf16 checkpoint
+    (weights N(0, 0.02)) and a child with every weight moved by N(0, `step`), as AdamW would.
+    Each codec runs in a fresh process that reports its own peak RSS and peak heap (anonymous
+    memory, sampled every 5 ms; RSS also counts the pages of memory-mapped files, which the kernel
+    can drop): streaming (memory-mapped files, tensor by tensor, as compact/materialize run)
+    against the whole files read into memory."""
+    import hashlib
+    import subprocess
+
+    import torch
+    from safetensors.torch import save_file
 
     g = torch.Generator().manual_seed(0)
     shapes = {"embed": (vocab, width)}
@@ -136,19 +177,28 @@ def synthetic(layers: int, width: int, vocab: int, step: float) -> None:
         for name, shape in (("q", (width, width)), ("k", (width, width)), ("v", (width, width)), ("o", (width, width)),
                             ("up", (4 * width, width)), ("gate", (4 * width, width)), ("down", (width, 4 * width))):
             shapes[f"layers.{i}.{name}"] = shape
-    parent = {k: (torch.randn(s, generator=g) * 0.02).bfloat16() for k, s in shapes.items()}
-    child = {k: (v.float() + step * torch.randn(v.shape, generator=g)).bfloat16() for k, v in parent.items()}
-    pa, pb = save(parent), save(child)
-    del parent, child
-    print(f"synthetic: {(len(pb) - 8) / 2e6:.0f} M bf16 weights ({len(pb) / 1e6:.0f} MB), each moved by N(0, {step:g})")
-    for method in ("diff", "grouped"):
-        t0 = time.perf_counter()
-        payload, _ = encode_delta(pb, pa, method=method)
-        t1 = time.perf_counter()
-        assert decode_delta(payload, pa, method) == pb, "restore must be bit-exact"
-        t2 = time.perf_counter()
-        print(f"  {method:<8} {len(payload) / len(pb):6.1%}  encode {t1 - t0:.1f} s ({len(pb) / (t1 - t0) / 1e6:.0f} MB/s), "
-              f"decode {t2 - t1:.1f} s, bit-exact")
+    work = Path(tempfile.mkdtemp(prefix="bench_delta_synthetic_"))
+    try:
+        parent = {k: (torch.randn(s, generator=g) * 0.02).bfloat16() for k, s in shapes.items()}
+        save_file(parent, work / "parent.safetensors")
+        save_file({k: (v.float() + step * torch.randn(v.shape, generator=g)).bfloat16() for k, v in parent.items()},
+                  work / "child.safetensors")
+        del parent
+        full = (work / "child.safetensors").stat().st_size
+        expected = hashlib.sha256((work / "child.safetensors").read_bytes()).hexdigest()
+        print(f"synthetic: {(full - 8) / 2e6:.0f} M bf16 weights ({full / 1e6:.0f} MB), each moved by N(0, {step:g}); "
+              "each codec in a fresh process")
+        for method in ("diff", "grouped"):
+            for mode in ("streaming", "in-memory"):
+                out = subprocess.run([sys.executable, "-c", _CODEC_CHILD, str(ROOT), str(work), method, mode],
+                                     capture_output=True, text=True, check=True)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                assert r["digest"] == expected, "restore must be bit-exact"
+                print(f"  {method:<8} {mode:<10} {r['delta_bytes'] / full:6.1%}  encode {r['encode_s']:.1f} s "
+                      f"({full / r['encode_s'] / 1e6:.0f} MB/s), decode {r['decode_s']:.1f} s, "
+                      f"peak RSS {r['peak_rss_mb']:,.0f} MB (heap {r['peak_anon_mb']:,.0f} MB), bit-exact")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:

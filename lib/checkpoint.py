@@ -14,7 +14,8 @@
   patterns, the elements ordered by the parent's exponent, byte planes per tensor (all high
   bytes together, then the low ones), zstd-compressed.
   Integer arithmetic and permutations only, so the restore is bit-exact, and it is checked
-  against the recorded sha256. Formats 1 (XOR) and 2 (no exponent order) are still read.
+  against the recorded sha256. Formats 1 (XOR) and 2 (no exponent order) are still read. Both
+  directions stream one tensor at a time over memory-mapped files (memory ~ the largest tensor).
 - `materialize(version)` returns a folder `from_pretrained` loads: the version itself when full,
   else `<version>/.full/` rebuilt from the parent chain (recursively), cached and verified.
   `store_version` keeps every `full_every`-th version of a chain full to bound restore time.
@@ -27,8 +28,11 @@ whose low two mantissa bytes are then noise (about 70%). Measured in bench/bench
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
+import mmap
 import os
 import shutil
 import struct
@@ -231,25 +235,6 @@ def _tensors(header: dict) -> dict[str, dict]:
     return {k: v for k, v in header.items() if k != "__metadata__"}
 
 
-def _reference(target_header: dict, data_len: int, parent_header: dict, parent_data: memoryview):
-    """Parent bytes laid out at the target's offsets for every tensor both share (zeros elsewhere),
-    and the names of those tensors."""
-    import numpy as np
-
-    ref = np.zeros(data_len, dtype=np.uint8)
-    parent_tensors = _tensors(parent_header)
-    matched = []
-    for name, info in _tensors(target_header).items():
-        p = parent_tensors.get(name)
-        if p is None or p["dtype"] != info["dtype"] or p["shape"] != info["shape"]:
-            continue
-        b, e = info["data_offsets"]
-        pb, pe = p["data_offsets"]
-        ref[b:e] = np.frombuffer(parent_data[pb:pe], dtype=np.uint8)
-        matched.append(name)
-    return ref, matched
-
-
 _FLOAT_UINT = {"F32": "<u4", "F16": "<u2", "BF16": "<u2", "F64": "<u8"}
 
 
@@ -335,42 +320,176 @@ _METHODS = {"xor": (_xor,), "diff": (_diff,), "grouped": (_diff, _group_by_expon
 
 
 # -- delta storage --------------------------------------------------------------------------------
-def encode_delta(target: bytes, parent: bytes, *, level: int = 3, method: str = "grouped") -> tuple[bytes, dict]:
-    """Compress the safetensors bytes `target` against `parent`: returns (delta bytes, stats).
+# The codec streams tensor by tensor: both files are memory-mapped and each tensor is transformed
+# and fed to one zstd frame (or read back from it) on its own, so memory stays near the largest
+# tensor, not the model; the bytes are the same as transforming the whole data section at once.
+def _segments(t_header: dict, data_len: int, p_header: dict):
+    """(start, end, name or None, parent tensor info or None) covering the target's data section
+    in order: each tensor, with its parent counterpart when name, dtype and shape match, and any
+    bytes between tensors as raw segments."""
+    parent_tensors = _tensors(p_header)
+    pos = 0
+    for name, info in sorted(_tensors(t_header).items(), key=lambda kv: kv[1]["data_offsets"]):
+        b, e = info["data_offsets"]
+        if b < pos or e < b or e > data_len:
+            raise CheckpointError(f"tensor {name!r} has data offsets {b}..{e} outside or overlapping the data section")
+        if b > pos:
+            yield pos, b, None, None
+        p = parent_tensors.get(name)
+        same = p is not None and p["dtype"] == info["dtype"] and p["shape"] == info["shape"]
+        yield b, e, name, p if same else None
+        pos = e
+    if pos < data_len:
+        yield pos, data_len, None, None
+
+
+def _transform(x, parent_data, name, info, parent_info, method: str, inverse: bool) -> None:
+    """In place on one tensor's bytes `x`: the method's steps, then byte planes (or the inverse
+    of both), with the tensor seen as a whole data section of its own."""
+    import numpy as np
+
+    if name is None:  # bytes between tensors: stored as they are
+        return
+    header = {name: {**info, "data_offsets": [0, x.size]}}
+    if parent_info is not None:
+        pb, pe = parent_info["data_offsets"]
+        ref, matched = np.frombuffer(parent_data[pb:pe], dtype=np.uint8), [name]
+    else:
+        ref, matched = np.zeros(x.size, dtype=np.uint8), []
+    steps = _METHODS[method]
+    if inverse:
+        _byteplanes(x, header, inverse=True)
+        for step in reversed(steps):
+            step(x, ref, header, matched, inverse=True)
+    else:
+        for step in steps:
+            step(x, ref, header, matched, inverse=False)
+        _byteplanes(x, header, inverse=False)
+
+
+def _check_method(method: str) -> None:
+    if method not in _METHODS:
+        raise ValueError(f"unknown delta method {method!r}; one of {', '.join(_METHODS)}")
+
+
+def encode_delta_to(target, parent, out, *, level: int = 3, method: str = "grouped") -> dict:
+    """Write the delta of the safetensors buffer `target` against `parent` (bytes or mmap) to the
+    binary file `out`: the header verbatim, then each segment transformed, in one zstd frame.
     method "grouped" (format 3, the default), "diff" (format 2) or "xor" (format 1)."""
+    import numpy as np
     import zstandard
 
-    head, t_header, x, ref, matched = _delta_inputs(target, parent, method, "target")
-    for step in _METHODS[method]:
-        step(x, ref, t_header, matched, inverse=False)
-    _byteplanes(x, t_header, inverse=False)
-    payload = zstandard.ZstdCompressor(level=level, threads=-1).compress(head + x.tobytes())
-    return payload, {"tensors": len(_tensors(t_header)), "tensors_matched": len(matched), "method": method}
+    _check_method(method)
+    head, t_header, t_data = _split_safetensors(target, "target")
+    _, p_header, p_data = _split_safetensors(parent, "parent")
+    z = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True).compressobj(size=len(target))
+    out.write(z.compress(head))
+    matched = 0
+    for b, e, name, p_info in _segments(t_header, len(t_data), p_header):
+        x = np.frombuffer(t_data[b:e], dtype=np.uint8).copy()
+        _transform(x, p_data, name, t_header.get(name), p_info, method, inverse=False)
+        out.write(z.compress(x.data))
+        matched += p_info is not None
+    out.write(z.flush())
+    return {"tensors": len(_tensors(t_header)), "tensors_matched": matched, "method": method}
+
+
+def decode_delta_to(payload, parent, out, method: str = "grouped") -> None:
+    """Inverse of `encode_delta_to`: read the delta from the binary file `payload` and write the
+    target file's exact bytes to `out` (anything with `write`: a file, a hashing sink)."""
+    import numpy as np
+    import zstandard
+
+    _check_method(method)
+    reader = zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=False)
+
+    def read(n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            chunk = reader.read(left)
+            if not chunk:
+                raise CheckpointError(f"delta payload ends {left} bytes early: the file is truncated or corrupt")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    prefix = read(8)
+    (n,) = struct.unpack("<Q", prefix)
+    if n > 100_000_000:
+        raise CheckpointError(f"delta payload: a safetensors header of {n} bytes is implausible; the file is corrupt")
+    header_bytes = read(n)
+    t_header = json.loads(header_bytes)
+    _, p_header, p_data = _split_safetensors(parent, "parent")
+    tensors = _tensors(t_header)
+    data_len = max((info["data_offsets"][1] for info in tensors.values()), default=0)
+    out.write(prefix + header_bytes)
+    for b, e, name, p_info in _segments(t_header, data_len, p_header):
+        x = np.frombuffer(read(e - b), dtype=np.uint8).copy()
+        _transform(x, p_data, name, tensors.get(name), p_info, method, inverse=True)
+        out.write(x.data)
+    if reader.read(1):
+        raise CheckpointError("delta payload holds bytes past the last tensor: the file is corrupt")
+
+
+def encode_delta(target: bytes, parent: bytes, *, level: int = 3, method: str = "grouped") -> tuple[bytes, dict]:
+    """`encode_delta_to` in memory: returns (delta bytes, stats)."""
+    buf = io.BytesIO()
+    stats = encode_delta_to(target, parent, buf, level=level, method=method)
+    return buf.getvalue(), stats
 
 
 def decode_delta(payload: bytes, parent: bytes, method: str = "grouped") -> bytes:
-    """Inverse of `encode_delta`: the target file's exact bytes."""
-    import zstandard
-
-    raw = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
-    head, t_header, x, ref, matched = _delta_inputs(raw, parent, method, "delta payload")
-    _byteplanes(x, t_header, inverse=True)
-    for step in reversed(_METHODS[method]):
-        step(x, ref, t_header, matched, inverse=True)
-    return head + x.tobytes()
+    """`decode_delta_to` in memory: the target file's exact bytes."""
+    buf = io.BytesIO()
+    decode_delta_to(io.BytesIO(payload), parent, buf, method)
+    return buf.getvalue()
 
 
-def _delta_inputs(data: bytes, parent: bytes, method: str, where: str):
-    """(header bytes, header, a writable copy of the data section, the parent laid out at its
-    offsets, the shared tensor names) of a target or a decompressed delta payload."""
-    import numpy as np
+@contextlib.contextmanager
+def _mapped(path: Path):
+    """The file's bytes, memory-mapped read-only. Unmapped on exit, or by the garbage collector
+    when views of it are still alive (an exception's traceback holds them)."""
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        yield m
+    finally:
+        try:
+            m.close()
+        except BufferError:
+            pass
 
-    if method not in _METHODS:
-        raise ValueError(f"unknown delta method {method!r}; one of {', '.join(_METHODS)}")
-    head, header, body = _split_safetensors(data, where)
-    _, p_header, p_data = _split_safetensors(parent, "parent")
-    ref, matched = _reference(header, len(body), p_header, p_data)
-    return head, header, np.frombuffer(body, dtype=np.uint8).copy(), ref, matched
+
+class _Sha256Sink:
+    """A `write` target that only hashes and counts what it is given."""
+
+    def __init__(self) -> None:
+        self.hash, self.size = hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        return len(data)
+
+
+class _HashingFile(_Sha256Sink):
+    """A binary file being written that hashes what goes into it (fsynced on close)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.file = open(path, "wb")
+
+    def write(self, data) -> int:
+        super().write(data)
+        return self.file.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
 
 
 def chain_depth(version_dir: str | Path) -> int:
@@ -421,30 +540,40 @@ def compact(version_dir: str | Path, parent_dir: str | Path, *, level: int = 3) 
     if version_dir.resolve() == parent_dir.resolve():
         raise CheckpointError(f"{version_dir} cannot be a delta against itself")
     target_path = version_dir / MODEL_FILE
-    target = target_path.read_bytes()
-    digest = hashlib.sha256(target).hexdigest()
+    digest = sha256_file(target_path)
     recorded = read_meta(version_dir).get("digest")
     if recorded and recorded != digest:
         raise CheckpointError(f"{target_path}: sha256 does not match meta.json digest; refusing to compact a corrupt file")
     parent_file = materialize(parent_dir) / MODEL_FILE
-    parent = parent_file.read_bytes()
-    payload, stats = encode_delta(target, parent, level=level)
-    if decode_delta(payload, parent) != target:  # never drop the only full copy without proof
-        raise CheckpointError(f"delta of {version_dir} against {parent_dir} did not round-trip; left full")
+    tmp = version_dir / f".{DELTA_FILE}.tmp"
+    try:
+        with _mapped(target_path) as target, _mapped(parent_file) as parent:
+            with open(tmp, "wb") as out:
+                stats = encode_delta_to(target, parent, out, level=level)
+                out.flush()
+                os.fsync(out.fileno())
+            full_bytes, parent_digest = len(target), hashlib.sha256(parent).hexdigest()
+            restored = _Sha256Sink()  # never drop the only full copy without proof
+            with open(tmp, "rb") as payload:
+                decode_delta_to(payload, parent, restored)
+        if restored.hash.hexdigest() != digest or restored.size != full_bytes:
+            raise CheckpointError(f"delta of {version_dir} against {parent_dir} did not round-trip; left full")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    delta_bytes = tmp.stat().st_size
     parent_meta = read_meta(parent_dir)
     info = {
         "format": DELTA_FORMAT,
         "parent_version": parent_meta.get("version", parent_dir.name),
         "parent_path": str(parent_dir.resolve()),
-        "parent_digest": hashlib.sha256(parent).hexdigest(),
+        "parent_digest": parent_digest,
         "digest": digest,
-        "full_bytes": len(target),
-        "delta_bytes": len(payload),
-        "ratio": len(payload) / len(target),
+        "full_bytes": full_bytes,
+        "delta_bytes": delta_bytes,
+        "ratio": delta_bytes / full_bytes,
         **stats,
     }
-    tmp = version_dir / f".{DELTA_FILE}.tmp"
-    tmp.write_bytes(payload)
     os.replace(tmp, version_dir / DELTA_FILE)
     _write_json_atomic(version_dir / DELTA_META, info)
     target_path.unlink()
@@ -487,22 +616,28 @@ def materialize(version_dir: str | Path) -> Path:
     if cached.is_file() and cached.stat().st_size == info["full_bytes"] and sha256_file(cached) == info["digest"]:
         return cache
     parent_dir = _parent_of_delta(version_dir)
-    parent = (materialize(parent_dir) / MODEL_FILE).read_bytes()
-    if hashlib.sha256(parent).hexdigest() != info["parent_digest"]:
+    parent_file = materialize(parent_dir) / MODEL_FILE
+    if sha256_file(parent_file) != info["parent_digest"]:
         raise CheckpointError(
             f"{version_dir} was stored against parent weights with sha256 {info['parent_digest']}, "
             f"but {parent_dir} now holds different weights; the delta cannot be restored"
         )
-    target = decode_delta((version_dir / DELTA_FILE).read_bytes(), parent, DELTA_FORMATS[info["format"]])
-    if hashlib.sha256(target).hexdigest() != info["digest"]:
-        raise CheckpointError(f"{version_dir / DELTA_FILE} is corrupt: restored weights fail the sha256 check")
     tmp = version_dir / f".full.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
+        written = _HashingFile(tmp / MODEL_FILE)
+        with _mapped(parent_file) as parent, open(version_dir / DELTA_FILE, "rb") as payload, written:
+            try:
+                decode_delta_to(payload, parent, written, DELTA_FORMATS[info["format"]])
+            except CheckpointError:
+                raise
+            except Exception as e:  # zstd or header errors from a damaged file
+                raise CheckpointError(f"{version_dir / DELTA_FILE} is corrupt: {e}") from e
+        if written.hash.hexdigest() != info["digest"]:
+            raise CheckpointError(f"{version_dir / DELTA_FILE} is corrupt: restored weights fail the sha256 check")
         for item in version_dir.iterdir():
             if item.is_file() and item.name not in (DELTA_FILE, DELTA_META, OPTIMIZER_FILE):
                 shutil.copy2(item, tmp / item.name)
-        (tmp / MODEL_FILE).write_bytes(target)
         shutil.rmtree(cache, ignore_errors=True)
         try:
             os.replace(tmp, cache)

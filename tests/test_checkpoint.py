@@ -103,9 +103,11 @@ def test_corrupt_delta_and_missing_or_changed_parent_are_refused(tmp_path, token
     raw = bytearray((v1 / DELTA_FILE).read_bytes())
     good = bytes(raw)
     raw[len(raw) // 2] ^= 0xFF
-    (v1 / DELTA_FILE).write_bytes(bytes(raw))
-    with pytest.raises(Exception):
-        materialize(v1)
+    for damaged in (bytes(raw), good[: len(good) // 2], good + b"extra"):  # flipped, truncated, trailing bytes
+        (v1 / DELTA_FILE).write_bytes(damaged)
+        with pytest.raises(CheckpointError, match="corrupt"):
+            materialize(v1)
+        assert not (v1 / MATERIALIZED).exists() and not list(v1.glob(".full.tmp-*")), "nothing half-written is left"
     (v1 / DELTA_FILE).write_bytes(good)
     moved = tmp_path / "elsewhere"
     shutil.move(v0, moved)
@@ -308,3 +310,19 @@ def test_every_delta_method_round_trips_every_dtype_across_chunks(monkeypatch):
     pa, pb = save({k: v for k, v in a.items() if k != "only_in_child"}), save(b)
     for method in ("xor", "diff", "grouped"):
         assert ck.decode_delta(ck.encode_delta(pb, pa, method=method)[0], pa, method) == pb
+
+    import struct
+
+    def raw_file(values, hole: bytes, b_start: int | None = None) -> bytes:
+        """Two F32 tensors with `hole` between them (bytes the codec keeps as they are)."""
+        start = 8 + len(hole) if b_start is None else b_start
+        header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                             "b": {"dtype": "F32", "shape": [2], "data_offsets": [start, start + 8]}}).encode()
+        data = struct.pack("<2f", *values[:2]) + hole + struct.pack("<2f", *values[2:])
+        return struct.pack("<Q", len(header)) + header + data
+
+    pa, pb = raw_file([1.0, 2.0, 3.0, 4.0], b"\0" * 8), raw_file([1.5, 2.0, 3.0, -4.0], b"gap-here")
+    for method in ("xor", "diff", "grouped"):
+        assert ck.decode_delta(ck.encode_delta(pb, pa, method=method)[0], pa, method) == pb
+    with pytest.raises(CheckpointError, match="overlapping"):
+        ck.encode_delta(raw_file([1.0, 2.0, 3.0, 4.0], b"\0" * 8, b_start=4), pa)
