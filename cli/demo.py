@@ -40,14 +40,15 @@ def show_embedded(console, stats: dict) -> None:
 
 
 def _stored(path: str | None) -> str:
-    """"full", "delta, 41% of full", or "missing" when the version folder is gone."""
-    from lib.checkpoint import CheckpointError, storage_info
+    """The lineage table's `stored` cell: full, "delta, 41% of full", missing (folder gone) or
+    unreadable (a damaged delta.json)."""
+    from lib.checkpoint import storage_info
 
     if not path or not Path(path).exists():
         return "missing"
     try:
         info = storage_info(path)
-    except (OSError, CheckpointError, ValueError):
+    except (OSError, ValueError, KeyError):  # CheckpointError is a ValueError
         return "unreadable"
     return f"delta, {info['ratio']:.0%} of full" if info["storage"] == "delta" else "full"
 
