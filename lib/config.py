@@ -75,6 +75,7 @@ class SamplingConfig(_Section):
     final_temperature: float | None = Field(None, gt=0, description="Temperature at the end of training for an annealing schedule; none: constant.")
     temperature_schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="How T moves from temperature to final_temperature over training progress.")
     heldout_fraction: float = Field(0.1, ge=0, lt=1, description="Deterministic slice of tonight's curated data held out of training for the generalisation check.")
+    heldout_min_docs: int = Field(4, ge=0, description="Held-out documents a night keeps at least, when it has twice as many (else the fraction alone; the gate then measures new_train).")
     seed: int = Field(0, description="Seed of the manifest draw; same inputs + same seed give a byte-identical manifest.")
     fim_rate_code: float = Field(0.5, ge=0, le=1, description="FIM rate of code sources (documents detected as code in the embedded corpus).")
     fim_spm_rate: float = Field(0.5, ge=0, le=1, description="Share of FIM examples in SPM order (the rest PSM).")
@@ -84,6 +85,11 @@ class SamplingConfig(_Section):
 class TokenizerConfig(_Section):
     path: Path | None = Field(None, description="Folder with tokenizer.json; none: the champion model's own tokenizer.")
     vocab_size: int = Field(4096, ge=256, le=1 << 20, description="Vocabulary size when a BPE tokenizer is trained (embedded demo only).")
+    document_separator: str = Field(
+        "auto", description="The token in front of every packed document and eval window, as the model saw between documents "
+                            "in pre-training. auto: what the version recorded, else BOS when the tokenizer adds it (Llama, "
+                            "Mistral, Gemma), else <|endoftext|> (GPT-2, Qwen2, Phi), else BOS, else EOS; or bos, eos, or a "
+                            "token string of the tokenizer.")
 
 
 class ModelConfig(_Section):
@@ -147,8 +153,10 @@ class CheckpointConfig(_Section):
 
 
 class EvalConfig(_Section):
-    max_docs: int | None = Field(None, ge=1, description="Cap on documents per evaluation set; none: all.")
-    batch_size: int = Field(8, ge=1, description="Sequences per forward pass during evaluation.")
+    max_docs: int | None = Field(None, ge=1, description="Cap on documents per evaluation set (a fixed sample by id hash); none: all.")
+    max_bytes: int | None = Field(4_000_000, ge=1, description="Cap on UTF-8 bytes of text per evaluation set (the same fixed sample, cut at this size); none: all.")
+    max_len: int | None = Field(None, ge=2, description="Tokens per eval window (separator included); none: training.seq_len, never more than the model's positions.")
+    batch_size: int = Field(8, ge=1, description="Sequences per forward pass during evaluation (halved automatically when the device runs out of memory).")
     probes: Path | None = Field(None, description="JSONL file of {prompt, expected} probes scored before and after; none: no probes.")
 
 
