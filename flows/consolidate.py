@@ -94,11 +94,15 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
     from lib.lineage import Lineage
     from lib.sampling import default_sources
 
+    from lib.corpus import with_replay_corpus
+
     ws = Workspace(cfg.workspace.root).ensure()
     lin = Lineage(ws.lineage_db)
     champion = lin.alias("champion")
     if champion is None:
-        raise ValueError(f"no champion in {ws.lineage_db}: run `consolidate bootstrap` (or the bootstrap flow) first")
+        raise ValueError(f"no champion in {ws.lineage_db}: adopt your model with `consolidate init --model DIR --replay ...` "
+                         f"(or the bootstrap flow's adopt parameter), or pre-train the demo's with `consolidate bootstrap`")
+    cfg = with_replay_corpus(ws, cfg)
     found = resumable_night(ws, lin)
     resumed = found[0] if found else None
     if resumed is not None:  # a night that died: same run id, same parent, stages reused or resumed
@@ -132,7 +136,9 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
         with clock.stage("train"):
             trained = trained_version(ws.checkpoint(version)) or run_training(TrainRequest(
                 cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
-                parent=champion_dir, resume=resumed is not None, meta={"version": version, "run_id": run.run_id}))
+                parent=champion_dir, resume=resumed is not None,
+                meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
+                      "replay_corpus": cfg.workspace.corpus}))
         manifest = {"hash": data["manifest_hash"], "path": str(run.manifest),
                     "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
         with clock.stage("record"):

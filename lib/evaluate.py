@@ -308,7 +308,7 @@ def _set_digest(texts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def _cached_bpb(em: EvalModel, texts: Sequence[str], batch_size: int, cache_dir: Path | None,
+def cached_bits_per_byte(em: EvalModel, texts: Sequence[str], batch_size: int, cache_dir: Path | None,
                 on_progress: Progress | None, name: str) -> float:
     """BPB of `texts` under `em`, from `cache_dir` when the same weights scored the same texts
     with the same window and separator before (a JSON record, never pickle)."""
@@ -364,7 +364,7 @@ def evaluate_pair(
         metrics = getattr(result, side)
         for name, texts in datasets.items():
             if texts:
-                metrics[name] = {"bpb": _cached_bpb(em, texts, batch_size, cache, on_progress, f"{side}/{name}")}
+                metrics[name] = {"bpb": cached_bits_per_byte(em, texts, batch_size, cache, on_progress, f"{side}/{name}")}
         if probes:
             scored = score_probes(em, probes)
             metrics[PROBES] = {"exact_match": scored["exact_match"], "logprob": scored["logprob"]}
@@ -437,7 +437,10 @@ def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, 
     """The nightly evaluation: parent and candidate on the run's sets (`run_eval_sets`), with
     `cfg.eval` (max_docs, max_bytes, max_len, batch_size, probes), the replay corpus `corpus`
     (default `cfg.workspace.corpus`) and the workspace's eval cache."""
-    sets = run_eval_sets(workspace, corpus or cfg.workspace.corpus, run_dir, cfg.eval.max_docs, cfg.eval.max_bytes)
+    from lib.corpus import replay_corpus_name
+
+    corpus = corpus or replay_corpus_name(workspace, cfg)
+    sets = run_eval_sets(workspace, corpus, run_dir, cfg.eval.max_docs, cfg.eval.max_bytes)
     probes = read_probes(cfg.eval.probes) if cfg.eval.probes else None
     return evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size,
                          max_len=eval_window(cfg), device=device, separator=cfg.tokenizer.document_separator,

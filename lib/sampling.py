@@ -84,9 +84,12 @@ def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Pat
     (weight r, kind buffer), then any extra `sampling.sources` with their own weights."""
     from lib.config import SourceConfig
 
+    from lib.corpus import replay_corpus_name
+
     r = cfg.sampling.new_data_ratio
+    corpus = replay_corpus_name(workspace, cfg)
     sources = [
-        SourceConfig(name=cfg.workspace.corpus, path=workspace.corpus_train(cfg.workspace.corpus), weight=1 - r, kind="corpus"),
+        SourceConfig(name=corpus, path=workspace.corpus_train(corpus), weight=1 - r, kind="corpus"),
         SourceConfig(name=NEW_SOURCE, path=Path(new_data_dir), weight=r, kind="buffer"),
     ]
     for extra in cfg.sampling.sources:

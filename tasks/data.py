@@ -250,6 +250,7 @@ def _data_settings(p: dict[str, Any]) -> Any:
         "sampling": cfg.sampling.model_dump(mode="json"),
         "seq_len": cfg.training.seq_len,
         "token_budget": p["budget"],
+        "separator": cfg.tokenizer.document_separator,
     }
 
 
@@ -289,7 +290,8 @@ def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenize
     with own_time():
         data = prepare_training_data(sources, tokenizer_dir, run_dir, token_budget=budget, sampling=cfg.sampling,
                                      seq_len=cfg.training.seq_len, workers=cfg.curation.workers,
-                                     cache_dir=Workspace(cfg.workspace.root).token_cache)
+                                     cache_dir=Workspace(cfg.workspace.root).token_cache,
+                                     separator=cfg.tokenizer.document_separator)
     rows = [{"source": name, "kind": s["kind"], "docs": s["docs"], "heldout_docs": s["heldout_docs"],
              "tokens_available": s["tokens_available"], "tokens_drawn": s["tokens_drawn"], "share": s["share"],
              "epochs": s["epochs"], "mean_exposures": s["exposures"]["mean"]}
@@ -299,6 +301,7 @@ def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenize
         stage_logger().warning(w)
     return {"data_dir": str(run_dir), "manifest_hash": data["manifest_hash"], "manifest_rows": data["manifest_rows"],
             "tokenizer_hash": data["tokenizer_hash"], "tokens_drawn": data["tokens_drawn"],
+            "separator_token": data["separator_token"],
             "tokens_per_source": data["tokens_per_source"], "warnings": data.get("warnings", [])}
 
 
