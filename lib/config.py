@@ -1,7 +1,8 @@
 """One typed tree for every knob of the nightly consolidation pipeline.
 
 - `ConsolidationConfig` is the root; each stage reads its own section (buffer, curation,
-  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, orchestration, workspace).
+  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, capture, orchestration,
+  workspace).
 - Defaults are the design seed's (000 section 5): new_data_ratio 0.1, lr_scale 0.1, warmup 0.1,
   warmdown 0.5, 1000 iterations of 524,288 tokens, forgetting gate at +2% bits per byte.
 - Field descriptions are the documentation: the Prefect UI renders them as the run form.
@@ -173,6 +174,10 @@ class ServeConfig(_Section):
     cpu_threads: int | None = Field(None, ge=1, description="Torch CPU threads of the serving process; none: torch's default (one per core). Small models answer faster with 1 (tiny preset: 16 tokens in 0.13 s with 1 thread vs 1.2 s with 2 on a busy 2-core machine).")
 
 
+class CaptureConfig(_Section):
+    format: Literal["chat_template", "plain"] = Field("chat_template", description="How a served conversation is written into the memory buffer. chat_template: rendered with the model's own chat template, as it was prompted (plain when the model has none); plain: a 'User: ... / Assistant: ...' transcript. On/off and stripping: serve.capture, serve.strip_*.")
+
+
 class OrchestrationConfig(_Section):
     task_runner: Literal["threads", "ray"] = Field("threads", description="Where per-shard data tasks run: local threads or a Ray cluster (prefect-ray).")
     ray_address: str | None = Field(None, description="Ray cluster address; none with task_runner=ray: a local Ray.")
@@ -194,6 +199,7 @@ class ConsolidationConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    capture: CaptureConfig = Field(default_factory=CaptureConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
     def to_dict(self) -> dict[str, Any]:
