@@ -165,7 +165,7 @@ class ServeConfig(_Section):
     token: SecretStr | None = Field(None, description="Bearer token required by the server; none: no authentication.")
     capture: bool = Field(True, description="Write served conversations into the memory buffer (per-request opt-out).")
     strip_system_prompt: bool = Field(False, description="Leave system messages out of captured conversations (seed 000 open question 1).")
-    strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens from captured text.")
+    strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens and <|name|> markers from captured plain text; a conversation rendered with the model's chat template always has its message contents cleaned (capture.format).")
     max_request_bytes: int = Field(1_000_000, ge=1, description="Largest accepted request body.")
     max_new_tokens: int = Field(512, ge=1, description="Largest generation length a request may ask for.")
     reload_interval_s: float = Field(2.0, ge=0, description="How often the server re-reads the champion alias from lineage (0: on every request); a moved alias reloads the model.")

@@ -569,3 +569,19 @@ def test_chat_command_uses_the_template(workspace):
     (record,) = buffer_records(workspace)
     assert record["text"].startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTell me about the zorbulator.<|im_end|>\n<|im_start|>assistant\n")
     assert record["text"].endswith("<|im_end|>") and record["text"].count("<|im_start|>") == 3
+
+
+def test_a_conversation_the_template_refuses_is_a_400(workspace):
+    folder = adopt(workspace, "llama")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = (  # Gemma's rule: no system turn
+        "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] + '<|eot_id|>' }}{% endfor %}"
+    )
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with BackgroundServer(create_app(workspace, make_cfg(workspace))) as srv:
+        r = httpx.post(f"{srv.base_url}/v1/chat/completions", json={"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]})
+        ok = httpx.post(f"{srv.base_url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "y"}], "max_tokens": 2})
+    assert r.status_code == 400 and "System role not supported" in r.json()["error"]["message"]
+    assert ok.status_code == 200
+    assert len(buffer_records(workspace)) == 1
