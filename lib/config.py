@@ -1,7 +1,8 @@
 """One typed tree for every knob of the nightly consolidation pipeline.
 
 - `ConsolidationConfig` is the root; each stage reads its own section (buffer, curation,
-  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, orchestration, workspace).
+  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, capture, orchestration,
+  workspace).
 - Defaults are the design seed's (000 section 5): new_data_ratio 0.1, lr_scale 0.1, warmup 0.1,
   warmdown 0.5, 1000 iterations of 524,288 tokens, forgetting gate at +2% bits per byte.
 - Field descriptions are the documentation: the Prefect UI renders them as the run form.
@@ -172,13 +173,17 @@ class ServeConfig(_Section):
     token: SecretStr | None = Field(None, description="Bearer token required by the server; none: no authentication.")
     capture: bool = Field(True, description="Write served conversations into the memory buffer (per-request opt-out).")
     strip_system_prompt: bool = Field(False, description="Leave system messages out of captured conversations (seed 000 open question 1).")
-    strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens from captured text.")
+    strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens and <|name|> markers from captured plain text; a conversation rendered with the model's chat template always has its message contents cleaned (capture.format).")
     max_request_bytes: int = Field(1_000_000, ge=1, description="Largest accepted request body.")
     max_new_tokens: int = Field(512, ge=1, description="Largest generation length a request may ask for.")
     reload_interval_s: float = Field(2.0, ge=0, description="How often the server re-reads the champion alias from lineage (0: on every request); a moved alias reloads the model.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device the served model runs on; auto: CUDA when available, else CPU.")
     flush_interval_s: float | None = Field(300.0, gt=0, description="The server writes captured records to a parquet file at least this often (the nightly run reads only parquet files, not a live server's write-ahead log); none: only every buffer.flush_size records and at shutdown.")
     cpu_threads: int | None = Field(None, ge=1, description="Torch CPU threads of the serving process; none: torch's default (one per core). Small models answer faster with 1 (tiny preset: 16 tokens in 0.13 s with 1 thread vs 1.2 s with 2 on a busy 2-core machine).")
+
+
+class CaptureConfig(_Section):
+    format: Literal["chat_template", "plain"] = Field("chat_template", description="How a served conversation is written into the memory buffer. chat_template: rendered with the model's own chat template, as it was prompted (plain when the model has none); plain: a 'User: ... / Assistant: ...' transcript. On/off and stripping: serve.capture, serve.strip_*.")
 
 
 class OrchestrationConfig(_Section):
@@ -202,6 +207,7 @@ class ConsolidationConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    capture: CaptureConfig = Field(default_factory=CaptureConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
     def to_dict(self) -> dict[str, Any]:
