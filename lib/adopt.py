@@ -285,6 +285,9 @@ def _check_loads(folder: Path, weight_bytes: int) -> None:
     try:
         model, info = AutoModelForCausalLM.from_pretrained(folder, dtype="auto", output_loading_info=True)
     except Exception as exc:
+        if "mismatched" in str(exc) or "size mismatch" in str(exc):
+            raise AdoptionError(f"the weights do not match the architecture in config.json (tensor shapes differ from what "
+                                f"its sizes give): adopt the folder the model is served from, unmodified") from None
         raise AdoptionError(f"transformers cannot load the model in {folder}: {type(exc).__name__}: {exc}") from None
     finally:
         hf_logging.set_verbosity(verbosity)
@@ -404,31 +407,33 @@ def adopt(
         f"{len(folder.weights)} weight file(s)")
 
     t0 = time.perf_counter()
-    stats = build_replay_corpus(ws, corpus, list(replay), val_paths=list(replay_val or []), text_column=text_column,
-                                val_fraction=val_fraction)
-    for r in stats["rejected"]:
-        say(f"replay file rejected: {r['file']}: {r['reason']}")
-    say(f"replay corpus {corpus!r}: {stats['train_docs']:,} train / {stats['val_docs']:,} validation documents, "
-        f"{stats['bytes']:,} bytes")
-
     run_id = f"adopt-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     version = "v0"
     vdir = ws.checkpoint(version)
     if vdir.exists():  # a v0 folder without lineage: an earlier init died before recording it
         shutil.rmtree(vdir)
+    corpus_dir = ws.corpus(corpus)
+    corpus_existed = corpus_dir.exists()
     lin.start_run(run_id, kind="adopt", config=cfg.to_dict())
     try:
         meta = {
             "version": version, "parent_checkpoint": None, "training_kind": "adopted", "run_id": run_id,
             "adopted_from": str(folder.path), "architecture": folder.architecture, "model_type": folder.model_type,
             "parameters": folder.parameters, "original_lr": lr, "original_lr_source": "given" if original_lr_value else "meta.json",
-            "replay_corpus": corpus, "replay_corpus_hash": stats["content_hash"],
-            "weights_files": [w.name for w in folder.weights],
+            "replay_corpus": corpus, "weights_files": [w.name for w in folder.weights],
         }
-        # the tokenizer's facts (separator, FIM, template) are checked on the written folder
+        # v0 first: the weights are checked against the architecture and the tokenizer against
+        # the embedding before the corpus is read; anything refused removes what was written
         meta_written = write_v0(folder, vdir, meta)
         tok_info = check_tokenizer(vdir, folder.config, cfg.tokenizer.document_separator)
-        meta_written.update({k: tok_info[k] for k in ("tokenizer_hash", "document_separator")})
+        stats = build_replay_corpus(ws, corpus, list(replay), val_paths=list(replay_val or []), text_column=text_column,
+                                    val_fraction=val_fraction)
+        for r in stats["rejected"]:
+            say(f"replay file rejected: {r['file']}: {r['reason']}")
+        say(f"replay corpus {corpus!r}: {stats['train_docs']:,} train / {stats['val_docs']:,} validation documents, "
+            f"{stats['bytes']:,} bytes")
+        meta_written.update({"tokenizer_hash": tok_info["tokenizer_hash"], "document_separator": tok_info["document_separator"],
+                             "replay_corpus_hash": stats["content_hash"]})
         (vdir / "meta.json").write_text(json.dumps(meta_written, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
         say(f"{version}: {vdir} (sha256 {meta_written['digest'][:12]}…); documents separated by "
             f"{tok_info['document_separator']!r}; FIM tokens: {'yes' if tok_info['has_fim_tokens'] else 'no (FIM off)'}; "
@@ -437,15 +442,19 @@ def adopt(
         lin.record_version(version, vdir, parent=None, run_id=run_id, status="candidate", digest=meta_written["digest"],
                            storage="full", meta=meta_written)
         promote(lin, version, reason=f"adopted from {folder.path}", actor="adopt", content_hashes=[])
-        out = {"version": version, "path": str(vdir), "run_id": run_id, "model": meta_written, "tokenizer": tok_info,
-               "corpus": {k: stats[k] for k in ("name", "docs", "bytes", "train_docs", "val_docs", "rejected", "skipped")}}
-        if warm:
-            out["warm"] = warm_caches(ws, cfg, vdir, corpus, say)
-            # the root's old_val: what a cumulative-drift check compares every later version with
-            lin.record_metrics(version, {"old_val": {"bpb": out["warm"]["old_val_bpb"]}}, run_id)
     except BaseException:
         lin.finish_run(run_id, "failed", None, {"adopt": round(time.perf_counter() - t0, 3)})
+        if not lin.versions():  # refused or interrupted before the lineage took it: leave nothing behind
+            shutil.rmtree(vdir, ignore_errors=True)
+            if not corpus_existed:
+                shutil.rmtree(corpus_dir, ignore_errors=True)
         raise
+    out = {"version": version, "path": str(vdir), "run_id": run_id, "model": meta_written, "tokenizer": tok_info,
+           "corpus": {k: stats[k] for k in ("name", "docs", "bytes", "train_docs", "val_docs", "rejected", "skipped")}}
+    if warm:  # v0 is the champion already: warming is an optimisation a later night would redo
+        out["warm"] = warm_caches(ws, cfg, vdir, corpus, say)
+        # the root's old_val: what a cumulative-drift check compares every later version with
+        lin.record_metrics(version, {"old_val": {"bpb": out["warm"]["old_val_bpb"]}}, run_id)
     lin.finish_run(run_id, "completed", version, {"adopt": round(time.perf_counter() - t0, 3)})
     return out
 
