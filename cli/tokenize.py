@@ -146,5 +146,7 @@ def register(app: typer.Typer) -> None:
         reused = sum(f["cached"] for f in files)
         console.print(f"{data['tokens_drawn']:,} tokens drawn for a budget of {budget:,}; tokenizer {data['tokenizer_hash'][:12]}; "
                       f"{len(files) - reused} file(s) tokenized, {reused} reused from {ws.token_cache}")
+        for n in data.get("notes", []):
+            console.print(n)
         for w in data["warnings"]:
             console.print(f"[yellow]warning:[/] {w}")

@@ -576,11 +576,13 @@ def prepare_training_data(
     out = Path(out_dir)
     tok = load_tokenizer(tokenizer_dir)
     warnings: list[str] = []
+    notes: list[str] = []  # what a run does differently and why, not a problem
     separator_id, separator_token = tok.separator(separator)
     tasks = tokenize_tasks(sources, tok, out, sampling, seq_len, markers)
     wants_fim = sampling.fim_rate_code > 0 or any(s.fim_rate > 0 for s in sources)
     if wants_fim and not tok.has_fim:
-        warnings.append(f"tokenizer {tokenizer_dir} has no FIM tokens (<|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>): FIM is off for this run")
+        notes.append(f"FIM is off: the tokenizer in {tokenizer_dir} has no FIM tokens (<|fim_prefix|>, <|fim_middle|>, "
+                     f"<|fim_suffix|> or another family's names), so code is trained left to right")
     results: list[dict | None] = [None] * len(tasks)
     keys = [cache_key(t, tok.hash) for t in tasks] if cache_dir is not None else []
     if cache_dir is not None:
@@ -685,8 +687,6 @@ def prepare_training_data(
         "doc_id": pa.array([d for st in new_streams for d in st.docs["doc_id"]], pa.string()),
         "exposures": pa.array(np.concatenate([st.exposures for st in new_streams]) if new_streams else [], pa.int64()),
     }), out / "exposures.parquet", compression="zstd")
-    for w in warnings:
-        log.warning(w)
     data = {
         "format": "training-data", "version": 1,
         "seq_len": seq_len, "token_budget": token_budget, "tokens_drawn": int(total_drawn),
@@ -701,6 +701,7 @@ def prepare_training_data(
         "sources": source_stats,
         "tokens_per_source": {name: source_stats[name]["tokens_drawn"] for name in names},
         "warnings": warnings,
+        "notes": notes,
     }
     (out / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return data

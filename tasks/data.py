@@ -302,6 +302,8 @@ def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenize
              "epochs": s["epochs"], "mean_exposures": s["exposures"]["mean"]}
             for name, s in data["sources"].items()]
     publish_table("manifest-stats", rows, f"Sampling manifest {data['manifest_hash'][:12]}: tokens per source")
+    for n in data.get("notes", []):
+        stage_logger().info(n)
     for w in data.get("warnings", []):
         stage_logger().warning(w)
     return {"data_dir": str(run_dir), "manifest_hash": data["manifest_hash"], "manifest_rows": data["manifest_rows"],

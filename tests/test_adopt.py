@@ -294,9 +294,11 @@ def test_qwen2_data_is_uint32_and_rows_start_with_endoftext(models, tmp_path):
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(12)],
                              "text": [p.read_text()[:3000] for p in sorted(STDLIB.glob("*.py"))[:12]]}), old / "a.parquet")
     src = [SourceConfig(name="old", path=old, weight=1.0, kind="corpus")]
-    data = prepare_training_data(src, models["qwen2"], tmp_path / "data", token_budget=4096, sampling=SamplingConfig(fim_rate_code=0),
+    data = prepare_training_data(src, models["qwen2"], tmp_path / "data", token_budget=4096, sampling=SamplingConfig(),
                                  seq_len=64, workers=1)
     tok = load_tokenizer(models["qwen2"])
+    assert not tok.has_fim and data["fim"]["enabled"] is False
+    assert [n for n in data["notes"] if n.startswith("FIM is off: the tokenizer")] and not data["warnings"]
     assert data["separator_token"] == "<|endoftext|>" and data["separator_id"] == tok.token_id("<|endoftext|>")
     tokens, _ = read_shard(tmp_path / "data" / "shards" / "old" / "shard-00000")
     assert tokens.dtype == np.uint32 and int(tokens.max()) > 65535  # ids above uint16 survive
