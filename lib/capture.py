@@ -174,10 +174,11 @@ class Capture:
         return self._store(chat_format.document(tokenizer, cleaned), meta)
 
     def _note_plain(self, tokenizer: Any) -> None:
-        name = getattr(tokenizer, "name_or_path", None) or "(no tokenizer given)"
+        name = "" if tokenizer is None else (getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__)
         if name not in self._noted:
             self._noted.add(name)
-            log.info("capture.format=chat_template, but the model's tokenizer %s has no chat template: conversations are captured as plain 'User:/Assistant:' transcripts", name)
+            why = "no tokenizer was given" if tokenizer is None else f"the model's tokenizer {name} has no chat template"
+            log.info("capture.format=chat_template, but %s: conversations are captured as plain 'User:/Assistant:' transcripts", why)
 
     def flush(self) -> Path | None:
         with self._lock:

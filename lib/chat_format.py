@@ -107,7 +107,7 @@ def control_tokens(tok: Any) -> list[str]:
         content = added.content
         if content and (added.special or content in declared or (content in template and not content.isspace())):
             out.add(content)
-    return sorted(out, key=lambda t: (-len(t), t))  # longest first: `<|fim_prefix|>` before `<|fim|>`
+    return sorted(out, key=lambda t: (-len(t), t))  # longest first, the order `clean_content` removes them in
 
 
 def clean_content(text: str, tokens: Iterable[str]) -> str:
