@@ -464,7 +464,7 @@ def warm_caches(ws, cfg, version_dir: Path, corpus: str, say: Callable[[str], No
     (the same tasks a night builds, so it hits) and measure the version's bits per byte on old_val
     (the eval cache). Returns the seconds and the old_val figure."""
     from lib.config import SourceConfig
-    from lib.evaluate import EvalModel, OLD_VAL, eval_window, run_eval_sets
+    from lib.evaluate import OLD_VAL, measure_root
     from lib.sampling import cache_key, cache_store, run_tokenize_tasks, tokenize_tasks
     from lib.tokenizer import load_tokenizer
 
@@ -486,12 +486,7 @@ def warm_caches(ws, cfg, version_dir: Path, corpus: str, say: Callable[[str], No
         shutil.rmtree(work, ignore_errors=True)
     tokenized = time.perf_counter() - t0
     say(f"replay corpus tokenized into {cache} ({len(tasks)} file(s), {tokenized:.1f} s)")
-    t1 = time.perf_counter()
-    sets = run_eval_sets(ws, corpus, None, cfg.eval.max_docs, cfg.eval.max_bytes)
-    from lib.evaluate import cached_bits_per_byte
-
-    em = EvalModel.load(version_dir, max_len=eval_window(cfg), separator=cfg.tokenizer.document_separator)
-    bpb = cached_bits_per_byte(em, sets[OLD_VAL], cfg.eval.batch_size, ws.eval_cache, None, "old_val")
-    say(f"{version_dir.name} bits per byte on old_val: {bpb:.4f} ({len(sets[OLD_VAL])} documents, "
-        f"{time.perf_counter() - t1:.1f} s)")
-    return {"tokenize_s": round(tokenized, 3), "eval_s": round(time.perf_counter() - t1, 3), "old_val_bpb": bpb}
+    root = measure_root(ws, cfg, version_dir, corpus)
+    bpb = root[OLD_VAL]["bpb"]
+    say(f"{version_dir.name} bits per byte on old_val: {bpb:.4f} ({root['docs']} documents, {root['seconds']:.1f} s)")
+    return {"tokenize_s": round(tokenized, 3), "eval_s": root["seconds"], "old_val_bpb": bpb}

@@ -432,6 +432,18 @@ def eval_window(cfg) -> int:
     return cfg.eval.max_len or cfg.training.seq_len
 
 
+def measure_root(workspace, cfg, version_dir, corpus: str) -> dict[str, Any]:
+    """A root version's (v0's) bits per byte on old_val, into the eval cache: the first night reads
+    it instead of scoring its parent again, and later checks of cumulative drift compare with it."""
+    import time
+
+    t0 = time.perf_counter()
+    sets = run_eval_sets(workspace, corpus, None, cfg.eval.max_docs, cfg.eval.max_bytes)
+    em = EvalModel.load(version_dir, max_len=eval_window(cfg), separator=cfg.tokenizer.document_separator)
+    bpb = cached_bits_per_byte(em, sets[OLD_VAL], cfg.eval.batch_size, workspace.eval_cache, None, OLD_VAL)
+    return {OLD_VAL: {"bpb": bpb}, "docs": len(sets[OLD_VAL]), "seconds": round(time.perf_counter() - t0, 3)}
+
+
 def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, device: str | None = None,
                        on_progress: Progress | None = None, corpus: str | None = None) -> PairEvaluation:
     """The nightly evaluation: parent and candidate on the run's sets (`run_eval_sets`), with

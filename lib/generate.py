@@ -4,8 +4,8 @@
   Hugging Face folder, `lib.checkpoint.materialize`) and loads model + tokenizer onto the device
   (CUDA when available and `serve.device=auto`, else CPU), in eval mode.
 - `LoadedModel.complete(prompt, ...)` tokenizes a plain prompt after `prompt_prefix_ids` (the
-  tokenizer's BOS when it has one: training packs documents BOS-aligned, so a prompt without it is
-  out of distribution), generates greedily at temperature 0 or samples (temperature, top_p,
+  document separator training packs every document with: a prompt without it is out of
+  distribution), generates greedily at temperature 0 or samples (temperature, top_p,
   optional seed), stops at an end token (EOS, the ends generation_config.json lists, and for a
   chat the template's end of turn) or at a stop string, and returns the text without the stop
   string plus token counts and the OpenAI finish reason.
@@ -44,14 +44,14 @@ from lib.capture import CHAT_STOPS, chat_prompt
 log = logging.getLogger(__name__)
 
 
-def prompt_prefix_ids(tokenizer: Any) -> list[int]:
-    """The ids that open a plain prompt: the document start the model was trained with.
+def prompt_prefix_ids(folder: str | Path) -> list[int]:
+    """The ids that open a plain prompt: the document separator the model was trained with, as
+    training packs every document (lib/tokenizer.py: the one a version records, else BOS when the
+    tokenizer adds it, else `<|endoftext|>`: Llama's `<|begin_of_text|>`, GPT-2's and Qwen2's
+    `<|endoftext|>`)."""
+    from lib.tokenizer import load_tokenizer
 
-    Today: the tokenizer's BOS when it has one (Llama's `<|begin_of_text|>`, GPT-2's
-    `<|endoftext|>`), nothing when it has none (Qwen2). The single place to change when the
-    document separator becomes a setting."""
-    bos = tokenizer.bos_token_id
-    return [bos] if bos is not None else []
+    return [load_tokenizer(folder).separator()[0]]
 
 
 class NoChampionError(RuntimeError):
@@ -101,6 +101,7 @@ class LoadedModel:
         self.control_tokens = chat_format.control_tokens(tokenizer)
         self.end_ids = _end_ids(tokenizer, model)
         self.end_of_turn_ids = chat_format.end_of_turn_ids(tokenizer) if self.chat_template else []
+        self.prefix_ids = prompt_prefix_ids(folder)
 
     @property
     def special_tokens(self) -> list[str]:
@@ -111,7 +112,7 @@ class LoadedModel:
         # split_special_tokens: a prompt that literally contains "<|eos|>" stays characters, as in
         # training (lib.tokenizer encodes with special-token matching off): no control-token injection
         ids = self.tokenizer(prompt, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        prefix = prompt_prefix_ids(self.tokenizer)
+        prefix = self.prefix_ids
         if prefix and ids[: len(prefix)] != prefix:
             ids = prefix + ids
         return ids

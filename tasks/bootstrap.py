@@ -114,5 +114,10 @@ def register_v0(cfg: ConsolidationConfig, run_id: str, version: str, version_dir
         lin.record_version(version, version_dir, parent=None, run_id=run_id, status="candidate",
                            digest=version_digest(version_dir), storage="full", meta=read_meta(version_dir), manifest=manifest)
         promote(lin, version, reason="bootstrap: pre-trained from scratch on the corpus", actor="bootstrap", content_hashes=[])
+        # v0's old_val, measured once: the first night reads it from the eval cache
+        from lib.evaluate import measure_root
+
+        root = measure_root(Workspace(cfg.workspace.root), cfg, version_dir, cfg.workspace.corpus or DEFAULT_CORPUS)
+        lin.record_metrics(version, {"old_val": root["old_val"]}, run_id)
     stage_logger().info("%s is champion (%s)", version, Path(version_dir))
     return version

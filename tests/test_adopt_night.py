@@ -6,6 +6,8 @@ in the next night's data."""
 
 from __future__ import annotations
 
+from conftest import site_packages
+
 import hashlib
 import json
 import os
@@ -38,7 +40,7 @@ def _night_buffer(ws) -> None:
     """Tonight's text: sources of an installed package the replay corpus never saw."""
     from lib.buffer import MemoryBuffer
 
-    root = Path(sysconfig.get_paths()["purelib"]) / "rich"
+    root = site_packages() / "rich"
     texts = [p.read_text(encoding="utf-8")[:3000] for p in sorted(root.glob("*.py")) if p.stat().st_size > 1500][:16]
     buf = MemoryBuffer(ws.buffers)
     buf.add_many(texts, source="import:rich")

@@ -486,8 +486,10 @@ def test_every_family_serves_completions_after_its_document_start(workspace, kin
         streamed = "".join(c.choices[0].text for c in oa.completions.create(model="m", prompt=prompt, max_tokens=5, temperature=0, stream=True))
         chat = oa.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=5, temperature=0.8, seed=3)
     body = tok(prompt, add_special_tokens=False)["input_ids"]
-    prefix = {"llama": [tok.bos_token_id], "qwen2": [], "gpt2": [tok.convert_tokens_to_ids("<|endoftext|>")]}[kind]
-    assert prompt_prefix_ids(tok) == prefix
+    # the document separator each family was pre-trained with (Qwen2 has no BOS: <|endoftext|>)
+    prefix = {"llama": [tok.bos_token_id], "qwen2": [tok.convert_tokens_to_ids("<|endoftext|>")],
+              "gpt2": [tok.convert_tokens_to_ids("<|endoftext|>")]}[kind]
+    assert prompt_prefix_ids(folder) == prefix
     assert seen[0] == prefix + body and done.usage.prompt_tokens == len(prefix + body)
     if kind == "qwen2":
         assert max(body) > 65_535
