@@ -24,9 +24,10 @@ def register(app: typer.Typer) -> None:
     def init(
         model: Annotated[Path, typer.Option("--model", help="Your model's folder: config.json, model.safetensors (or shards with "
                                                               "model.safetensors.index.json), tokenizer files.")],
-        replay: Annotated[list[Path], typer.Option("--replay", help="Replay corpus: parquet, JSONL or text files, or folders "
-                                                                      "of them (repeatable). Replayed every night; its held-out "
-                                                                      "part is what the forgetting gate measures.")],
+        replay: Annotated[list[str], typer.Option("--replay", help="Replay corpus: parquet, JSONL or text files, or folders "
+                                                                     "of them (repeatable); or generate:N_TOKENS to sample it "
+                                                                     "from the model itself. Replayed every night; its held-out "
+                                                                     "part is what the forgetting gate measures.")],
         original_lr: Annotated[Optional[float], typer.Option("--original-lr", help="Peak learning rate the model was last "
                                                                                      "trained with; nights train at it × "
                                                                                      "training.lr_scale. Required unless the "

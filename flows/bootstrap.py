@@ -38,7 +38,7 @@ class AdoptRequest(BaseModel):
     (copy them to e.g. <workspace>/incoming/ first; the form never reads other host paths)."""
 
     model: str = Field(description="Model folder (config.json, model.safetensors or shards with an index, tokenizer files), relative to the workspace.")
-    replay: list[str] = Field(min_length=1, description="Replay corpus: parquet, JSONL or text files or folders, relative to the workspace.")
+    replay: list[str] = Field(min_length=1, description="Replay corpus: parquet, JSONL or text files or folders, relative to the workspace; or generate:N_TOKENS to sample it from the model itself.")
     replay_val: list[str] = Field(default_factory=list, description="Validation files (old_val); empty: 5% of the replay corpus by id hash.")
     original_lr: float | None = Field(None, gt=0, lt=1, description="Peak learning rate the model was last trained with (nights train at it × lr_scale); empty only if the folder's meta.json records it.")
     text_column: str = Field("text", description="Column (parquet) or key (JSONL) holding the text.")

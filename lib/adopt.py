@@ -401,6 +401,14 @@ def adopt(
         champion = lin.alias("champion")
         raise AdoptionError(f"{ws.root} already has a lineage (champion {champion}): adopt a model into a new workspace "
                             f"(-w another folder); nights continue from the champion")
+    from lib.selfreplay import generate_replay, parse_generate
+
+    generate = [n for n in (parse_generate(str(r)) for r in replay) if n is not None]
+    if generate and len(replay) > 1:
+        raise AdoptionError("--replay generate:N_TOKENS samples the whole replay corpus from the model itself: give it alone, "
+                            "or give only files")
+    if generate and replay_val:
+        raise AdoptionError("--replay-val needs a replay corpus of files; a generated corpus holds out its own validation part")
     folder = inspect_model(model_dir)
     lr = original_lr(folder, original_lr_value)
     say(f"model {folder.path}: {folder.architecture}, {folder.parameters / 1e6:,.1f} M parameters, {folder.dtype}, "
@@ -426,8 +434,14 @@ def adopt(
         # the embedding before the corpus is read; anything refused removes what was written
         meta_written = write_v0(folder, vdir, meta)
         tok_info = check_tokenizer(vdir, folder.config, cfg.tokenizer.document_separator)
-        stats = build_replay_corpus(ws, corpus, list(replay), val_paths=list(replay_val or []), text_column=text_column,
-                                    val_fraction=val_fraction)
+        if generate:  # no corpus of their own: v0's own samples, drawn once (lib/selfreplay.py)
+            stats = generate_replay(ws, vdir, corpus, generate[0], max_len=cfg.training.seq_len, seed=cfg.sampling.seed,
+                                    val_fraction=val_fraction, say=say)
+            stats.setdefault("rejected", [])
+            stats.setdefault("skipped", {})
+        else:
+            stats = build_replay_corpus(ws, corpus, list(replay), val_paths=list(replay_val or []), text_column=text_column,
+                                        val_fraction=val_fraction)
         for r in stats["rejected"]:
             say(f"replay file rejected: {r['file']}: {r['reason']}")
         say(f"replay corpus {corpus!r}: {stats['train_docs']:,} train / {stats['val_docs']:,} validation documents, "
@@ -438,7 +452,7 @@ def adopt(
         say(f"{version}: {vdir} (sha256 {meta_written['digest'][:12]}…); documents separated by "
             f"{tok_info['document_separator']!r}; FIM tokens: {'yes' if tok_info['has_fim_tokens'] else 'no (FIM off)'}; "
             f"chat template: {'yes' if tok_info['has_chat_template'] else 'no'}")
-        lin.record_corpus(corpus, "replay", stats)
+        lin.record_corpus(corpus, "generated" if generate else "replay", stats)
         lin.record_version(version, vdir, parent=None, run_id=run_id, status="candidate", digest=meta_written["digest"],
                            storage="full", meta=meta_written)
         promote(lin, version, reason=f"adopted from {folder.path}", actor="adopt", content_hashes=[])

@@ -159,14 +159,12 @@ def validate_file(path: Path, rel: str, text_column: str = "text", lowest: list[
     `lowest` (a max-heap of negated hashes) collects the `keep` lowest split hashes seen."""
     import heapq
 
-    import xxhash
-
     usable = 0
     for doc_id, text, _ in read_documents(path, rel, text_column):
         if text and text.strip():
             usable += 1
             if lowest is not None and keep > 0:
-                h = -xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=0)
+                h = -split_hash(doc_id)
                 if len(lowest) < keep:
                     heapq.heappush(lowest, h)
                 elif h > lowest[0]:
@@ -176,7 +174,7 @@ def validate_file(path: Path, rel: str, text_column: str = "text", lowest: list[
     return usable
 
 
-class _ShardWriter:
+class ShardWriter:
     """Documents into `folder/shard-NNNNN.parquet` of at most `shard_bytes` of text each."""
 
     def __init__(self, folder: Path, shard_bytes: int):
@@ -212,6 +210,49 @@ class _ShardWriter:
         self.pending, self.size = [], 0
 
 
+def split_hash(doc_id: str) -> int:
+    """The hash the train/validation split reads (xxh64, seed 0: the stdlib corpus's rule)."""
+    return xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=0)
+
+
+def split_cut(lowest: list[int], total: int, val_fraction: float, val_min_docs: int) -> int:
+    """The split hash below which a document is validation: `val_fraction` of the hash range,
+    raised to take the `val_min_docs` lowest hashes (at most a quarter of the `total` documents).
+    `lowest`: at least the `val_min_docs` lowest split hashes of the corpus (any order)."""
+    cut = int(val_fraction * 2**64)
+    want = min(val_min_docs, total // 4, len(lowest))
+    if want > 0:
+        cut = max(cut, sorted(lowest)[want - 1] + 1)
+    return cut
+
+
+def finish_corpus(building: Path, final: Path, name: str, source: str, train: "ShardWriter", val: "ShardWriter",
+                  extra: dict) -> dict:
+    """Flush both splits, write corpus.json and swap `building` in as `final`; returns the stats."""
+    train.flush()
+    val.flush()
+    if train.docs == 0:
+        raise ValueError(f"corpus {name!r}: no training documents")
+    if val.docs == 0:
+        raise ValueError(f"corpus {name!r}: no validation documents ({train.docs} documents): pass validation files, "
+                         f"or a larger corpus")
+    stats = {
+        "name": name, "source": source,
+        "docs": train.docs + val.docs, "bytes": train.bytes + val.bytes,
+        "train_docs": train.docs, "train_bytes": train.bytes, "val_docs": val.docs, "val_bytes": val.bytes,
+        "kinds": {k: train.kinds.get(k, 0) + val.kinds.get(k, 0) for k in sorted(set(train.kinds) | set(val.kinds))},
+        "shards": train.shards + val.shards, **extra,
+    }
+    stats["content_hash"] = hashlib.sha256("".join(s["hash"] for s in stats["shards"]).encode()).hexdigest()
+    (building / "corpus.json").write_text(json.dumps(stats, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    old = final.parent / f".{name}.old-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(building, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return stats
+
+
 def build_replay_corpus(
     workspace: Workspace,
     name: str,
@@ -242,8 +283,8 @@ def build_replay_corpus(
     final.parent.mkdir(parents=True, exist_ok=True)
     building = final.parent / f".{name}.building-{os.getpid()}"
     shutil.rmtree(building, ignore_errors=True)
-    train = _ShardWriter(building / "train", shard_bytes)
-    val = _ShardWriter(building / "val", shard_bytes)
+    train = ShardWriter(building / "train", shard_bytes)
+    val = ShardWriter(building / "val", shard_bytes)
     inputs, rejected = [], []
     # pass 1: every file read in full; the good ones, and the lowest split hashes for the minimum
     good: list[tuple[str, Path, str, int]] = []
@@ -257,12 +298,8 @@ def build_replay_corpus(
                 rejected.append({"file": str(path), "split": split, "reason": str(exc)})
                 continue
             good.append((split, path, rel, usable))
-    cut = int(val_fraction * 2**64)
     total = sum(u for split, _, _, u in good if split == "train")
-    want = min(val_min_docs, total // 4)  # a small corpus still trains on three quarters
-    if not val_paths and want > 0:
-        kth = sorted(-h for h in lowest)[want - 1]
-        cut = max(cut, kth + 1)  # at least the `want` lowest hashes
+    cut = 0 if val_paths else split_cut([-h for h in lowest], total, val_fraction, val_min_docs)
     try:
         # pass 2: write them
         for split, path, rel, usable in good:
@@ -272,37 +309,21 @@ def build_replay_corpus(
                     blank += 1
                     continue
                 doc = Document(doc_id, text, kind)
-                if split == "val" or (not val_paths and xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=0) < cut):
+                if split == "val" or (not val_paths and split_hash(doc_id) < cut):
                     val.add(doc)
                 else:
                     train.add(doc)
             inputs.append({"file": str(path), "split": split, "docs": usable, "blank_or_null": blank,
                            "hash": content_hash(path), "bytes": path.stat().st_size})
-        train.flush()
-        val.flush()
         if train.docs == 0:
             raise ValueError(f"replay corpus {name!r}: no usable training documents; rejected files: "
                              + "; ".join(f"{r['file']}: {r['reason']}" for r in rejected))
-        if val.docs == 0:
-            raise ValueError(f"replay corpus {name!r}: no validation documents ({train.docs} documents, val_fraction "
-                             f"{val_fraction}): pass --replay-val FILE, or a larger corpus")
-        stats = {
-            "name": name, "source": "replay", "text_column": text_column,
-            "params": {"val_fraction": None if val_paths else val_fraction, "shard_bytes": shard_bytes,
-                       "val_from": "files" if val_paths else "id hash"},
-            "docs": train.docs + val.docs, "bytes": train.bytes + val.bytes,
-            "train_docs": train.docs, "train_bytes": train.bytes, "val_docs": val.docs, "val_bytes": val.bytes,
-            "kinds": {k: train.kinds.get(k, 0) + val.kinds.get(k, 0) for k in sorted(set(train.kinds) | set(val.kinds))},
+        stats = finish_corpus(building, final, name, "replay", train, val, extra={
+            "text_column": text_column,
+            "params": {"val_fraction": None if val_paths else val_fraction, "val_min_docs": None if val_paths else val_min_docs,
+                       "shard_bytes": shard_bytes, "val_from": "files" if val_paths else "id hash"},
             "skipped": dict(sorted(skipped.items())), "inputs": inputs, "rejected": rejected,
-            "shards": train.shards + val.shards,
-        }
-        stats["content_hash"] = hashlib.sha256("".join(s["hash"] for s in stats["shards"]).encode()).hexdigest()
-        (building / "corpus.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        old = final.parent / f".{name}.old-{os.getpid()}"
-        if final.exists():
-            os.replace(final, old)
-        os.replace(building, final)
-        shutil.rmtree(old, ignore_errors=True)
+        })
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise

@@ -86,7 +86,10 @@ def adopt_model(cfg: ConsolidationConfig, model: str, replay: list[str], replay_
     from lib.adopt import adopt
 
     ws = Workspace(cfg.workspace.root)
-    inside = [str(ws.resolve(p)) for p in [model, *replay, *replay_val]]  # a form must not read the host's files
+    from lib.selfreplay import parse_generate
+
+    # a form must not read the host's files: paths resolve inside the workspace (generate:N is no path)
+    inside = [p if parse_generate(p) is not None else str(ws.resolve(p)) for p in [model, *replay, *replay_val]]
     log = stage_logger()
     with own_time():
         out = adopt(ws, cfg, inside[0], inside[1:1 + len(replay)], replay_val=inside[1 + len(replay):],
