@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Bits per byte of VERSION and its parent on old_val, new_heldout, new_train (+ probes)."""
-        from lib.evaluate import evaluate_candidate
+        from lib.evaluate import evaluate_and_record, evaluate_candidate
         from lib.lineage import Lineage
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
@@ -53,11 +53,11 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"version {row['version']} has no parent: pass --parent VERSION to compare with")
         run_id = run or row["run_id"]
         run_dir = ws.run(run_id) if run_id and ws.run(run_id).path.exists() else None
-        table = evaluate_candidate(ws, cfg, _version_dir(ws, row), _version_dir(ws, lin.get_version(parent_id)), run_dir, device=device)
         if record:
-            with lin.transaction() as con:
-                lin.record_metrics(parent_id, table.parent, run_id, con)
-                lin.record_metrics(row["version"], table.candidate, run_id, con)
+            table = evaluate_and_record(ws, cfg, lin, row["version"], parent_id, run_id, run_dir, device=device)
+        else:
+            table = evaluate_candidate(ws, cfg, _version_dir(ws, row), _version_dir(ws, lin.get_version(parent_id)), run_dir,
+                                       device=device, lineage=lin)
         if as_json:
             return echo_json({"version": row["version"], "parent": parent_id, "run_id": run_id, "rows": table.rows()})
         out = Table(title=f"{parent_id} -> {row['version']} on the data of run {run_id or '(none)'}")

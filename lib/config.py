@@ -65,13 +65,16 @@ class SourceConfig(_Section):
     name: str = Field(description="Source name, as it appears in the manifest and in metrics.")
     path: Path = Field(description="Folder or file of parquet shards with a `text` column (relative paths are inside the workspace).")
     weight: float = Field(gt=0, description="Sampling weight, counted in tokens.")
-    kind: Literal["corpus", "buffer", "curated"] = Field("curated", description="corpus: original training data; buffer: new data; curated: any other dataset.")
+    kind: Literal["corpus", "buffer", "memory", "curated"] = Field("curated", description="corpus: original training data; buffer: new data; memory: accepted nights' documents (their held-out parts stay out); curated: any other dataset.")
     fim_rate: float = Field(0.0, ge=0, le=1, description="Fraction of this source's documents turned into fill-in-the-middle examples (0 for prose, 0.5 for code).")
 
 
 class SamplingConfig(_Section):
     new_data_ratio: float = Field(0.1, gt=0, lt=1, description="Share of training tokens from tonight's new data; the rest is replay of the original corpus (seed default 1:9).")
-    sources: list[SourceConfig] = Field(default_factory=list, description="Extra sources (earlier nights, curated datasets). Empty: the two-source case of new_data_ratio.")
+    memory_ratio: float = Field(0.1, ge=0, lt=1, description="Share of training tokens replayed from the memory (the documents earlier accepted nights trained on); the corpus gets 1 - new_data_ratio - memory_ratio. 0: replay the corpus only.")
+    memory_recency: float = Field(0.7, gt=0, le=1, description="Weight of a memory document per night of age (the newest night 1, the one before 0.7, ...): recent nights are replayed more.")
+    memory_exposure_power: float = Field(1.0, ge=0, description="Weight of a memory document ÷ (1 + times it was trained on)^power: documents seen least are replayed first.")
+    sources: list[SourceConfig] = Field(default_factory=list, description="Extra sources (curated datasets). The corpus, tonight's data and the memory are added by themselves.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature T: p_i ∝ w_i^(1/T). 1 keeps the weights, larger flattens them.")
     final_temperature: float | None = Field(None, gt=0, description="Temperature at the end of training for an annealing schedule; none: constant.")
     temperature_schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="How T moves from temperature to final_temperature over training progress.")
@@ -158,12 +161,16 @@ class EvalConfig(_Section):
     max_bytes: int | None = Field(4_000_000, ge=1, description="Cap on UTF-8 bytes of text per evaluation set (the same fixed sample, cut at this size); none: all.")
     max_len: int | None = Field(None, ge=2, description="Tokens per eval window (separator included); none: training.seq_len, never more than the model's positions.")
     batch_size: int = Field(8, ge=1, description="Sequences per forward pass during evaluation (halved automatically when the device runs out of memory).")
+    memory_sets: int | None = Field(8, ge=1, description="Earlier nights whose held-out sets each night checks (retention): all up to this many, then the newest half and an even spread of the older ones; none: all.")
     probes: Path | None = Field(None, description="JSONL file of {prompt, expected} probes scored before and after; none: no probes.")
 
 
 class GateConfig(_Section):
     max_forgetting: float = Field(0.02, ge=0, description="Largest allowed relative rise of bits per byte on the original validation split (seed: 2%).")
     min_acquisition: float = Field(0.0, description="Smallest required relative drop of bits per byte on tonight's new data (0: must not get worse).")
+    max_memory_forgetting: float = Field(0.02, ge=0, description="Largest allowed relative rise of bits per byte on any earlier night's held-out set against the champion: what night 1 taught must still be known on night 4.")
+    max_cumulative_forgetting: float = Field(0.03, ge=0, description="Largest allowed relative rise of old_val bits per byte against the root version (v0), so small rises a night cannot add up unseen.")
+    retry_on_forgetting: bool = Field(False, description="When the gate rejects for forgetting (old_val, an earlier night, or cumulative), retry the night once with safer settings: lr_scale and new_data_ratio halved, memory replay doubled.")
     probe_tolerance: float = Field(0.0, ge=0, description="Largest allowed drop in probe exact-match rate.")
 
 

@@ -281,6 +281,8 @@ class PairEvaluation:
     parent: dict[str, dict[str, float]] = field(default_factory=dict)
     candidate: dict[str, dict[str, float]] = field(default_factory=dict)
     sizes: dict[str, dict[str, int]] = field(default_factory=dict)
+    root: dict[str, dict[str, float]] = field(default_factory=dict)  # the root version's old_val (cumulative drift)
+    root_version: str | None = None
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
@@ -432,6 +434,23 @@ def eval_window(cfg) -> int:
     return cfg.eval.max_len or cfg.training.seq_len
 
 
+def evaluate_and_record(workspace, cfg, lineage, version: str, parent: str, run_id: str | None, run_dir=None,
+                        device: str | None = None, on_progress: Progress | None = None) -> PairEvaluation:
+    """`evaluate_candidate` of `version` against `parent` on the data of `run_dir`, and every
+    figure (parent, candidate, the root's old_val) recorded in lineage under `run_id` in one
+    transaction: what the gate then reads. The nightly task and `consolidate eval` both call it."""
+    cand = lineage.get_version(version)
+    par = lineage.get_version(parent)
+    table = evaluate_candidate(workspace, cfg, cand["path"], par["path"], run_dir, device=device, on_progress=on_progress,
+                               lineage=lineage)
+    with lineage.transaction() as con:
+        lineage.record_metrics(parent, table.parent, run_id, con)
+        lineage.record_metrics(version, table.candidate, run_id, con)
+        if table.root_version:
+            lineage.record_metrics(table.root_version, table.root, run_id, con)
+    return table
+
+
 def measure_root(workspace, cfg, version_dir, corpus: str) -> dict[str, Any]:
     """A root version's (v0's) bits per byte on old_val, into the eval cache: the first night reads
     it instead of scoring its parent again, and later checks of cumulative drift compare with it."""
@@ -445,15 +464,33 @@ def measure_root(workspace, cfg, version_dir, corpus: str) -> dict[str, Any]:
 
 
 def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, device: str | None = None,
-                       on_progress: Progress | None = None, corpus: str | None = None) -> PairEvaluation:
-    """The nightly evaluation: parent and candidate on the run's sets (`run_eval_sets`), with
-    `cfg.eval` (max_docs, max_bytes, max_len, batch_size, probes), the replay corpus `corpus`
-    (default `cfg.workspace.corpus`) and the workspace's eval cache."""
+                       on_progress: Progress | None = None, corpus: str | None = None, lineage=None) -> PairEvaluation:
+    """The nightly evaluation: parent and candidate on the run's sets (`run_eval_sets`) and, with
+    `lineage`, on every earlier night's retention set (lib.memory.retention_sets), plus the root
+    version's old_val for the cumulative rule (from the eval cache when it was measured before);
+    with `cfg.eval` (max_docs, max_bytes, max_len, batch_size, memory_sets, probes), the replay
+    corpus `corpus` (default `cfg.workspace.corpus`) and the workspace's eval cache."""
     from lib.corpus import replay_corpus_name
 
     corpus = corpus or replay_corpus_name(workspace, cfg)
     sets = run_eval_sets(workspace, corpus, run_dir, cfg.eval.max_docs, cfg.eval.max_bytes)
+    if lineage is not None:
+        from lib.memory import retention_sets
+
+        sets.update(retention_sets(workspace, lineage, cfg.eval.memory_sets, cfg.eval.max_docs, cfg.eval.max_bytes))
     probes = read_probes(cfg.eval.probes) if cfg.eval.probes else None
-    return evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size,
-                         max_len=eval_window(cfg), device=device, separator=cfg.tokenizer.document_separator,
-                         on_progress=on_progress, cache_dir=workspace.eval_cache)
+    result = evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size,
+                           max_len=eval_window(cfg), device=device, separator=cfg.tokenizer.document_separator,
+                           on_progress=on_progress, cache_dir=workspace.eval_cache)
+    root = lineage.root_version() if lineage is not None else None
+    if root is not None:
+        root_dir = Path(lineage.get_version(root)["path"])
+        if root_dir.resolve() not in (Path(parent_dir).resolve(), Path(candidate_dir).resolve()):
+            from lib.tokenizer import load_tokenizer
+
+            _, token = load_tokenizer(_materialize(Path(candidate_dir))).separator(cfg.tokenizer.document_separator)
+            em = EvalModel.load(root_dir, device=device, max_len=eval_window(cfg), separator=token)
+            result.root = {OLD_VAL: {"bpb": cached_bits_per_byte(em, sets[OLD_VAL], cfg.eval.batch_size, workspace.eval_cache,
+                                                                 on_progress, f"root/{OLD_VAL}")}}
+            result.root_version = root
+    return result

@@ -7,6 +7,11 @@
 - acquisition: relative drop of bits per byte on tonight's new data must be at least
   `gate.min_acquisition`; measured on `new_heldout` (documents never trained on, so learning that
   generalises) and, when no held-out slice exists, on `new_train`.
+- retention: bits per byte on every earlier accepted night's held-out set (`night:<version>`,
+  lib/memory.py) may rise by at most `gate.max_memory_forgetting` over the champion; the reason
+  names the worst night and its figure, and reports the mean over all of them.
+- cumulative: old_val bits per byte of the candidate may exceed the root version's (v0) by at most
+  `gate.max_cumulative_forgetting`: a +0.3% a night passes the per-night rule and adds up unseen.
 - probes: when both sides were probed, the exact-match rate may drop by at most
   `gate.probe_tolerance`.
 - A rule whose inputs are missing fails (fail closed): a gate that cannot measure must not promote.
@@ -78,12 +83,50 @@ class RegressionGate:
     def __init__(self, config: GateConfig | None = None):
         self.config = config or GateConfig()
 
-    def decide(self, parent: Metrics, candidate: Metrics) -> GateDecision:
+    def decide(self, parent: Metrics, candidate: Metrics, root: Metrics | None = None) -> GateDecision:
+        """`root`: the root version's metrics (its old_val), for the cumulative rule; none (or a
+        candidate whose parent is the root) skips it."""
         rules = [self._forgetting(parent, candidate), self._acquisition(parent, candidate)]
-        probes = self._probes(parent, candidate)
-        if probes is not None:
-            rules.append(probes)
+        for optional in (self._retention(parent, candidate), self._cumulative(root, candidate), self._probes(parent, candidate)):
+            if optional is not None:
+                rules.append(optional)
         return GateDecision(all(r.passed for r in rules), rules)
+
+    def _retention(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
+        from lib.memory import RETENTION_PREFIX
+
+        limit = self.config.max_memory_forgetting
+        nights = sorted(d for d in candidate if d.startswith(RETENTION_PREFIX))
+        if not nights:
+            return None  # no earlier night yet
+        changes = {}
+        for night in nights:
+            p, c = _get(parent, night, "bpb"), _get(candidate, night, "bpb")
+            if p is None or c is None:
+                return RuleResult("retention", None, limit, False, f"{night} bpb not measured for both champion and candidate")
+            changes[night] = (relative_change(p, c), p, c)
+        worst = max(changes, key=lambda k: changes[k][0])
+        rise, p, c = changes[worst]
+        mean = sum(v[0] for v in changes.values()) / len(changes)
+        ok = rise <= limit + _EPS
+        label = worst.removeprefix(RETENTION_PREFIX)
+        reason = (f"{len(changes)} earlier night(s) checked, mean change {mean:+.2%}; the worst, the night of {label}: "
+                  f"{p:.4f} -> {c:.4f} ({rise:+.2%}), {'within' if ok else 'over'} the allowed rise of {limit:.2%} "
+                  f"(gate.max_memory_forgetting)")
+        return RuleResult("retention", rise, limit, ok, reason)
+
+    def _cumulative(self, root: Metrics | None, candidate: Metrics) -> RuleResult | None:
+        limit = self.config.max_cumulative_forgetting
+        r, c = _get(root or {}, "old_val", "bpb"), _get(candidate, "old_val", "bpb")
+        if root is None:
+            return None
+        if r is None or c is None:
+            return RuleResult("cumulative", None, limit, False, "old_val bpb not measured for both the root version and the candidate")
+        rise = relative_change(r, c)
+        ok = rise <= limit + _EPS
+        reason = (f"original-data bits per byte {'rose' if rise > 0 else 'fell'} {abs(rise):.2%} since the root version "
+                  f"({r:.4f} -> {c:.4f}); {'within' if ok else 'over'} the allowed drift of {limit:.2%} (gate.max_cumulative_forgetting)")
+        return RuleResult("cumulative", rise, limit, ok, reason)
 
     def _forgetting(self, parent: Metrics, candidate: Metrics) -> RuleResult:
         limit = self.config.max_forgetting

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
 MIGRATIONS: list[list[str]] = [
@@ -130,6 +130,24 @@ MIGRATIONS: list[list[str]] = [
             bytes BIGINT,
             info JSON,                          -- corpus.json: inputs, splits, rejected files and why
             created_at TIMESTAMPTZ NOT NULL
+        )""",
+    ],
+    [
+        """CREATE TABLE memory_nights (
+            version VARCHAR PRIMARY KEY,        -- the accepted version that learned this night
+            run_id VARCHAR,
+            path VARCHAR NOT NULL,              -- <workspace>/memory/<version>/
+            docs BIGINT,                        -- trained documents, replayed on later nights
+            heldout_docs BIGINT,                -- this night's retention eval set
+            heldout_cut VARCHAR,                -- the night's held-out hash cut (uint64 as text)
+            added_at TIMESTAMPTZ NOT NULL
+        )""",
+        """CREATE TABLE memory_exposures (
+            night VARCHAR NOT NULL,             -- memory_nights.version the document came with
+            doc_id VARCHAR NOT NULL,
+            exposures BIGINT NOT NULL,          -- times drawn into accepted trainings, its own night included
+            last_version VARCHAR,               -- the last accepted version that trained on it
+            PRIMARY KEY (night, doc_id)
         )""",
     ],
 ]
@@ -440,6 +458,56 @@ class Lineage:
         if isinstance(out["info"], str):
             out["info"] = json.loads(out["info"])
         return out
+
+    # -- the memory: accepted nights, replayed ---------------------------------------------------
+    def record_memory_night(self, version: str, run_id: str | None, path: str | Path, docs: int, heldout_docs: int,
+                            heldout_cut: int, exposures: dict[str, int]) -> None:
+        """An accepted night joins the memory: its row and the first exposures of its documents,
+        in one transaction (idempotent: a replayed promotion records it once)."""
+        with self.transaction() as con:
+            if con.execute("SELECT 1 FROM memory_nights WHERE version = ?", [version]).fetchone():
+                return
+            con.execute("INSERT INTO memory_nights VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [version, run_id, str(path), docs, heldout_docs, str(heldout_cut), now()])
+            self._add_exposures(con, version, version, exposures)
+
+    def record_replay_exposures(self, version: str, by_night: dict[str, dict[str, int]]) -> None:
+        """Documents of earlier nights that `version` (accepted) trained on again, and how often.
+        Idempotent per version: a second call for the same version adds nothing."""
+        with self.transaction() as con:
+            if con.execute("SELECT 1 FROM memory_exposures WHERE last_version = ? AND night <> ? LIMIT 1",
+                           [version, version]).fetchone():
+                return
+            for night, counts in by_night.items():
+                self._add_exposures(con, night, version, counts)
+
+    @staticmethod
+    def _add_exposures(con, night: str, version: str, counts: dict[str, int]) -> None:
+        rows = [(night, d, int(n), version) for d, n in counts.items() if n]
+        if rows:
+            con.executemany(
+                """INSERT INTO memory_exposures VALUES (?, ?, ?, ?)
+                   ON CONFLICT (night, doc_id) DO UPDATE SET exposures = memory_exposures.exposures + excluded.exposures,
+                     last_version = excluded.last_version""", rows)
+
+    def memory_nights(self) -> list[dict[str, Any]]:
+        """Accepted nights in the order they were learnt (oldest first)."""
+        with self.reading() as con:
+            rows = con.execute("SELECT version, run_id, path, docs, heldout_docs, heldout_cut, added_at FROM memory_nights "
+                               "ORDER BY added_at, version").fetchall()
+        keys = ("version", "run_id", "path", "docs", "heldout_docs", "heldout_cut", "added_at")
+        return [{**dict(zip(keys, r)), "heldout_cut": int(r[5])} for r in rows]
+
+    def memory_exposures(self) -> dict[tuple[str, str], int]:
+        """{(night, doc_id): exposures} of every document in the memory."""
+        with self.reading() as con:
+            return {(n, d): int(e) for n, d, e in con.execute("SELECT night, doc_id, exposures FROM memory_exposures").fetchall()}
+
+    def forget_memory_night(self, version: str) -> None:
+        """A rolled-back night leaves the memory (its documents are no longer replayed)."""
+        with self.transaction() as con:
+            con.execute("DELETE FROM memory_exposures WHERE night = ?", [version])
+            con.execute("DELETE FROM memory_nights WHERE version = ?", [version])
 
     def root_version(self) -> str | None:
         """The first version of the lineage (v0: adopted or pre-trained)."""

@@ -115,7 +115,10 @@ def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[
                 "UPDATE buffer_files SET status = 'pending', consumed_by = NULL, updated_at = now() WHERE consumed_by = ? AND status = 'consumed'",
                 [version],
             )
-        return {"from": version, "to": parent, "requeued": requeued}
+    from lib.memory import forget
+
+    forgotten = forget(lineage, version)  # no longer replayed, no longer checked for retention
+    return {"from": version, "to": parent, "requeued": requeued, "left_memory": forgotten}
 
 
 def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True) -> tuple[GateDecision, str]:
@@ -133,7 +136,10 @@ def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True
     if not candidate or not parent:
         raise LineageError(f"no metrics recorded for {version!r} and its parent {row['parent']!r} by run {run_id!r}: "
                            f"run `consolidate eval {version}` first")
-    decision = RegressionGate(gate_config).decide(parent, candidate)
+    root = lineage.root_version()
+    # the cumulative rule where this run measured the root (the nightly evaluation always does)
+    root_metrics = (lineage.metrics(root, run_id) or None) if root is not None and root != row["parent"] else None
+    decision = RegressionGate(gate_config).decide(parent, candidate, root_metrics)
     status = conclude(lineage, version, decision, run_id or None) if apply else row["status"]
     return decision, status
 

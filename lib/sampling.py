@@ -68,7 +68,8 @@ if TYPE_CHECKING:  # tokenizer worker processes import this module: keep pydanti
 
 log = logging.getLogger(__name__)
 
-NEW_SOURCE = "new"            # name of the night's curated data in the two-source case
+NEW_SOURCE = "new"            # name of the night's curated data
+MEMORY_SOURCE = "memory"      # name of the accepted nights' documents
 SLACK = 0.05                  # over-draw for tokens lost to cropping
 EXPOSURE_RANGE = (3.0, 10.0)  # seed 000 rule of thumb: each new document seen 3-10 times
 MIN_PARALLEL_BYTES = 1 << 20  # parquet bytes to tokenize below which one process does it all
@@ -80,18 +81,24 @@ MANIFEST_SCHEMA = pa.schema([
 
 
 def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Path) -> list[SourceConfig]:
-    """The seed's mix: corpus train split (weight 1 - r, kind corpus) + tonight's curated data
-    (weight r, kind buffer), then any extra `sampling.sources` with their own weights."""
+    """The seed's mix: corpus train split (weight 1 - r - m, kind corpus) + tonight's curated data
+    (weight r, kind buffer) + the memory of accepted nights (weight m = `sampling.memory_ratio`,
+    kind memory, when there is one), then any extra `sampling.sources` with their own weights."""
     from lib.config import SourceConfig
-
     from lib.corpus import replay_corpus_name
 
-    r = cfg.sampling.new_data_ratio
+    r, m = cfg.sampling.new_data_ratio, cfg.sampling.memory_ratio
+    if not any(workspace.memory.glob(f"*/{MEMORY_NIGHT}")):
+        m = 0.0
+    if r + m >= 1:
+        raise ValueError(f"sampling.new_data_ratio {r} + sampling.memory_ratio {m} leave nothing for the corpus: keep their sum below 1")
     corpus = replay_corpus_name(workspace, cfg)
     sources = [
-        SourceConfig(name=corpus, path=workspace.corpus_train(corpus), weight=1 - r, kind="corpus"),
+        SourceConfig(name=corpus, path=workspace.corpus_train(corpus), weight=1 - r - m, kind="corpus"),
         SourceConfig(name=NEW_SOURCE, path=Path(new_data_dir), weight=r, kind="buffer"),
     ]
+    if m > 0:
+        sources.append(SourceConfig(name=MEMORY_SOURCE, path=workspace.memory, weight=m, kind="memory"))
     for extra in cfg.sampling.sources:
         path = extra.path if extra.path.is_absolute() else workspace.resolve(extra.path)
         sources.append(extra.model_copy(update={"path": path}))
@@ -119,10 +126,15 @@ def source_probabilities(weights, temperature: float) -> np.ndarray:
     return p / p.sum()
 
 
+from lib.memory import MEMORY_NIGHT  # noqa: E402  beside each night's train/ folder: its held-out cut
+
+
 def source_files(source: SourceConfig) -> list[Path]:
     path = Path(source.path)
     if path.is_file():
         files = [path]
+    elif path.is_dir() and source.kind == "memory":  # <memory>/<version>/train/*.parquet, nights in order
+        files = sorted(p for p in path.glob("*/train/*.parquet") if p.is_file())
     elif path.is_dir():
         files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
     else:
@@ -212,7 +224,7 @@ def tokenize_file(task: dict, tokenizer=None) -> dict:
         if doc_id is None or text is None or text == "":
             skipped += 1
             continue
-        if task["kind"] == "buffer" and _heldout_hash(doc_id) < cut:
+        if task["kind"] in ("buffer", "memory") and _heldout_hash(doc_id) < cut:
             heldout_ids.append(doc_id)
             heldout_texts.append(text)
             continue
@@ -252,7 +264,7 @@ def tokenize_file(task: dict, tokenizer=None) -> dict:
             text = keep_texts[d]
             offsets = enc.offsets
             for p, k in enumerate(range(0, len(ids_), piece_tokens)):
-                rng = fim_rng(task["seed"], task["source"], keep_ids[d], p)
+                rng = fim_rng(task["seed"], task.get("fim_stream", task["source"]), keep_ids[d], p)
                 if rng.random() < keep_fim[d]:
                     end = offsets[k + piece_tokens][0] if k + piece_tokens < len(ids_) else len(text)
                     prefix, middle, suffix = split_spans(text[offsets[k][0] if k else 0:end], rng)
@@ -332,11 +344,12 @@ def cache_key(task: dict, tokenizer_hash: str) -> str:
     fim_active = task["fim_enabled"] and (task["fim_rate"] or 0) + task["fim_rate_code"] > 0
     key = {
         "v": CACHE_VERSION, "input": task["input_hash"], "tokenizer": tokenizer_hash,
-        "heldout": str(task.get("heldout_cut", task["heldout_fraction"])) if task["kind"] == "buffer" else 0.0,
+        # a memory file is the file its night tokenized as new data: same cut, markers, FIM stream
+        "heldout": str(task.get("heldout_cut", task["heldout_fraction"])) if task["kind"] in ("buffer", "memory") else 0.0,
         "markers": task.get("markers") or None,
         # FIM draws depend on the source name and seed; without FIM they do not matter
         "fim": [task["fim_rate"], task["fim_rate_code"], task["fim_spm_rate"], task["fim_piece_tokens"],
-                task["seed"], task["source"]] if fim_active else None,
+                task["seed"], task.get("fim_stream", task["source"])] if fim_active else None,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -404,9 +417,13 @@ def cache_load(cache_dir: Path, key: str, task: dict) -> dict | None:
 # -- the manifest draw ---------------------------------------------------------------------------
 
 class _SourceStream:
-    """One source's pieces in epoch order: a seeded permutation of its documents per epoch."""
+    """One source's pieces in epoch order: a seeded permutation of its documents per epoch, or
+    with per-document `weights` a seeded weighted order (Efraimidis-Spirakis: key log(u)/w,
+    largest first), so heavier documents come earlier in every pass and a night that draws only
+    part of a pass draws mostly them."""
 
-    def __init__(self, index: int, name: str, docs: dict, seq_len: int, seed_key: list[int]):
+    def __init__(self, index: int, name: str, docs: dict, seq_len: int, seed_key: list[int],
+                 weights: np.ndarray | None = None):
         self.index, self.name = index, name
         self.docs = docs  # doc_id, shard, unit_start, unit_count; units: doc_index, len, fim
         self.seq_len = seq_len
@@ -417,11 +434,17 @@ class _SourceStream:
         self.pos = 0
         self.pending: list[tuple] = []
         self.exposures = np.zeros(self.n_docs, dtype=np.int64)
+        self.weights = weights
 
     def _next_doc(self) -> int:
         if self.pos >= self.order.size:
             self.epoch += 1
-            self.order = np.random.default_rng(self.seed_key + [self.epoch]).permutation(self.n_docs)
+            rng = np.random.default_rng(self.seed_key + [self.epoch])
+            if self.weights is None:
+                self.order = rng.permutation(self.n_docs)
+            else:
+                keys = np.log(rng.random(self.n_docs)) / np.maximum(self.weights, 1e-12)
+                self.order = np.argsort(-keys, kind="stable")
             self.pos = 0
         d = int(self.order[self.pos])
         self.pos += 1
@@ -506,12 +529,17 @@ def tokenize_tasks(sources: list[SourceConfig], tok, out_dir: str | Path, sampli
     for s in sources:
         files = source_files(s)
         cut = heldout_cut(_source_ids(files), sampling.heldout_fraction, sampling.heldout_min_docs) if s.kind == "buffer" else 0
+        new_data = s.kind in ("buffer", "memory")
         for k, f in enumerate(files):
+            if s.kind == "memory":  # each night keeps the cut it was trained with: its held-out stays out
+                cut = int(json.loads((f.parent.parent / MEMORY_NIGHT).read_text(encoding="utf-8"))["heldout_cut"])
             tasks.append({
                 "source": s.name, "kind": s.kind, "file": str(f), "file_index": k,
                 "stem": str(Path(out_dir) / "shards" / s.name / f"shard-{k:05d}"), "input_hash": file_hash(f),
                 "heldout_fraction": sampling.heldout_fraction, "heldout_cut": cut,
-                "markers": sorted(markers) if (markers and s.kind == "buffer") else [],
+                "markers": sorted(markers) if (markers and new_data) else [],
+                # new data keeps its FIM draws when it comes back as memory (one token cache entry)
+                "fim_stream": "new-data" if new_data else s.name,
                 "fim_rate": s.fim_rate if "fim_rate" in s.model_fields_set else None,
                 "fim_rate_code": sampling.fim_rate_code, "fim_spm_rate": sampling.fim_spm_rate,
                 "fim_enabled": tok.has_fim, "fim_piece_tokens": fim_piece_tokens, "seed": sampling.seed,
@@ -553,6 +581,7 @@ def prepare_training_data(
     cache_dir: str | Path | None = None,
     separator: str = "auto",
     markers: list[str] | None = None,
+    doc_weights: dict[str, dict[str, float]] | None = None,
 ) -> dict:
     """Tokenize `sources` into `out_dir/shards/<source>/`, hold out new documents into
     `out_dir/heldout/<source>.parquet`, draw `out_dir/manifest.parquet` covering `token_budget`
@@ -561,7 +590,9 @@ def prepare_training_data(
     `cache_dir` (e.g. `Workspace.token_cache`): reuse shards of input files tokenized before with
     the same tokenizer and rules (hard links), so the corpus is tokenized once, not every night.
     `separator`: `tokenizer.document_separator` (auto: what the tokenizer folder's version recorded,
-    else the tokenizer's convention); `markers`: the chat template's control tokens (new data)."""
+    else the tokenizer's convention); `markers`: the chat template's control tokens (new data);
+    `doc_weights`: {source: {doc_id: weight}} for a weighted document order (the memory's
+    recency and exposure weights, lib/memory.py); documents it does not name weigh 1."""
     from lib.tokenizer import load_tokenizer
 
     if not sources:
@@ -603,7 +634,7 @@ def prepare_training_data(
     (out / "heldout").mkdir(parents=True, exist_ok=True)
     for si, s in enumerate(sources):
         mine = [(t, r) for t, r in zip(tasks, results) if t["source"] == s.name]
-        doc_id, doc_hash, unit_start, unit_count = [], [], [], []
+        doc_id, doc_hash, unit_start, unit_count, doc_night = [], [], [], [], []
         unit_shard, unit_index, unit_len, unit_fim = [], [], [], []
         seen: set[int] = set()
         duplicates = 0
@@ -621,6 +652,7 @@ def prepare_training_data(
                     continue
                 seen.add(h)
                 doc_id.append(did)
+                doc_night.append(Path(t["file"]).parent.parent.name if s.kind == "memory" else "")
                 doc_hash.append(h)
                 unit_start.append(len(unit_len))
                 unit_count.append(u1 - u0)
@@ -635,7 +667,12 @@ def prepare_training_data(
                 "unit_shard": unit_shard, "unit_index": np.asarray(unit_index), "unit_len": np.asarray(unit_len),
                 "unit_fim": np.asarray(unit_fim)}
         seed_key = [sampling.seed & 0xFFFFFFFF, zlib.crc32(s.name.encode()), int(inputs_digest[:8], 16)]
-        streams.append(_SourceStream(si, s.name, docs, seq_len, seed_key))
+        weights = None
+        if doc_weights and s.name in doc_weights:
+            table = doc_weights[s.name]
+            weights = np.asarray([float(table.get(d, 1.0)) for d in doc_id], dtype=np.float64)
+        streams.append(_SourceStream(si, s.name, docs, seq_len, seed_key, weights))
+        streams[-1].night = doc_night
         if s.kind == "buffer":
             held = pa.table({"id": pa.array([i for _, r in mine for i in r["heldout_ids"]], pa.string()),
                              "text": pa.array([x for _, r in mine for x in r["heldout_texts"]], pa.string())})
@@ -647,6 +684,7 @@ def prepare_training_data(
             "docs": len(doc_id), "duplicates_dropped": duplicates,
             "skipped_empty": sum(r["skipped"] for _, r in mine),
             "heldout_docs": sum(len(r["heldout_ids"]) for _, r in mine),
+            "heldout_cut": str(mine[0][0]["heldout_cut"]) if s.kind == "buffer" and mine else None,
             "tokens_available": int(np.sum(unit_len)) + len(unit_len),
             "fim_units": int(np.sum(unit_fim)), "units": len(unit_len),
             "bytes": sum(r["bytes"] for _, r in mine),
@@ -680,11 +718,13 @@ def prepare_training_data(
                 warnings.append(
                     f"source {s.name!r}: each new document is seen {e.mean():.1f} times on average, outside the "
                     f"seed's rule of thumb of {lo:g}-{hi:g}; adjust training.num_iterations or sampling.new_data_ratio")
-    # How often each new document is drawn, for the eval stage and for tuning the mix.
-    new_streams = [st for s, st in zip(sources, streams) if s.kind == "buffer"]
+    # How often each new and each memory document is drawn: the memory's exposure counts (recorded
+    # in lineage when the night is accepted) and the seed's 3-10 rule for new data.
+    new_streams = [st for s, st in zip(sources, streams) if s.kind in ("buffer", "memory")]
     pq.write_table(pa.table({
         "source": pa.array([st.name for st in new_streams for _ in range(st.n_docs)], pa.string()),
         "doc_id": pa.array([d for st in new_streams for d in st.docs["doc_id"]], pa.string()),
+        "night": pa.array([n for st in new_streams for n in st.night], pa.string()),
         "exposures": pa.array(np.concatenate([st.exposures for st in new_streams]) if new_streams else [], pa.int64()),
     }), out / "exposures.parquet", compression="zstd")
     data = {

@@ -8,6 +8,7 @@
   index/                 curation state that grows night by night (exact hashes, MinHash bands),
                          the token cache (index/tokens) and measured bits per byte (index/eval)
   runs/<run-id>/         curated/, manifest.parquet, shards/, train/ (snapshots, logs), eval/
+  memory/<version>/      what an accepted night taught: train/ (replayed later), heldout.parquet (retention set)
   checkpoints/<version>/ Hugging Face model folders + meta.json
   lineage.duckdb         the registry: what exists and in which state
   tokenizer/             BPE tokenizer trained by the bootstrap on the corpus
@@ -83,6 +84,12 @@ class Workspace:
     def task_cache(self) -> Path:
         """Persisted results and cache records of the orchestrator's data stages (Prefect)."""
         return self.root / "cache"
+
+    @property
+    def memory(self) -> Path:
+        """The long-term memory: `<version>/train/` (an accepted night's documents, hard links to its
+        curated files), `<version>/heldout.parquet` (its retention eval set), `<version>/night.json`."""
+        return self.root / "memory"
 
     @property
     def eval_cache(self) -> Path:

@@ -20,6 +20,8 @@ is not (it would change both runs).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -245,9 +247,25 @@ def _data_inputs(p: dict[str, Any]) -> list[str]:
     return files + [str(tok / n) for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja") if (tok / n).is_file()]
 
 
+def _memory_weights(cfg: ConsolidationConfig, sources: list) -> dict[str, dict[str, float]] | None:
+    """{memory source: {doc_id: weight}} from lineage (recency and exposures), when one is mixed in."""
+    names = [s.name for s in sources if s.kind == "memory"]
+    if not names:
+        return None
+    from lib.lineage import Lineage
+    from lib.memory import replay_weights
+
+    weights = replay_weights(Lineage(Workspace(cfg.workspace.root).lineage_db), cfg.sampling.memory_recency,
+                             cfg.sampling.memory_exposure_power)
+    return {name: weights for name in names}
+
+
 def _data_settings(p: dict[str, Any]) -> Any:
     cfg: ConsolidationConfig = p["cfg"]
+    weights = _memory_weights(cfg, p["sources"])
     return {
+        # the memory's weights move with every accepted night (exposures): part of the key
+        "memory_weights": hashlib.sha256(json.dumps(weights, sort_keys=True).encode()).hexdigest() if weights else None,
         "sources": [{k: v for k, v in s.model_dump(mode="json").items() if k != "path"} for s in p["sources"]],
         "sampling": cfg.sampling.model_dump(mode="json"),
         "seq_len": cfg.training.seq_len,
@@ -296,7 +314,8 @@ def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenize
         data = prepare_training_data(sources, tokenizer_dir, run_dir, token_budget=budget, sampling=cfg.sampling,
                                      seq_len=cfg.training.seq_len, workers=cfg.curation.workers,
                                      cache_dir=Workspace(cfg.workspace.root).token_cache,
-                                     separator=cfg.tokenizer.document_separator, markers=template_markers(tokenizer_dir))
+                                     separator=cfg.tokenizer.document_separator, markers=template_markers(tokenizer_dir),
+                                     doc_weights=_memory_weights(cfg, sources))
     rows = [{"source": name, "kind": s["kind"], "docs": s["docs"], "heldout_docs": s["heldout_docs"],
              "tokens_available": s["tokens_available"], "tokens_drawn": s["tokens_drawn"], "share": s["share"],
              "epochs": s["epochs"], "mean_exposures": s["exposures"]["mean"]}

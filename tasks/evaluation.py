@@ -54,15 +54,11 @@ def record_candidate(cfg: ConsolidationConfig, run_id: str, version: str, versio
 @task(name="evaluate", cache_policy=NO_CACHE)
 def evaluate_versions(cfg: ConsolidationConfig, run_dir: str, run_id: str, version: str, parent: str) -> list[dict[str, Any]]:
     """BPB of parent and candidate on the same sets; recorded in lineage; returns the rows."""
-    from lib.evaluate import evaluate_candidate
+    from lib.evaluate import evaluate_and_record
 
     with own_time():
         ws, lin = Workspace(cfg.workspace.root), _lineage(cfg)
-        cand_dir, parent_dir = lin.get_version(version)["path"], lin.get_version(parent)["path"]
-        table = evaluate_candidate(ws, cfg, cand_dir, parent_dir, RunDir(Path(run_dir)))
-        with lin.transaction() as con:
-            lin.record_metrics(parent, table.parent, run_id, con)
-            lin.record_metrics(version, table.candidate, run_id, con)
+        table = evaluate_and_record(ws, cfg, lin, version, parent, run_id, RunDir(Path(run_dir)))
         rows = table.rows()
     publish_table("eval-before-after", [{**r, "parent_version": parent, "candidate_version": version} for r in rows],
                   f"Bits per byte of {parent} (before) and {version} (after) on the same data")
@@ -83,6 +79,12 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
                      f"Gate decision on {version} with the reason of every rule")
     out = {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary(),
            "champion": lin.alias("champion"), "rules": decision.to_dict().get("rules", [])}
+    if status == "accepted":
+        from lib.memory import remember
+
+        with own_time():  # what the night taught joins the memory, its held-out set the retention checks
+            row = lin.get_version(version)
+            out["memory"] = remember(Workspace(cfg.workspace.root), lin, version, Workspace(cfg.workspace.root).run(row["run_id"]))
     with own_time():
         # a rejected candidate is kept for inspection, stored like an accepted one
         row = lin.get_version(version)
