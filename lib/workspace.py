@@ -7,7 +7,8 @@
   corpora/<name>/        original corpus shards (parquet, column `text`), validation split in val/
   index/                 curation state that grows night by night (exact hashes, MinHash bands)
   runs/<run-id>/         curated/, manifest.parquet, shards/, train/ (snapshots, logs), eval/
-  checkpoints/<version>/ Hugging Face model folders + meta.json
+  checkpoints/<version>/ Hugging Face model folders + meta.json (+ master/: fp32 master weights)
+  serving/champion, serving/latest   links to the full Hugging Face folders of those versions
   lineage.duckdb         the registry: what exists and in which state
   tokenizer/             BPE tokenizer trained by the bootstrap on the corpus
   cache/                 orchestrator's cached stage results, keyed on input content hashes
@@ -68,6 +69,11 @@ class Workspace:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def serving(self) -> Path:
+        """Stable paths for inference engines: `champion` and `latest` link to full HF folders."""
+        return self.root / "serving"
 
     @property
     def lineage_db(self) -> Path:
