@@ -232,7 +232,7 @@ def _save_hf(model, folder: Path) -> None:
 
 # -- rounding to the storage dtype ----------------------------------------------------------------
 ROUNDINGS = ("nearest", "stochastic")
-_ROUND_CHUNK = 1 << 24  # elements rounded at a time: bounds the temporaries to a few x 64 MB
+_ROUND_CHUNK = 1 << 22  # elements rounded (or compared) at a time: temporaries of a few x 16 MB
 
 
 def stochastic_round(x, dtype, generator):
@@ -322,20 +322,26 @@ class UpdateSurvival:
         if name not in self._start_keys or name not in self._parent_keys:
             self.missing.append(name)
             return
-        trained = trained.detach().float().cpu()
-        s = stored.detach().cpu()
-        start = self._start.get_tensor(name).float()
-        parent = self._parent.get_tensor(name)
-        if start.shape != trained.shape or parent.shape != s.shape:
+        import torch
+
+        start, parent = self._start.get_tensor(name), self._parent.get_tensor(name)
+        if start.shape != trained.shape or parent.shape != stored.shape:
             self.missing.append(name)
             return
-        u = (trained - start).double()
-        sf = s.float()
-        self.dot += float(((sf - start).double() * u).sum())
-        self.uu += float((u * u).sum())
-        self.err += float(((sf - trained).double() ** 2).sum())
-        self.changed += int((s != parent).sum()) if parent.dtype == s.dtype else int((sf != parent.float()).sum())
-        self.elements += s.numel()
+        # in chunks, fp32 products summed in fp64: the temporaries stay small beside the model
+        t_all, s_all, st_all, p_all = trained.detach().reshape(-1), stored.detach().reshape(-1), start.reshape(-1), parent.reshape(-1)
+        for i in range(0, t_all.numel(), _ROUND_CHUNK):
+            t = t_all[i : i + _ROUND_CHUNK].float().cpu()
+            s = s_all[i : i + _ROUND_CHUNK].cpu()
+            st = st_all[i : i + _ROUND_CHUNK].float()
+            p = p_all[i : i + _ROUND_CHUNK]
+            sf = s.float()
+            u = t - st
+            self.dot += float(torch.sum((sf - st) * u, dtype=torch.float64))
+            self.uu += float(torch.sum(u * u, dtype=torch.float64))
+            self.err += float(torch.sum((sf - t) ** 2, dtype=torch.float64))
+            self.changed += int((s != p).sum()) if p.dtype == s.dtype else int((sf != p.float()).sum())
+        self.elements += stored.numel()
 
     def result(self, master_kept: bool = False) -> dict[str, Any]:
         import math
