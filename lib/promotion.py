@@ -101,7 +101,9 @@ def promote(lineage: Lineage, version: str, reason: str, actor: str = "person", 
         consumed = _consume(lineage, con, version, run_id, content_hashes)
         out = {"version": version, "previous": previous[0] if previous else None, "changed": True,
                "was": status, "status": "accepted", "consumed": consumed}
-    out["restored"] = keep_served_full(lineage)  # the new champion must be servable as it is
+    restored = keep_served_full(lineage)  # the new champion must be servable as it is
+    if restored:
+        out["restored"] = restored
     return out
 
 
@@ -127,7 +129,9 @@ def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[
                 [version],
             )
         out = {"from": version, "to": parent, "requeued": requeued}
-    out["restored"] = keep_served_full(lineage)  # the parent may be a delta: serve it as a plain folder
+    restored = keep_served_full(lineage)  # the parent may be a delta: serve it as a plain folder
+    if restored:
+        out["restored"] = restored
     return out
 
 
