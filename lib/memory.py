@@ -211,9 +211,10 @@ def check_fits(estimate: MemoryEstimate, available: int, *, ranks_sharing: int =
     where = "GPU" if estimate.device == "cuda" else "machine (available RAM)"
     share = f" × {ranks_sharing} ranks on this machine" if ranks_sharing > 1 else ""
     head = (f"training needs about {need / GiB:.1f} GiB{share} but the {where} has {available / GiB:.1f} GiB "
-            f"({estimate.parameters / 1e6:,.0f} M parameters, {estimate.tokens_per_micro_batch:,} tokens per micro-batch):\n"
+            f"({estimate.parameters / 1e6:,.1f} M parameters, {estimate.tokens_per_micro_batch:,} tokens per micro-batch):\n"
             f"{estimate.table()}")
-    fixed = sum(v for k, v in estimate.components.items() if k not in ("activations", "logits + cross-entropy")) * ranks_sharing
+    per_batch = ("activations", "logits + cross-entropy", "allocator slack")  # what shrinks with the micro-batch
+    fixed = sum(v for k, v in estimate.components.items() if k not in per_batch) * ranks_sharing
     knobs = []
     acts = estimate.components["activations"] + estimate.components["logits + cross-entropy"]
     if fixed < available:
