@@ -6,6 +6,13 @@
   consolidation use the same layout, so `AutoModelForCausalLM.from_pretrained` loads any of them.
   `optimizer.pt` (AdamW state, plain tensors; `torch.load(weights_only=True)`) sits beside the
   weights when the pipeline inherits optimizer state.
+- Stored narrower than the fp32 training weights (a bf16 model stays bf16), a version also keeps
+  `master/`: the fp32 master weights as an HF folder of their own, which the next night starts
+  from, so an update smaller than half a bf16 step is carried over instead of rounded away. The
+  served weights are rounded stochastically by default (`stochastic_round`: unbiased, seeded by
+  the run's seed and the version name), so they carry the night's update in expectation too;
+  `UpdateSurvival` measures how much of it they carry and meta.json records it (`update_kept`).
+  The cast is in place, tensor by tensor: no second copy of the model.
 - Writes are atomic: the folder is assembled under a temporary name and renamed into place.
 - Delta storage (seed 003): `compact(version, parent)` replaces model.safetensors by
   model.delta.zst: the safetensors header verbatim, then the data section transformed against the
@@ -14,11 +21,15 @@
   patterns, the elements ordered by the parent's exponent, byte planes per tensor (all high
   bytes together, then the low ones), zstd-compressed.
   Integer arithmetic and permutations only, so the restore is bit-exact, and it is checked
-  against the recorded sha256. Formats 1 (XOR) and 2 (no exponent order) are still read. Both
-  directions stream one tensor at a time over memory-mapped files (memory ~ the largest tensor).
+  against the recorded sha256. Format 4 also matches an fp32 tensor with a bf16/fp16 parent
+  tensor, widened exactly: a master folder is stored against its own version's weights
+  (~half of the fp32 file: the bits below bf16). Formats 1 (XOR), 2 (no exponent order) and 3 (no
+  widening) are still read. Both directions stream one tensor at a time over memory-mapped files
+  (memory ~ the largest tensor).
 - `materialize(version)` returns a folder `from_pretrained` loads: the version itself when full,
   else `<version>/.full/` rebuilt from the parent chain (recursively), cached and verified.
-  `store_version` keeps every `full_every`-th version of a chain full to bound restore time.
+  `store_version` (for versions nobody serves: lib.promotion decides) keeps every
+  `full_every`-th version of a chain full to bound restore time.
 
 Trade-off: a lossless delta cannot shrink bits that really changed. AdamW moves every weight by
 about the LR per step, so after 200 steps at lr_scale 0.1 a weight has moved by ~1-5% of its
@@ -47,8 +58,12 @@ DELTA_META = "delta.json"
 META_FILE = "meta.json"
 OPTIMIZER_FILE = "optimizer.pt"
 MATERIALIZED = ".full"
-DELTA_FORMAT = "diff-expgroup-byteplane-zstd/3"  # written; formats 1 (XOR) and 2 (no grouping) are still read
-DELTA_FORMATS = {"xor-byteplane-zstd/1": "xor", "diff-byteplane-zstd/2": "diff", DELTA_FORMAT: "grouped"}
+MASTER_DIR = "master"  # fp32 master weights beside a narrower serving folder: an HF folder of its own
+DELTA_FORMAT = "diff-expgroup-byteplane-zstd/4"  # written; formats 1-3 are still read
+# format -> (method, widen): format 4 is format 3 that also matches an fp32 tensor against the
+# parent's bf16/fp16 tensor of the same name and shape, widened exactly (master vs its own export)
+DELTA_FORMATS = {"xor-byteplane-zstd/1": ("xor", False), "diff-byteplane-zstd/2": ("diff", False),
+                 "diff-expgroup-byteplane-zstd/3": ("grouped", False), DELTA_FORMAT: ("grouped", True)}
 
 # Files of a Hugging Face tokenizer folder that travel with every version.
 TOKENIZER_FILES = (
@@ -136,19 +151,27 @@ def write_version(
     optimizer_state: dict | None = None,
     overwrite: bool = False,
     dtype: str | None = None,
+    rounding: str = "nearest",
+    seed: int = 0,
+    master: bool = False,
+    survival: "UpdateSurvival | None" = None,
 ) -> Path:
     """Write a full version folder atomically: HF weights + config, tokenizer files, meta.json
-    with the sha256 digest of model.safetensors, and optionally optimizer.pt. With `dtype`
-    (float32, bfloat16, float16) the weights are stored in it: the model is cast IN PLACE, so
-    call this last (the trainer does, after its final step)."""
+    with the sha256 digest of model.safetensors, and optionally optimizer.pt.
+
+    With `dtype` (float32, bfloat16, float16) the weights are stored in it, rounded to nearest or
+    stochastically (`rounding`, seeded by `seed`). The model is cast IN PLACE, tensor by tensor
+    (no second copy of the model), so call this last (the trainer does, after its final step).
+    With `master` and a dtype narrower than the model's fp32 weights, the fp32 weights are first
+    written to `<version>/master/` (an HF folder), which the next night starts from. `survival`
+    sees every tensor before and after the cast and its summary goes to meta.json."""
     import torch
     from transformers.utils import logging as hf_logging
 
-    if dtype is not None:
-        if dtype not in STORAGE_DTYPES:
-            raise ValueError(f"dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
-        model.to(getattr(torch, dtype))
-
+    if dtype is not None and dtype not in STORAGE_DTYPES:
+        raise ValueError(f"dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
     hf_logging.disable_progress_bar()  # a bar per file in a nightly log is noise
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
@@ -156,15 +179,19 @@ def write_version(
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
     tmp.mkdir(parents=True)
     try:
-        # one shard: delta storage and the digest address one file; generation_config is irrelevant here
-        model.save_pretrained(tmp, safe_serialization=True, max_shard_size="1000GB")
-        if not (tmp / MODEL_FILE).is_file():
-            raise CheckpointError(f"save_pretrained did not write {MODEL_FILE} in {tmp}")
-        stored = str(next(model.parameters()).dtype).removeprefix("torch.")
-        config = json.loads((tmp / "config.json").read_text())
-        if config.get("dtype") != stored:  # what from_pretrained(dtype="auto") and users read
-            config["dtype"] = stored
-            (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        before = next(model.parameters()).dtype
+        target = getattr(torch, dtype) if dtype is not None else before
+        narrower = target.itemsize < before.itemsize
+        wrote_master = False
+        if master and narrower:
+            _save_hf(model, tmp / MASTER_DIR)
+            _write_json_atomic(tmp / MASTER_DIR / META_FILE, {
+                "version": f"{out_dir.name}/{MASTER_DIR}", "kind": "fp32 master weights",
+                "digest": sha256_file(tmp / MASTER_DIR / MODEL_FILE), "storage_dtype": str(before).removeprefix("torch.")})
+            wrote_master = True
+        if dtype is not None:
+            cast_for_storage(model, target, rounding=rounding, seed=seed, survival=survival)
+        _save_hf(model, tmp)
         copy_tokenizer_files(tokenizer_dir, tmp)
         if optimizer_state is not None:
             torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
@@ -172,8 +199,13 @@ def write_version(
         full.setdefault("version", out_dir.name)
         full["digest"] = sha256_file(tmp / MODEL_FILE)
         full["model_bytes"] = (tmp / MODEL_FILE).stat().st_size
-        full["storage_dtype"] = stored
+        full["storage_dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
         full["has_optimizer_state"] = optimizer_state is not None
+        full["master_weights"] = MASTER_DIR if wrote_master else None
+        if narrower:
+            full["storage_rounding"] = rounding
+        if survival is not None:
+            full["update_kept"] = survival.result(master_kept=wrote_master)
         full.setdefault("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         _write_json_atomic(tmp / META_FILE, full)
         if out_dir.exists():
@@ -183,6 +215,147 @@ def write_version(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def _save_hf(model, folder: Path) -> None:
+    """save_pretrained as one safetensors file, config.json's dtype saying what is stored."""
+    # one shard: delta storage and the digest address one file
+    model.save_pretrained(folder, safe_serialization=True, max_shard_size="1000GB")
+    if not (folder / MODEL_FILE).is_file():
+        raise CheckpointError(f"save_pretrained did not write {MODEL_FILE} in {folder}")
+    stored = str(next(model.parameters()).dtype).removeprefix("torch.")
+    config = json.loads((folder / "config.json").read_text())
+    if config.get("dtype") != stored:  # what from_pretrained(dtype="auto") and users read
+        config["dtype"] = stored
+        (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+# -- rounding to the storage dtype ----------------------------------------------------------------
+ROUNDINGS = ("nearest", "stochastic")
+_ROUND_CHUNK = 1 << 22  # elements rounded (or compared) at a time: temporaries of a few x 16 MB
+
+
+def stochastic_round(x, dtype, generator):
+    """fp32 tensor `x` rounded to `dtype` (bfloat16 or float16) stochastically: to the
+    representable neighbour above or below with probabilities that make the expectation `x`.
+    Non-finite values, and values the rounding would push past the dtype's range, round to nearest."""
+    import torch
+
+    out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    flat_in, flat_out = x.reshape(-1), out.view(-1)
+    for s in range(0, flat_in.numel(), _ROUND_CHUNK):
+        part = flat_in[s : s + _ROUND_CHUNK].contiguous()
+        if dtype == torch.bfloat16:
+            # bf16 is the top half of fp32: add 16 random low bits, then truncate (round toward
+            # zero); a carry past the kept bits happens with probability = the dropped fraction
+            noise = torch.randint(0, 1 << 16, part.shape, generator=generator, dtype=torch.int32, device=part.device)
+            r = ((part.view(torch.int32) + noise) & -65536).view(torch.float32).to(dtype)
+        else:
+            near = part.to(dtype)
+            nf = near.float()
+            toward = torch.where(nf < part, torch.tensor(float("inf"), device=part.device), torch.tensor(float("-inf"), device=part.device))
+            other = torch.nextafter(near, toward.to(dtype))
+            gap = (other.float() - nf).abs()
+            frac = torch.where(gap > 0, (part - nf).abs() / gap, torch.zeros_like(gap))
+            u = torch.rand(part.shape, generator=generator, device=part.device)
+            r = torch.where(u < frac, other, near)
+        bad = ~torch.isfinite(r) | ~torch.isfinite(part)
+        if bool(bad.any()):
+            r = torch.where(bad, part.to(dtype), r)
+        flat_out[s : s + _ROUND_CHUNK] = r
+    return out
+
+
+def cast_for_storage(model, dtype, *, rounding: str = "nearest", seed: int = 0, survival: "UpdateSurvival | None" = None) -> None:
+    """Cast the model's parameters to `dtype` in place, one tensor at a time (the fp32 tensor is
+    freed as its narrow copy replaces it). Buffers follow with the ordinary cast."""
+    import torch
+
+    generator = None
+    if rounding == "stochastic":
+        device = next(model.parameters()).device
+        generator = torch.Generator(device=device)
+        generator.manual_seed(int(seed) % (1 << 63))
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # tied parameters come once
+            if not p.is_floating_point() or p.dtype == dtype:
+                continue
+            if rounding == "stochastic" and p.dtype == torch.float32 and dtype in (torch.bfloat16, torch.float16):
+                stored = stochastic_round(p.data, dtype, generator)
+            else:
+                stored = p.data.to(dtype)
+            if survival is not None:
+                survival.add(name, p.data, stored)
+            p.data = stored
+    model.to(dtype)  # buffers; parameters are already there
+
+
+def storage_seed(seed: int, version: str) -> int:
+    """The stochastic rounding seed of a version: the run's seed and the version's name, so a
+    resumed or replayed run writes the same bytes and two versions draw different noise."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{version}".encode()).digest()[:8], "little") >> 1
+
+
+class UpdateSurvival:
+    """How much of a night's update the stored weights carry.
+
+    u = trained − start (the fp32 update of the night; start = the weights it began from: the
+    parent's master weights, or its stored weights). s = the stored (rounded) weights.
+    - `update_kept` = <s − start, u> / |u|²: the share of the update that reached the stored
+      weights (1: all of it; ~0: rounded away; stochastic rounding keeps 1 in expectation).
+    - `weights_changed`: share of stored elements that differ from the parent's stored ones.
+    - `rounding_error` = |s − trained| / |u|: how far storage moved the weights, relative to the update.
+    Tensors are read from the two files one at a time by name; a name missing from either is counted.
+    """
+
+    def __init__(self, start_file: str | Path, parent_stored_file: str | Path):
+        from safetensors import safe_open
+
+        self._start = safe_open(str(start_file), "pt")
+        self._parent = safe_open(str(parent_stored_file), "pt")
+        self._start_keys, self._parent_keys = set(self._start.keys()), set(self._parent.keys())
+        self.dot = self.uu = self.err = 0.0
+        self.changed = self.elements = 0
+        self.missing: list[str] = []
+
+    def add(self, name: str, trained, stored) -> None:
+        if name not in self._start_keys or name not in self._parent_keys:
+            self.missing.append(name)
+            return
+        import torch
+
+        start, parent = self._start.get_tensor(name), self._parent.get_tensor(name)
+        if start.shape != trained.shape or parent.shape != stored.shape:
+            self.missing.append(name)
+            return
+        # in chunks, fp32 products summed in fp64: the temporaries stay small beside the model
+        t_all, s_all, st_all, p_all = trained.detach().reshape(-1), stored.detach().reshape(-1), start.reshape(-1), parent.reshape(-1)
+        for i in range(0, t_all.numel(), _ROUND_CHUNK):
+            t = t_all[i : i + _ROUND_CHUNK].float().cpu()
+            s = s_all[i : i + _ROUND_CHUNK].cpu()
+            st = st_all[i : i + _ROUND_CHUNK].float()
+            p = p_all[i : i + _ROUND_CHUNK]
+            sf = s.float()
+            u = t - st
+            self.dot += float(torch.sum((sf - st) * u, dtype=torch.float64))
+            self.uu += float(torch.sum(u * u, dtype=torch.float64))
+            self.err += float(torch.sum((sf - t) ** 2, dtype=torch.float64))
+            self.changed += int((s != p).sum()) if p.dtype == s.dtype else int((sf != p.float()).sum())
+        self.elements += stored.numel()
+
+    def result(self, master_kept: bool = False) -> dict[str, Any]:
+        import math
+
+        out: dict[str, Any] = {
+            "update_kept": self.dot / self.uu if self.uu > 0 else None,
+            "weights_changed": self.changed / self.elements if self.elements else None,
+            "rounding_error": math.sqrt(self.err / self.uu) if self.uu > 0 else None,
+            "update_norm": math.sqrt(self.uu),
+            "master_weights_kept": master_kept,
+        }
+        if self.missing:
+            out["tensors_not_compared"] = self.missing[:20]
+        return out
 
 
 def load_optimizer_state(version_dir: str | Path) -> dict | None:
@@ -323,10 +496,19 @@ _METHODS = {"xor": (_xor,), "diff": (_diff,), "grouped": (_diff, _group_by_expon
 # The codec streams tensor by tensor: both files are memory-mapped and each tensor is transformed
 # and fed to one zstd frame (or read back from it) on its own, so memory stays near the largest
 # tensor, not the model; the bytes are the same as transforming the whole data section at once.
-def _segments(t_header: dict, data_len: int, p_header: dict):
+_WIDENS_TO_F32 = ("BF16", "F16")
+
+
+def _matches(info: dict, p: dict | None, widen: bool) -> bool:
+    if p is None or p["shape"] != info["shape"]:
+        return False
+    return p["dtype"] == info["dtype"] or (widen and info["dtype"] == "F32" and p["dtype"] in _WIDENS_TO_F32)
+
+
+def _segments(t_header: dict, data_len: int, p_header: dict, widen: bool = True):
     """(start, end, name or None, parent tensor info or None) covering the target's data section
-    in order: each tensor, with its parent counterpart when name, dtype and shape match, and any
-    bytes between tensors as raw segments."""
+    in order: each tensor, with its parent counterpart when name, dtype and shape match (or, with
+    `widen`, an fp32 tensor and a bf16/fp16 parent), and any bytes between tensors as raw segments."""
     parent_tensors = _tensors(p_header)
     pos = 0
     for name, info in sorted(_tensors(t_header).items(), key=lambda kv: kv[1]["data_offsets"]):
@@ -336,8 +518,7 @@ def _segments(t_header: dict, data_len: int, p_header: dict):
         if b > pos:
             yield pos, b, None, None
         p = parent_tensors.get(name)
-        same = p is not None and p["dtype"] == info["dtype"] and p["shape"] == info["shape"]
-        yield b, e, name, p if same else None
+        yield b, e, name, p if _matches(info, p, widen) else None
         pos = e
     if pos < data_len:
         yield pos, data_len, None, None
@@ -354,6 +535,8 @@ def _transform(x, parent_data, name, info, parent_info, method: str, inverse: bo
     if parent_info is not None:
         pb, pe = parent_info["data_offsets"]
         ref, matched = np.frombuffer(parent_data[pb:pe], dtype=np.uint8), [name]
+        if parent_info["dtype"] != info["dtype"]:  # a bf16/fp16 parent of an fp32 tensor, widened exactly
+            ref = _widen_to_f32(ref, parent_info["dtype"])
     else:
         ref, matched = np.zeros(x.size, dtype=np.uint8), []
     steps = _METHODS[method]
@@ -367,15 +550,25 @@ def _transform(x, parent_data, name, info, parent_info, method: str, inverse: bo
         _byteplanes(x, header, inverse=False)
 
 
+def _widen_to_f32(raw, dtype: str):
+    """The bytes of the fp32 tensor equal to a bf16 or fp16 one (exact: both widen losslessly)."""
+    import numpy as np
+
+    if dtype == "BF16":
+        return (raw.view("<u2").astype("<u4") << np.uint32(16)).view(np.uint8)
+    return raw.view("<f2").astype("<f4").view(np.uint8)
+
+
 def _check_method(method: str) -> None:
     if method not in _METHODS:
         raise ValueError(f"unknown delta method {method!r}; one of {', '.join(_METHODS)}")
 
 
-def encode_delta_to(target, parent, out, *, level: int = 3, method: str = "grouped") -> dict:
+def encode_delta_to(target, parent, out, *, level: int = 3, method: str = "grouped", widen: bool = True) -> dict:
     """Write the delta of the safetensors buffer `target` against `parent` (bytes or mmap) to the
     binary file `out`: the header verbatim, then each segment transformed, in one zstd frame.
-    method "grouped" (format 3, the default), "diff" (format 2) or "xor" (format 1)."""
+    method "grouped" with widen (format 4, the default), "grouped" (format 3), "diff" (format 2)
+    or "xor" (format 1)."""
     import numpy as np
     import zstandard
 
@@ -385,7 +578,7 @@ def encode_delta_to(target, parent, out, *, level: int = 3, method: str = "group
     z = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True).compressobj(size=len(target))
     out.write(z.compress(head))
     matched = 0
-    for b, e, name, p_info in _segments(t_header, len(t_data), p_header):
+    for b, e, name, p_info in _segments(t_header, len(t_data), p_header, widen):
         x = np.frombuffer(t_data[b:e], dtype=np.uint8).copy()
         _transform(x, p_data, name, t_header.get(name), p_info, method, inverse=False)
         out.write(z.compress(x.data))
@@ -394,7 +587,7 @@ def encode_delta_to(target, parent, out, *, level: int = 3, method: str = "group
     return {"tensors": len(_tensors(t_header)), "tensors_matched": matched, "method": method}
 
 
-def decode_delta_to(payload, parent, out, method: str = "grouped") -> None:
+def decode_delta_to(payload, parent, out, method: str = "grouped", widen: bool = True) -> None:
     """Inverse of `encode_delta_to`: read the delta from the binary file `payload` and write the
     target file's exact bytes to `out` (anything with `write`: a file, a hashing sink)."""
     import numpy as np
@@ -423,7 +616,7 @@ def decode_delta_to(payload, parent, out, method: str = "grouped") -> None:
     tensors = _tensors(t_header)
     data_len = max((info["data_offsets"][1] for info in tensors.values()), default=0)
     out.write(prefix + header_bytes)
-    for b, e, name, p_info in _segments(t_header, data_len, p_header):
+    for b, e, name, p_info in _segments(t_header, data_len, p_header, widen):
         x = np.frombuffer(read(e - b), dtype=np.uint8).copy()
         _transform(x, p_data, name, tensors.get(name), p_info, method, inverse=True)
         out.write(x.data)
@@ -431,17 +624,17 @@ def decode_delta_to(payload, parent, out, method: str = "grouped") -> None:
         raise CheckpointError("delta payload holds bytes past the last tensor: the file is corrupt")
 
 
-def encode_delta(target: bytes, parent: bytes, *, level: int = 3, method: str = "grouped") -> tuple[bytes, dict]:
+def encode_delta(target: bytes, parent: bytes, *, level: int = 3, method: str = "grouped", widen: bool = True) -> tuple[bytes, dict]:
     """`encode_delta_to` in memory: returns (delta bytes, stats)."""
     buf = io.BytesIO()
-    stats = encode_delta_to(target, parent, buf, level=level, method=method)
+    stats = encode_delta_to(target, parent, buf, level=level, method=method, widen=widen)
     return buf.getvalue(), stats
 
 
-def decode_delta(payload: bytes, parent: bytes, method: str = "grouped") -> bytes:
+def decode_delta(payload: bytes, parent: bytes, method: str = "grouped", widen: bool = True) -> bytes:
     """`decode_delta_to` in memory: the target file's exact bytes."""
     buf = io.BytesIO()
-    decode_delta_to(io.BytesIO(payload), parent, buf, method)
+    decode_delta_to(io.BytesIO(payload), parent, buf, method, widen)
     return buf.getvalue()
 
 
@@ -517,6 +710,8 @@ def storage_info(version_dir: str | Path) -> dict[str, Any]:
 def _parent_of_delta(version_dir: Path) -> Path:
     info = json.loads((version_dir / DELTA_META).read_text(encoding="utf-8"))
     candidates = [Path(info["parent_path"])] if info.get("parent_path") else []
+    if info.get("parent_relative"):  # a master folder's parent is its own version: "..", wherever it moved
+        candidates.append(version_dir / info["parent_relative"])
     if info.get("parent_version"):
         # the version folders may have moved together (a copied workspace): try the sibling
         candidates.append(version_dir.parent / info["parent_version"])
@@ -567,6 +762,7 @@ def compact(version_dir: str | Path, parent_dir: str | Path, *, level: int = 3) 
         "format": DELTA_FORMAT,
         "parent_version": parent_meta.get("version", parent_dir.name),
         "parent_path": str(parent_dir.resolve()),
+        "parent_relative": os.path.relpath(parent_dir.resolve(), version_dir.resolve()),
         "parent_digest": parent_digest,
         "digest": digest,
         "full_bytes": full_bytes,
@@ -628,7 +824,8 @@ def materialize(version_dir: str | Path) -> Path:
         written = _HashingFile(tmp / MODEL_FILE)
         with _mapped(parent_file) as parent, open(version_dir / DELTA_FILE, "rb") as payload, written:
             try:
-                decode_delta_to(payload, parent, written, DELTA_FORMATS[info["format"]])
+                method, widen = DELTA_FORMATS[info["format"]]
+                decode_delta_to(payload, parent, written, method, widen)
             except CheckpointError:
                 raise
             except Exception as e:  # zstd or header errors from a damaged file
@@ -654,9 +851,23 @@ def materialize(version_dir: str | Path) -> Path:
 
 
 def store_version(version_dir: str | Path, parent_dir: str | Path | None, *, delta: bool = True, full_every: int = 5) -> dict[str, Any]:
-    """Storage policy after the gate (accepted or rejected): a delta against its parent unless the chain
-    would reach `full_every` hops (then it stays full, bounding a restore to full_every - 1 decodes)."""
+    """Storage of a version nobody serves (neither champion nor latest; lib.promotion decides):
+    a delta against its parent unless the chain would reach `full_every` hops (then it stays
+    full, bounding a restore to full_every - 1 decodes). Its master/ folder, if any, becomes a
+    delta against the version's own weights (about the size of a bf16 copy: the fp32 bits below bf16)."""
     version_dir = Path(version_dir)
+    out = _store_weights(version_dir, parent_dir, delta, full_every)
+    master = master_dir(version_dir)
+    if master is not None:
+        if delta and is_full(master):
+            info = compact(master, version_dir)
+            out["master"] = {"stored": "delta", "ratio": info["ratio"]}
+        else:
+            out["master"] = {"stored": "delta" if is_delta(master) else "full"}
+    return out
+
+
+def _store_weights(version_dir: Path, parent_dir, delta: bool, full_every: int) -> dict[str, Any]:
     if is_delta(version_dir):  # a replayed night: compacted the first time
         return {"stored": "delta", **storage_info(version_dir)}
     if not delta or parent_dir is None or not (is_full(parent_dir) or is_delta(parent_dir)):
@@ -666,3 +877,21 @@ def store_version(version_dir: str | Path, parent_dir: str | Path | None, *, del
         return {"stored": "full", "reason": f"chain depth {depth} reaches checkpoints.full_every={full_every}"}
     info = compact(version_dir, parent_dir)
     return {"stored": "delta", "chain_depth": depth, **info}
+
+
+# -- fp32 master weights --------------------------------------------------------------------------
+def master_dir(version_dir: str | Path) -> Path | None:
+    """`<version>/master/` when the version keeps fp32 master weights (full or delta), else None."""
+    d = Path(version_dir) / MASTER_DIR
+    return d if (is_full(d) or is_delta(d)) else None
+
+
+def drop_master_weights(version_dir: str | Path) -> int:
+    """Delete a version's master/ folder; returns the bytes freed (0 if it had none). A night
+    from this version then starts from its stored weights and records that it did."""
+    d = Path(version_dir) / MASTER_DIR
+    if not d.is_dir():
+        return 0
+    size = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+    shutil.rmtree(d)
+    return size

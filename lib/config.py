@@ -135,6 +135,8 @@ class TrainingConfig(_Section):
     snapshot_every: int = Field(100, ge=1, description="Save a resumable snapshot every this many steps (and on SIGTERM).")
     keep_snapshots: int = Field(2, ge=1, description="Complete snapshots kept; older ones are deleted.")
     time_limit_s: float | None = Field(None, gt=0, description="Wall-clock limit of the training step; the run is stopped (snapshot kept) past it.")
+    activation_checkpointing: bool = Field(False, description="Recompute each transformer block's activations during the backward pass instead of keeping them: activation memory drops to about one block's plus each block's input, for about a third more compute per step.")
+    memory_check: bool = Field(True, description="Estimate memory per rank (weights, gradients, AdamW, activations, logits) before training and refuse a run that cannot fit the device, naming the knob to turn.")
     seed: int = Field(1337, description="Seed of model init (v0) and of anything random in training.")
 
     @model_validator(mode="after")
@@ -145,7 +147,7 @@ class TrainingConfig(_Section):
 
 
 class CheckpointConfig(_Section):
-    delta: bool = Field(True, description="Store a new version as a lossless zstd-compressed delta against its parent (bf16: about a third of a full checkpoint; fp32: about 70%).")
+    delta: bool = Field(True, description="Store versions that are neither champion nor latest as lossless zstd-compressed deltas against their parent (bf16: about a third of a full checkpoint; fp32: about 70%); champion and latest stay plain Hugging Face folders.")
     full_every: int = Field(5, ge=1, description="Store a full copy every this many versions in a chain, to bound restore time.")
     keep_optimizer_states: int | None = Field(
         1, ge=0, description="With training.optimizer_state=inherit: optimizer.pt (fp32 AdamW moments, twice an fp32 model's bytes) "
@@ -154,6 +156,22 @@ class CheckpointConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Precision of a version's stored weights (training keeps fp32 master weights either way). "
                             "auto: the parent's (a bf16 model stays bf16); float32 for a model pre-trained here.")
+    master_weights: bool = Field(
+        True, description="When versions are stored narrower than fp32 (bf16, fp16): keep the fp32 master weights beside the serving "
+                          "folder (<version>/master/, an HF folder) and start the next night from them, so an update smaller than "
+                          "half a bf16 step is not lost between nights. Stored as a delta against the version's own weights once "
+                          "the version is no longer champion or latest.")
+    keep_master_weights: int | None = Field(
+        1, ge=0, description="master/ folders are kept by the champion and this many newest accepted versions, deleted from the rest "
+                             "after each gate (a night from a version without one starts from its stored weights and says so); none keeps every one.")
+    rounding: Literal["stochastic", "nearest"] = Field(
+        "stochastic", description="How fp32 weights are rounded to a narrower storage dtype: stochastic (unbiased: a weight moves to the "
+                                  "next representable value with probability proportional to how far the update went, so a gentle night's "
+                                  "update survives on average) or nearest (round-to-nearest-even, the cast's default; updates under half "
+                                  "a step vanish). Seeded by training.seed and the version name: a resumed run writes the same bytes.")
+    serving_links: bool = Field(
+        True, description="Keep <workspace>/serving/champion and <workspace>/serving/latest as links to full Hugging Face folders of "
+                          "those versions, a stable path for vLLM, TGI or from_pretrained.")
 
 
 class EvalConfig(_Section):

@@ -12,7 +12,14 @@
 - `prune_optimizer_states(lineage, keep)`: optimizer.pt (fp32 AdamW moments, 4x a bf16 model's
   bytes) is kept only by the champion and the `keep` newest accepted versions; the next night
   inherits from the champion, so the others are dead weight (a rollback to one of them starts
-  AdamW fresh, which its run records).
+  AdamW fresh, which its run records). `prune_master_weights(lineage, keep)` does the same for
+  the fp32 master/ folders.
+- `apply_storage_policy(lineage, checkpoints_cfg, serving_dir)`: the versions a user may serve,
+  `champion` and `latest`, are plain Hugging Face folders (model.safetensors present; a delta is
+  restored in place), and `<serving_dir>/champion` and `/latest` link to them: a stable path for
+  vLLM, TGI or `from_pretrained`. Every other version is stored as a delta against its parent
+  (lib.checkpoint.store_version, `full_every` bounding chains), so the champion that was replaced
+  is compacted on the night it is replaced. `promote` and `rollback` keep the served versions full.
 - Every function is idempotent: replaying a night after a crash between training and promotion
   records the decision once and moves each alias once.
 
@@ -23,6 +30,8 @@ not, is the last row of `lineage ls`.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from lib.gate import GateDecision
@@ -90,8 +99,12 @@ def promote(lineage: Lineage, version: str, reason: str, actor: str = "person", 
         _move(lineage, con, "champion", version, "promote" if actor == "person" else actor, reason)
         _move(lineage, con, "latest", version, "promote" if actor == "person" else actor, reason)
         consumed = _consume(lineage, con, version, run_id, content_hashes)
-        return {"version": version, "previous": previous[0] if previous else None, "changed": True,
-                "was": status, "status": "accepted", "consumed": consumed}
+        out = {"version": version, "previous": previous[0] if previous else None, "changed": True,
+               "was": status, "status": "accepted", "consumed": consumed}
+    restored = keep_served_full(lineage)  # the new champion must be servable as it is
+    if restored:
+        out["restored"] = restored
+    return out
 
 
 def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[str, Any]:
@@ -115,10 +128,14 @@ def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[
                 "UPDATE buffer_files SET status = 'pending', consumed_by = NULL, updated_at = now() WHERE consumed_by = ? AND status = 'consumed'",
                 [version],
             )
+        out = {"from": version, "to": parent, "requeued": requeued}
     from lib.memory import forget
 
-    forgotten = forget(lineage, version)  # no longer replayed, no longer checked for retention
-    return {"from": version, "to": parent, "requeued": requeued, "left_memory": forgotten}
+    out["left_memory"] = forget(lineage, version)  # no longer replayed, no longer checked for retention
+    restored = keep_served_full(lineage)  # the parent may be a delta: serve it as a plain folder
+    if restored:
+        out["restored"] = restored
+    return out
 
 
 def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True) -> tuple[GateDecision, str]:
@@ -149,6 +166,18 @@ def prune_optimizer_states(lineage: Lineage, keep: int | None) -> dict[str, int]
     ones (None: keep all). Returns {version: bytes freed} for the versions pruned."""
     from lib.checkpoint import drop_optimizer_state
 
+    return _prune(lineage, keep, drop_optimizer_state)
+
+
+def prune_master_weights(lineage: Lineage, keep: int | None) -> dict[str, int]:
+    """Delete the fp32 master/ folder from every version but the champion and the `keep` newest
+    accepted ones (None: keep all). Returns {version: bytes freed}."""
+    from lib.checkpoint import drop_master_weights
+
+    return _prune(lineage, keep, drop_master_weights)
+
+
+def _prune(lineage: Lineage, keep: int | None, drop) -> dict[str, int]:
     if keep is None:
         return {}
     versions = lineage.versions()  # creation order
@@ -160,7 +189,103 @@ def prune_optimizer_states(lineage: Lineage, keep: int | None) -> dict[str, int]
     freed = {}
     for v in versions:
         if v["version"] not in kept and v.get("path"):
-            n = drop_optimizer_state(v["path"])
+            n = drop(v["path"])
             if n:
                 freed[v["version"]] = n
     return freed
+
+
+SERVED_ALIASES = ("champion", "latest")
+
+
+def keep_served_full(lineage: Lineage) -> list[str]:
+    """Restore `champion` and `latest` to plain Hugging Face folders where they are deltas (after
+    a rollback or a promotion by hand); returns the versions restored."""
+    from lib.checkpoint import is_delta, restore
+
+    restored = []
+    for alias in SERVED_ALIASES:
+        version = lineage.alias(alias)
+        row = lineage.get_version(version) if version else None
+        if row and row.get("path") and is_delta(row["path"]):
+            restore(row["path"])
+            lineage.set_storage(version, "full")
+            restored.append(version)
+    return restored
+
+
+def link_served(lineage: Lineage, serving_dir: str | Path) -> dict[str, str]:
+    """`<serving_dir>/champion` and `/latest`: relative symlinks to those versions' folders,
+    replaced atomically when an alias moves. Returns {alias: target}."""
+    serving_dir = Path(serving_dir)
+    serving_dir.mkdir(parents=True, exist_ok=True)
+    links = {}
+    for alias in SERVED_ALIASES:
+        version = lineage.alias(alias)
+        row = lineage.get_version(version) if version else None
+        if not row or not row.get("path"):
+            continue
+        target = os.path.relpath(Path(row["path"]).resolve(), serving_dir.resolve())
+        link = serving_dir / alias
+        if link.is_symlink() and os.readlink(link) == target:
+            links[alias] = target
+            continue
+        tmp = serving_dir / f".{alias}.{os.getpid()}.tmp"
+        tmp.unlink(missing_ok=True)
+        os.symlink(target, tmp, target_is_directory=True)
+        os.replace(tmp, link)
+        links[alias] = target
+    return links
+
+
+def storage_record(path: str | Path, champion: str | None, latest: str | None, version: str) -> dict[str, Any]:
+    """How `version` is stored now, and why, for a report: {"stored": "full" | "delta", ...}."""
+    from lib.checkpoint import storage_info
+
+    info = storage_info(path)
+    why = "served (champion/latest): a plain Hugging Face folder" if version in (champion, latest) else "unchanged"
+    return {"stored": info["storage"], "reason": why, **info}
+
+
+def apply_storage_policy(lineage: Lineage, checkpoints_cfg, serving_dir: str | Path | None = None) -> dict[str, Any]:
+    """Served versions full, the rest deltas, training state pruned, serving links moved.
+    Idempotent: run it after every gate, promotion or rollback. Returns
+    {"restored": [...], "stored": {version: store_version's record, for versions whose storage
+    changed in this call}, "links": {...}, "optimizer_states_pruned": {...}, "master_weights_pruned": {...}}."""
+    from lib.checkpoint import is_delta, is_full, master_dir, store_version
+
+    restored = keep_served_full(lineage)
+    # prune first: a master folder about to be deleted is not worth compacting
+    pruned_opt = prune_optimizer_states(lineage, checkpoints_cfg.keep_optimizer_states)
+    pruned_master = prune_master_weights(lineage, checkpoints_cfg.keep_master_weights)
+    served = {lineage.alias(a) for a in SERVED_ALIASES} - {None}
+    by_name = {v["version"]: v for v in lineage.versions()}
+    stored: dict[str, Any] = {}
+    for name, row in by_name.items():  # creation order: a parent is compacted before its children
+        path = row.get("path")
+        if name in served or not path or not Path(path).is_dir():
+            continue
+        parent = by_name.get(row["parent"]) if row.get("parent") else None
+        master = master_dir(path)
+        pending_master = master is not None and is_full(master) and checkpoints_cfg.delta
+        if is_delta(path) and not pending_master:
+            continue  # already stored as a delta
+        if not is_full(path) and not is_delta(path):
+            continue
+        was = (is_delta(path), master is not None and is_delta(master))
+        record = store_version(path, parent["path"] if parent else None, delta=checkpoints_cfg.delta,
+                               full_every=checkpoints_cfg.full_every)
+        master = master_dir(path)
+        if (is_delta(path), master is not None and is_delta(master)) != was or row.get("storage") != record["stored"]:
+            stored[name] = record
+            lineage.set_storage(name, record["stored"])
+    out = {
+        "restored": restored,
+        "stored": stored,
+        "optimizer_states_pruned": pruned_opt,
+        "master_weights_pruned": pruned_master,
+        "links": {},
+    }
+    if serving_dir is not None and getattr(checkpoints_cfg, "serving_links", True):
+        out["links"] = link_served(lineage, serving_dir)
+    return out

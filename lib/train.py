@@ -4,20 +4,26 @@ Run as `python -m lib.train --config FILE --data DIR --out DIR (--parent VERSION
 or under `torchrun --nproc-per-node N -m lib.train ...` (`torchrun_command` builds that line).
 
 - Setup: gloo on CPU, nccl on CUDA, DistributedDataParallel when world size > 1; the data's
-  tokenizer hash must equal the parent's (v0: the given tokenizer's); fp32 master weights,
-  bf16 autocast on CUDA with the logits cast to fp32 before the cross-entropy (seed 001), fp32
-  on CPU with deterministic algorithms so a resumed run is bit-identical.
+  tokenizer hash must equal the parent's (v0: the given tokenizer's); memory per rank estimated
+  (lib.footprint) before the model is loaded, and a run that cannot fit refused with the knobs to
+  turn; the parent loaded straight into fp32 master weights on the device (from its master/ when
+  it keeps one), bf16 autocast on CUDA with the logits cast to fp32 before the cross-entropy
+  (seed 001), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical;
+  optional activation checkpointing per transformer block.
 - One step = `total_batch_size / (device_batch_size × seq_len × world)` micro-batches per rank.
   The micro-batches of a step are fetched first, the valid targets (≠ -100) counted over all
   ranks, and each micro-batch's summed loss divided by that global count: the gradient is the
   exact mean over the step's tokens however they are split across ranks and micro-batches, so
   2 processes and 1 process with twice the accumulation follow the same loss curve.
 - LR = peak × `lib.schedule.lr_multiplier(step)`, peak = the parent's `original_lr` × lr_scale
-  (v0: model.pretrain_lr); AdamW (fused on CUDA), weight decay on matrices only, grad clipping.
+  (v0: model.pretrain_lr). A parent without original_lr is refused with what it is and typical
+  values, never guessed. AdamW (fused on CUDA), weight decay on matrices only, grad clipping.
   Optimizer state fresh or inherited from the parent's optimizer.pt, LRs reset (recorded in meta).
 - Snapshots every `snapshot_every` steps and on SIGTERM / past `time_limit_s` (lib.snapshot);
   `--resume` continues from the newest complete one. Rank 0 writes metrics.jsonl (loss, lr,
-  tokens/s, tokens per source) and, at the end, the version folder via lib.checkpoint.
+  tokens/s, tokens per source) and, at the end, the version folder via lib.checkpoint: in the
+  parent's dtype, rounded per `checkpoints.rounding`, fp32 master weights beside it, and in
+  meta.json how much of the night's update the stored weights kept.
 
 Trade-off: fetching the whole step's micro-batches before the first forward holds
 accum × B × (T+1) × 16 bytes (4 MB at the default 0.5 M-token step) and costs one 8-byte
@@ -158,6 +164,62 @@ class Dist:
             self.initialized = False
 
 
+ORIGINAL_LR_HELP = (
+    "original_lr is the peak learning rate the model was last trained with (the peak of its pre-training or of its "
+    "last fine-tuning); a consolidation trains at original_lr × training.lr_scale, so it sets how hard every night "
+    "pushes the weights. Typical values: about 3e-4 for the pre-training of ~100 M-1 B Llama-style models (6e-4 for "
+    "GPT-2 small), 1e-4 to 3e-4 for 7 B-class pre-training, 1e-5 to 2e-5 for the fine-tuning of instruction-tuned "
+    "models; the model card or the training report usually states it"
+)
+
+
+def require_original_lr(parent: Path, parent_meta: dict[str, Any], lr_scale: float) -> float:
+    """The parent's recorded original LR; a consolidation without one is refused, never guessed:
+    a guess written into the child's meta.json would become every later night's 'fact'."""
+    value = parent_meta.get("original_lr")
+    if value is None:
+        raise ValueError(
+            f"{parent / 'meta.json'} records no original_lr, so this consolidation has no learning rate to scale "
+            f"(training.lr_scale={lr_scale}). {ORIGINAL_LR_HELP}. Set it when adopting the model "
+            f"(`consolidate init --model DIR --original-lr 3e-4 ...`), or add \"original_lr\": <LR> to {parent / 'meta.json'}."
+        )
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0:
+        raise ValueError(f"{parent / 'meta.json'}: original_lr must be a positive number, got {parent_meta.get('original_lr')!r}. {ORIGINAL_LR_HELP}.")
+    return value
+
+
+def check_memory(hf_config, tcfg, d: "Dist") -> dict[str, Any]:
+    """Estimate this rank's memory before the model is loaded; refuse a run that cannot fit
+    (training.memory_check=false skips the refusal, not the estimate)."""
+    from lib.footprint import GiB, available_memory, check_fits, estimate_training_memory, resident_bytes
+
+    device = d.device.type
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    runtime = resident_bytes() if device == "cpu" else None
+    est = estimate_training_memory(hf_config, tcfg, d.world_size, device, runtime_bytes=runtime or None)
+    if device == "cuda":
+        available, sharing = available_memory("cuda", d.local_rank), 1
+    else:
+        # MemAvailable excludes what the ranks of this machine already hold; count that back in
+        available, sharing = available_memory("cpu") + (runtime or 0) * local, local
+    if d.is_main:
+        log.info("memory per rank, estimated: %.2f GiB (%s) of %.2f GiB %s",
+                 est.total / GiB, ", ".join(f"{k} {v / GiB:.2f}" for k, v in est.components.items()),
+                 available / GiB, "on the GPU" if device == "cuda" else f"available RAM for {sharing} rank(s)")
+    problems = check_fits(est, available, ranks_sharing=sharing, training=tcfg)
+    if problems and tcfg.memory_check:
+        raise InsufficientMemory("\n".join(problems))
+    return {**est.to_dict(), "available": available, "fits": not problems}
+
+
+class InsufficientMemory(ValueError):
+    """The memory estimate exceeds the device: refused before training, with the knobs to turn."""
+
+
 def steps_accumulation(total_batch_size: int, device_batch_size: int, seq_len: int, world_size: int) -> int:
     """Micro-batches per rank per optimizer step; the token counts must divide exactly."""
     per_pass = device_batch_size * seq_len * world_size
@@ -288,8 +350,12 @@ def train(
     import torch.nn.functional as F
 
     from lib import snapshot as snap
-    from lib.checkpoint import load_optimizer_state, materialize, read_meta, storage_dtype, write_version
-    from lib.model import build_model, count_parameters, flops_per_token, load_model
+    from lib.checkpoint import (
+        MODEL_FILE, UpdateSurvival, load_optimizer_state, materialize, read_meta, storage_dtype, storage_seed, write_version,
+    )
+    from lib.model import (
+        build_model, count_parameters, enable_activation_checkpointing, flops_per_token, llama_config, load_model, training_start,
+    )
     from lib.schedule import lr_at, peak_lr
     from lib.workspace import RunDir
 
@@ -307,14 +373,19 @@ def train(
 
     d = Dist(tcfg.device)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
+    was_filling = torch.utils.deterministic.fill_uninitialized_memory
     previous_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
         if d.device.type == "cpu":
-            # bit-exact resume needs the same kernels in the same order every time
+            # bit-exact resume needs the same kernels in the same order every time; not the NaN
+            # fill of every new tensor that deterministic mode adds (a debugging aid: it memsets
+            # each step's activations and gradients, ~7% of a 95 M model's CPU step)
             torch.use_deterministic_algorithms(True)
+            torch.utils.deterministic.fill_uninitialized_memory = False
 
-        # model, tokenizer, original LR
+        # model, tokenizer, original LR; the memory check comes before the model is loaded
+        start_dir: Path | None = None
         if init:
             tok_dir = Path(tokenizer_dir or cfg.tokenizer.path or data_info.get("tokenizer_dir") or "")
             if not (tok_dir / "tokenizer.json").is_file():
@@ -322,33 +393,43 @@ def train(
             from lib.tokenizer import load_tokenizer
 
             tok = load_tokenizer(tok_dir)
-            model = build_model(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, seed=tcfg.seed)
+            hf_config = llama_config(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
             original_lr, lr_scale, parent_meta = cfg.model.pretrain_lr, 1.0, {}
             num_iterations = cfg.model.pretrain_iterations
         else:
             parent = Path(parent)
             tok_dir = Path(tokenizer_dir) if tokenizer_dir else parent
             parent_meta = read_meta(parent)
+            original_lr = require_original_lr(parent, parent_meta, tcfg.lr_scale)
+            start_dir = training_start(parent) if cfg.checkpoints.master_weights else parent
             if d.is_main:
                 materialize(parent)  # a delta-stored parent is rebuilt once, not by every rank at once
+                materialize(start_dir)
             d.barrier()
-            model = load_model(parent)
-            original_lr = parent_meta.get("original_lr")
-            if original_lr is None:
-                original_lr = cfg.model.pretrain_lr
-                if d.is_main:
-                    log.warning("parent %s records no original_lr (meta.json); using model.pretrain_lr=%g", parent, original_lr)
+            from transformers import AutoConfig
+
+            hf_config = AutoConfig.from_pretrained(materialize(parent))
             lr_scale = tcfg.lr_scale
             num_iterations = tcfg.num_iterations
         tok_hash = check_tokenizer(data_dir, tok_dir)
-        if tcfg.seq_len > model.config.max_position_embeddings:
-            raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={model.config.max_position_embeddings}")
+        max_pos = getattr(hf_config, "max_position_embeddings", None)
+        if max_pos is not None and tcfg.seq_len > max_pos:
+            raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={max_pos}")
+        memory = check_memory(hf_config, tcfg, d)
+        if init:
+            model = build_model(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, seed=tcfg.seed)
+        else:
+            model = load_model(start_dir, device=d.device)
+        started_from = ("random init" if init else "fp32 master weights (master/)" if start_dir != parent
+                        else f"stored weights ({storage_dtype('auto', parent)})")
         peak = peak_lr(original_lr, lr_scale)
         sched = tcfg.model_copy(update={"num_iterations": num_iterations})
 
         model.to(d.device)
         model.train()
         model.config.use_cache = False
+        if tcfg.activation_checkpointing:
+            enable_activation_checkpointing(model)
         optimizer = make_optimizer(model, tcfg, d.device, peak)
         optimizer_choice = tcfg.optimizer_state
         if not init and optimizer_choice == "inherit":
@@ -364,8 +445,9 @@ def train(
                     raise ValueError(f"{parent}/optimizer.pt does not match this model's parameters: {exc}") from None
                 reset_hyperparameters(optimizer, tcfg, peak)
         if d.is_main:
-            log.info("model %s: %.2fM parameters, device %s, world %d, accumulation %d, peak lr %.3e, %d steps",
-                     type(model).__name__, count_parameters(model) / 1e6, d.device, d.world_size, accum, peak, num_iterations)
+            log.info("model %s: %.2fM parameters from %s, device %s, world %d, accumulation %d, peak lr %.3e, %d steps%s",
+                     type(model).__name__, count_parameters(model) / 1e6, started_from, d.device, d.world_size, accum, peak,
+                     num_iterations, ", activation checkpointing" if tcfg.activation_checkpointing else "")
 
         loader = make_loader(data_dir, tcfg.device_batch_size, tcfg.seq_len, d.rank, d.world_size, tokenizer_hash=tok_hash)
 
@@ -419,7 +501,7 @@ def train(
         step = start_step
         status = "done"
         while step < num_iterations:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             lr = lr_at(step, peak, sched)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -441,6 +523,7 @@ def train(
                         logits = ddp_model(input_ids=x).logits
                     # fp32 cross-entropy: bf16 log-softmax over a large vocab loses ~2 digits (seed 001)
                     loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), ignore_index=-100, reduction="sum")
+                    del logits  # nothing in the graph needs it: one batch × seq × vocab fewer during backward
                     (loss * scale).backward()
                 loss_sum += loss.detach()
                 for name, n in per_source.items():
@@ -475,6 +558,7 @@ def train(
                 tok_s = step_tokens / dt
                 record = {"step": step - 1, "loss": step_loss, "lr": lr, "grad_norm": grad_norm, "tokens": step_tokens,
                           "tokens_per_s": tok_s, "mfu_flops_per_s": tok_s * flops, "dt_s": dt,
+                          "cpu_s": time.process_time() - c0,
                           "tokens_per_source": step_sources, "valid_targets": int(global_count)}
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
@@ -519,6 +603,9 @@ def train(
                 "lr_scale": lr_scale,
                 "peak_lr": peak,
                 "optimizer_state": "none (pre-training from scratch)" if init else optimizer_choice,
+                "started_from": started_from,
+                "activation_checkpointing": tcfg.activation_checkpointing,
+                "memory_estimate": memory,
                 "final_metrics": final_metrics,
                 "world_size": d.world_size,
                 "data_dir": str(data_dir.resolve()),
@@ -528,14 +615,19 @@ def train(
             save_opt = optimizer.state_dict() if tcfg.optimizer_state == "inherit" else None
             model.config.use_cache = True  # off for training only; a served version generates with a KV cache
             dtype = storage_dtype(cfg.checkpoints.dtype, None if init else parent)
+            # how much of tonight's update the stored weights carry, against where the night started
+            survival = None if init else UpdateSurvival(materialize(start_dir) / MODEL_FILE, materialize(parent) / MODEL_FILE)
+            version_name = str(version_meta.get("version") or out_dir.name)
             write_version(out_dir, model, tokenizer_dir=tok_dir, meta=version_meta, optimizer_state=save_opt, overwrite=resume,
-                          dtype=dtype)
+                          dtype=dtype, rounding=cfg.checkpoints.rounding, seed=storage_seed(tcfg.seed, version_name),
+                          master=cfg.checkpoints.master_weights, survival=survival)
             log.info("wrote version %s (final loss %.4f)", out_dir, final_metrics["final_loss"] or float("nan"))
         d.barrier()
         return {"status": status, "step": step, "out": str(out_dir), "final_metrics": final_metrics}
     finally:
         # leave the process as found: an in-process caller (tests, a notebook) keeps its settings
         torch.use_deterministic_algorithms(was_deterministic)
+        torch.utils.deterministic.fill_uninitialized_memory = was_filling
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, previous_sigterm)
         d.close()

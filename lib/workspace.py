@@ -9,7 +9,8 @@
                          the token cache (index/tokens) and measured bits per byte (index/eval)
   runs/<run-id>/         curated/, manifest.parquet, shards/, train/ (snapshots, logs), eval/
   memory/<version>/      what an accepted night taught: train/ (replayed later), heldout.parquet (retention set)
-  checkpoints/<version>/ Hugging Face model folders + meta.json
+  checkpoints/<version>/ Hugging Face model folders + meta.json (+ master/: fp32 master weights)
+  serving/champion, serving/latest   links to the full Hugging Face folders of those versions
   lineage.duckdb         the registry: what exists and in which state
   tokenizer/             BPE tokenizer trained by the bootstrap on the corpus
   cache/                 orchestrator's cached stage results, keyed on input content hashes
@@ -70,6 +71,11 @@ class Workspace:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def serving(self) -> Path:
+        """Stable paths for inference engines: `champion` and `latest` link to full HF folders."""
+        return self.root / "serving"
 
     @property
     def lineage_db(self) -> Path:

@@ -7,9 +7,10 @@
   the run; the table is the "eval-before-after" artifact.
 - `gate_and_promote`: lib.promotion.gate_version with apply: pass -> champion + consumed buffers,
   fail -> rejected, buffers stay pending; the decision with every rule's reason is the
-  "gate-decision" markdown artifact. The candidate, accepted or rejected (kept for inspection), is
-  then stored as a delta against its parent (lib.checkpoint.store_version), and optimizer.pt is
-  pruned from versions no night will inherit from (lib.promotion.prune_optimizer_states).
+  "gate-decision" markdown artifact. Then lib.promotion.apply_storage_policy: the champion and
+  `latest` stay plain Hugging Face folders (linked from <workspace>/serving/), every other version
+  (a rejected candidate, the champion just replaced) becomes a delta against its parent, and
+  optimizer.pt and fp32 master weights are pruned from versions no night will start from.
 
 Trade-off: none of these is cached: each reads and writes the registry, and replaying them is
 idempotent in lib (same version id, one decision per version, one alias move).
@@ -69,8 +70,7 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str, run_id: str, versi
 @task(name="gate-and-promote", cache_policy=NO_CACHE, **IO_RETRIES)
 def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """The regression gate on the recorded metrics, applied: promote or reject."""
-    from lib.checkpoint import store_version
-    from lib.promotion import gate_version, prune_optimizer_states
+    from lib.promotion import apply_storage_policy, gate_version, storage_record
 
     lin = _lineage(cfg)
     with own_time():
@@ -86,12 +86,11 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
             row = lin.get_version(version)
             out["memory"] = remember(Workspace(cfg.workspace.root), lin, version, Workspace(cfg.workspace.root).run(row["run_id"]))
     with own_time():
-        # a rejected candidate is kept for inspection, stored like an accepted one
-        row = lin.get_version(version)
-        parent = lin.get_version(row["parent"]) if row["parent"] else None
-        out["storage"] = store_version(row["path"], parent["path"] if parent else None,
-                                       delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
-        lin.set_storage(version, out["storage"]["stored"])
-        out["optimizer_states_pruned"] = prune_optimizer_states(lin, cfg.checkpoints.keep_optimizer_states)
+        # served versions full, the rest (a rejected candidate, the champion replaced) deltas
+        policy = apply_storage_policy(lin, cfg.checkpoints, Workspace(cfg.workspace.root).serving)
+        out["storage"] = policy["stored"].get(version) or storage_record(lin.get_version(version)["path"], lin.alias("champion"),
+                                                                           lin.alias("latest"), version)
+        out["storage_policy"] = {k: v for k, v in policy.items() if k != "stored"} | {"stored": {v: r["stored"] for v, r in policy["stored"].items()}}
+        out["optimizer_states_pruned"] = policy["optimizer_states_pruned"]
     stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
     return out

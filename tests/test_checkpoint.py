@@ -326,3 +326,148 @@ def test_every_delta_method_round_trips_every_dtype_across_chunks(monkeypatch):
         assert ck.decode_delta(ck.encode_delta(pb, pa, method=method)[0], pa, method) == pb
     with pytest.raises(CheckpointError, match="overlapping"):
         ck.encode_delta(raw_file([1.0, 2.0, 3.0, 4.0], b"\0" * 8, b_start=4), pa)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_stochastic_rounding_is_unbiased_seeded_and_lands_on_a_neighbour(dtype):
+    """Each value rounds to one of its two representable neighbours, with the probability that
+    makes the mean the fp32 value: an update of a fifth of a step survives on average where
+    round-to-nearest loses all of it. Same seed, same bytes; infinities and NaN pass through."""
+    from lib.checkpoint import stochastic_round
+
+    base = torch.tensor([1.0, -0.75, 3.0e-3], dtype=torch.float32).to(dtype).float()
+    step = (torch.nextafter(base.to(dtype), torch.full_like(base, float("inf")).to(dtype)).float() - base).abs()
+    x = (base + 0.2 * step).repeat(20_000, 1)  # a fifth of the way to the next value up
+    g = torch.Generator().manual_seed(5)
+    r = stochastic_round(x, dtype, g)
+    assert r.dtype == dtype
+    assert torch.equal(x.to(dtype).float(), base.expand_as(x)), "round-to-nearest loses the whole update"
+    rf = r.float()
+    assert bool(((rf == base) | (rf == base + step)).all()), "only the two neighbours"
+    moved = (rf - base).mean(0) / step
+    assert torch.allclose(moved, torch.full_like(moved, 0.2), atol=0.015), moved
+    assert torch.equal(stochastic_round(x, dtype, torch.Generator().manual_seed(5)), r)
+    assert not torch.equal(stochastic_round(x, dtype, torch.Generator().manual_seed(6)), r)
+    special = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0])
+    out = stochastic_round(special, dtype, g).float()
+    assert out[0] == float("inf") and out[1] == float("-inf") and torch.isnan(out[2]) and out[3] == 0 and out[4] == 0
+
+
+def test_master_weights_are_an_hf_folder_whose_delta_against_the_bf16_export_restores_exactly(tmp_path, tokenizer_dir):
+    """write_version(master=True, dtype=bfloat16): <v>/master/ holds the fp32 weights as an HF
+    folder (from_pretrained loads it, equal to the model before the cast) and the serving folder
+    is bf16. store_version compacts master/ against the version's own bf16 weights (format 4
+    widens them exactly): about half of the fp32 file, restored bit-exactly. A format-3 delta
+    (older releases) still decodes."""
+    from transformers import AutoModelForCausalLM
+
+    from lib.checkpoint import DELTA_META, decode_delta, encode_delta, master_dir
+
+    parent = write_version(tmp_path / "v0", _model(), tokenizer_dir=tokenizer_dir, meta={}, dtype="bfloat16")
+    model = _adamw_steps(AutoModelForCausalLM.from_pretrained(parent, dtype=torch.float32), 3, 1e-4, 2)
+    fp32 = {k: v.clone() for k, v in model.state_dict().items()}
+    v1 = write_version(tmp_path / "v1", model, tokenizer_dir=tokenizer_dir, meta={}, dtype="bfloat16",
+                       rounding="stochastic", seed=3, master=True)
+    assert master_dir(v1) == v1 / "master" and read_meta(v1)["master_weights"] == "master"
+    assert read_meta(v1)["storage_dtype"] == "bfloat16" and read_meta(v1)["storage_rounding"] == "stochastic"
+    loaded = AutoModelForCausalLM.from_pretrained(v1 / "master")
+    assert next(loaded.parameters()).dtype == torch.float32
+    assert all(torch.equal(fp32[k], v) for k, v in loaded.state_dict().items())
+    master_bytes = (v1 / "master" / MODEL_FILE).read_bytes()
+    out = store_version(v1, parent)
+    assert out["stored"] == "delta" and out["master"]["stored"] == "delta" and is_delta(v1 / "master")
+    assert 0.35 < out["master"]["ratio"] < 0.65, out["master"]  # the bits below bf16 are noise: ~2 of 4 bytes
+    shutil.rmtree(v1 / MATERIALIZED)
+    assert (materialize(v1 / "master") / MODEL_FILE).read_bytes() == master_bytes
+    assert verify(v1 / "master") == sha256_file(materialize(v1 / "master") / MODEL_FILE)
+    # without widening (format 3) the fp32 tensors have no bf16 counterpart and are stored raw
+    export = (materialize(v1) / MODEL_FILE).read_bytes()
+    wide, _ = encode_delta(master_bytes, export)
+    raw, _ = encode_delta(master_bytes, export, widen=False)
+    assert len(wide) < 0.75 * len(raw)
+    assert decode_delta(raw, export, "grouped", widen=False) == master_bytes
+    info = json.loads((v1 / "master" / DELTA_META).read_text())
+    assert info["parent_relative"] == ".." and info["format"] == DELTA_FORMAT
+    # the workspace moved: the master's delta still finds its version through ".."
+    shutil.move(tmp_path, tmp_path.with_name(tmp_path.name + "-moved"))
+    moved = tmp_path.with_name(tmp_path.name + "-moved")
+    shutil.rmtree(moved / "v1" / "master" / MATERIALIZED, ignore_errors=True)
+    assert (materialize(moved / "v1" / "master") / MODEL_FILE).read_bytes() == master_bytes
+
+
+def test_served_versions_stay_plain_hf_folders_and_a_replaced_champion_is_compacted(tmp_path, tokenizer_dir):
+    """The storage policy over three nights and a rollback, as the gate task applies it:
+    the champion and `latest` are always full folders that `from_pretrained` loads, also through
+    <ws>/serving/champion; a rejected candidate and the champion that was replaced become deltas
+    (their master weights too) that restore bit-exactly; master/ and optimizer.pt are pruned from
+    versions no night starts from; a rollback to a compacted version makes it full again."""
+    import os
+
+    from transformers import AutoModelForCausalLM
+
+    from lib.config import CheckpointConfig
+    from lib.lineage import Lineage
+    from lib.promotion import apply_storage_policy, conclude, rollback
+    from lib.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    lin = Lineage(ws.lineage_db)
+    cfg = CheckpointConfig(keep_master_weights=None)  # every master kept: they are compacted instead
+    model, originals = _model(), {}
+
+    def night(i, passed):
+        champion = lin.alias("champion")
+        _adamw_steps(model, 2, 1e-3, i)
+        d = write_version(ws.checkpoint(f"v{i}"), model.float(), tokenizer_dir=tokenizer_dir, dtype="bfloat16",
+                          rounding="stochastic", seed=i, master=True,
+                          meta={"version": f"v{i}", "parent_checkpoint": champion, "original_lr": 3e-3})
+        originals[f"v{i}"] = ((d / MODEL_FILE).read_bytes(), (d / "master" / MODEL_FILE).read_bytes())
+        lin.record_version(f"v{i}", d, parent=champion, status="accepted" if i == 0 else "candidate")
+        if i == 0:
+            lin.set_alias("champion", "v0", "bootstrap")
+            lin.set_alias("latest", "v0", "bootstrap")
+        else:
+            conclude(lin, f"v{i}", {"passed": passed, "rules": []})
+        return apply_storage_policy(lin, cfg, ws.serving)
+
+    def exact(v):
+        for folder in (ws.checkpoint(v), ws.checkpoint(v) / "master"):
+            shutil.rmtree(folder / MATERIALIZED, ignore_errors=True)
+        assert (materialize(ws.checkpoint(v)) / MODEL_FILE).read_bytes() == originals[v][0], v
+        assert (materialize(ws.checkpoint(v) / "master") / MODEL_FILE).read_bytes() == originals[v][1], v
+
+    night(0, True)
+    first = night(1, True)                     # accepted: v1 champion; v0 (the root) stays full, its master a delta
+    assert first["stored"]["v0"]["stored"] == "full" and first["stored"]["v0"]["master"]["stored"] == "delta"
+    assert "v1" not in first["stored"] and is_full(ws.checkpoint("v1")) and is_full(ws.checkpoint("v1") / "master")
+    served = AutoModelForCausalLM.from_pretrained(ws.serving / "champion")
+    assert os.readlink(ws.serving / "champion") == os.path.join("..", "checkpoints", "v1")
+    assert next(served.parameters()).dtype == torch.bfloat16
+    exact("v0")
+
+    second = night(2, False)                   # rejected: compacted against the champion v1
+    assert second["stored"]["v2"]["stored"] == "delta" and is_delta(ws.checkpoint("v2"))
+    assert lin.get_version("v2")["storage"] == "delta" and is_full(ws.checkpoint("v1"))
+    exact("v2")
+
+    third = night(3, True)                     # accepted: the replaced champion v1 is compacted now
+    assert third["stored"]["v1"]["stored"] == "delta" and third["stored"]["v1"]["master"]["stored"] == "delta"
+    assert is_delta(ws.checkpoint("v1")) and is_full(ws.checkpoint("v3")) and lin.get_version("v1")["storage"] == "delta"
+    exact("v1")
+    exact("v2")                                # its parent is a delta now: a chain of two, still exact
+    AutoModelForCausalLM.from_pretrained(ws.serving / "champion")
+    assert os.readlink(ws.serving / "latest") == os.path.join("..", "checkpoints", "v3")
+    assert apply_storage_policy(lin, cfg, ws.serving)["stored"] == {}, "idempotent: nothing left to do"
+
+    out = rollback(lin, "v3 misbehaves in production")   # champion back to v1, a delta until now
+    assert out["to"] == "v1" and out["restored"] == ["v1"] and is_full(ws.checkpoint("v1"))
+    assert (ws.checkpoint("v1") / MODEL_FILE).read_bytes() == originals["v1"][0]
+    after = apply_storage_policy(lin, cfg, ws.serving)
+    assert os.readlink(ws.serving / "champion") == os.path.join("..", "checkpoints", "v1")
+    assert is_full(ws.checkpoint("v3")), "v3 is still `latest`: it stays servable"
+    assert "v3" not in after["stored"]
+    AutoModelForCausalLM.from_pretrained(ws.serving / "champion")
+    # the default keeps master weights for the champion and the newest accepted version only
+    # (v3 is rolled back now, so v1 is both)
+    pruned = apply_storage_policy(lin, CheckpointConfig(), ws.serving)["master_weights_pruned"]
+    assert set(pruned) == {"v0", "v2", "v3"} and (ws.checkpoint("v1") / "master").is_dir()

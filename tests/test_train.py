@@ -350,3 +350,85 @@ def test_a_bf16_parent_gives_a_bf16_child_trained_on_fp32_weights(prepared, v0, 
             assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
     assert v2["final_metrics"]["final_loss"] == v2["final_metrics"]["final_loss"]  # not NaN
     assert read_meta(v0)["storage_dtype"] == "float32"  # a model pre-trained here stays fp32
+
+
+def test_a_parent_without_original_lr_is_refused_with_what_it_is_and_how_to_set_it(prepared, v0, tmp_path):
+    """No guess: a parent whose meta.json records no original_lr (a model registered by hand)
+    stops the consolidation before any step, and the message says what the number is, typical
+    values and the two ways to set it. Nothing is written."""
+    import shutil
+
+    from lib.config import load_config
+    from lib.train import train
+
+    parent = shutil.copytree(v0, tmp_path / "v0")
+    meta = json.loads((parent / "meta.json").read_text())
+    del meta["original_lr"]
+    (parent / "meta.json").write_text(json.dumps(meta))
+    cfg = load_config(prepared["config"], overrides=["training.num_iterations=2"])
+    with pytest.raises(ValueError) as err:
+        train(cfg, prepared["data"], tmp_path / "v1", parent=parent, train_dir=tmp_path / "t")
+    text = str(err.value)
+    assert f"{parent / 'meta.json'} records no original_lr" in text
+    assert "peak learning rate the model was last trained with" in text and "lr_scale" in text
+    assert "3e-4" in text and "1e-5 to 2e-5" in text and "7 B" in text
+    assert "consolidate init" in text and "--original-lr" in text and '"original_lr"' in text
+    assert not (tmp_path / "v1").exists() and not (tmp_path / "t" / "metrics.jsonl").exists()
+    meta["original_lr"] = "fast"
+    (parent / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="original_lr must be a positive number"):
+        train(cfg, prepared["data"], tmp_path / "v1", parent=parent, train_dir=tmp_path / "t")
+    # through the command line: exit code 2 and the message, no traceback
+    del meta["original_lr"]
+    (parent / "meta.json").write_text(json.dumps(meta))
+    res = subprocess.run(train_cmd(prepared["config"], prepared["data"], tmp_path / "v1", "--parent", str(parent),
+                                   "--train-dir", str(tmp_path / "t")), cwd=ROOT, env=_env(), capture_output=True, text=True)
+    assert res.returncode == 2 and "records no original_lr" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_run_that_cannot_fit_is_refused_before_training_with_the_numbers_and_the_knobs(prepared, v0, tmp_path):
+    """The memory estimate comes before the model is loaded: a micro-batch of 2^20 sequences
+    needs hundreds of GiB of activations, so the run stops with the estimate per component and
+    what to turn (device_batch_size, activation_checkpointing, seq_len, sharding)."""
+    from lib.config import load_config
+    from lib.train import InsufficientMemory, train
+
+    big = 1 << 20
+    cfg = load_config(prepared["config"], overrides=[f"training.device_batch_size={big}", f"training.total_batch_size={big * 64}"])
+    with pytest.raises(InsufficientMemory) as err:
+        train(cfg, prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t")
+    text = str(err.value)
+    assert "training needs about" in text and "GiB" in text and "available RAM" in text
+    for part in ("weights (fp32)", "gradients (fp32)", "AdamW moments (fp32)", "activations", "logits + cross-entropy"):
+        assert part in text, part
+    assert f"training.device_batch_size (now {big}" in text and "activation_checkpointing=true" in text
+    assert "training.seq_len (now 64)" in text and "16 bytes per parameter" in text
+    assert not (tmp_path / "v1").exists() and not (tmp_path / "t" / "metrics.jsonl").exists()
+    # the same check, skipped on request, still records the estimate of a run that fits
+    ok = load_config(prepared["config"], overrides=["training.num_iterations=1"])
+    train(ok, prepared["data"], tmp_path / "v2", parent=v0, train_dir=tmp_path / "t2")
+    est = read_meta(tmp_path / "v2")["memory_estimate"]
+    assert est["fits"] and est["total"] < est["available"] and est["parameters"] > 0
+
+
+def test_activation_checkpointing_gives_the_same_loss_curve(prepared, v0, tmp_path):
+    """training.activation_checkpointing recomputes each block in the backward pass: on CPU the
+    loss curve and the trained weights equal the run without it (to fp tolerance), and meta.json
+    records the setting."""
+    import torch
+
+    from lib.config import load_config
+    from lib.train import train
+
+    curves, weights = {}, {}
+    for ac in (False, True):
+        cfg = load_config(prepared["config"], overrides=["training.num_iterations=4", f"training.activation_checkpointing={ac}"])
+        out = tmp_path / f"v-{ac}"
+        train(cfg, prepared["data"], out, parent=v0, train_dir=tmp_path / f"t-{ac}", meta={"version": "v1"})
+        curves[ac] = [json.loads(x)["loss"] for x in (tmp_path / f"t-{ac}" / "metrics.jsonl").read_text().splitlines()]
+        weights[ac] = _tensors(out)
+        assert read_meta(out)["activation_checkpointing"] is ac
+    assert len(curves[True]) == 4 and curves[True] == pytest.approx(curves[False], rel=1e-5)
+    assert curves[True][-1] != curves[True][0], "the weights moved"
+    for name, w in weights[False].items():
+        assert torch.allclose(weights[True][name], w, rtol=1e-4, atol=1e-6), name

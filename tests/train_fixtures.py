@@ -44,8 +44,10 @@ def _write_source(folder: Path, docs: list[tuple[str, str]]) -> Path:
     return folder
 
 
-def prepare(root: Path, *, token_budget: int = 40_000, seq_len: int = 64, vocab_size: int = 512) -> dict[str, Path]:
-    """tokenizer/, old/, new/ sources and data/ (prepared) under `root`."""
+def prepare(root: Path, *, token_budget: int = 40_000, seq_len: int = 64, vocab_size: int = 512,
+            tokenizer: Path | None = None, seed: int = 0, data_name: str = "data") -> dict[str, Path]:
+    """tokenizer/, old/, new/ sources and data/ (prepared) under `root`; with `tokenizer`, that
+    one instead of a new one, and `seed` draws another manifest (another night's mix)."""
     from lib.config import SamplingConfig, SourceConfig
     from lib.sampling import prepare_training_data
     from lib.tokenizer import train_bpe
@@ -54,15 +56,15 @@ def prepare(root: Path, *, token_budget: int = 40_000, seq_len: int = 64, vocab_
     old_docs = _texts(sorted(stdlib.glob("*.py")), 60)
     new_root = site_packages() / "pyarrow"
     new_docs = _texts(sorted(new_root.glob("*.py")), 30)
-    tok = train_bpe([t for _, t in old_docs], vocab_size, root / "tokenizer")
+    tok = tokenizer or train_bpe([t for _, t in old_docs], vocab_size, root / "tokenizer")
     old = _write_source(root / "old", old_docs)
     new = _write_source(root / "new", new_docs)
     sources = [SourceConfig(name="stdlib", path=old, weight=0.75, kind="corpus"),
                SourceConfig(name="new", path=new, weight=0.25, kind="buffer")]
-    sampling = SamplingConfig(new_data_ratio=0.25, heldout_fraction=0.1, fim_rate_code=0.0, seed=0)
-    prepare_training_data(sources, tok, root / "data", token_budget=token_budget, sampling=sampling,
+    sampling = SamplingConfig(new_data_ratio=0.25, heldout_fraction=0.1, fim_rate_code=0.0, seed=seed)
+    prepare_training_data(sources, tok, root / data_name, token_budget=token_budget, sampling=sampling,
                           seq_len=seq_len, workers=1)
-    return {"tokenizer": tok, "data": root / "data", "root": root}
+    return {"tokenizer": tok, "data": root / data_name, "root": root}
 
 
 def write_config(path: Path, **sections) -> Path:
