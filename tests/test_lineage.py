@@ -225,7 +225,7 @@ def test_rollback_moves_champion_to_parent(lin, workspace):
     night(lin, workspace, "n1", ["a"], 1.99, 3.0, 2.0)
     night(lin, workspace, "n2", ["b"], 1.98, 3.0, 2.0)
     out = rollback(lin, "users report regressions", requeue=True)
-    assert out == {"from": "v2", "to": "v1", "requeued": ["hash-b"]}
+    assert out == {"from": "v2", "to": "v1", "requeued": ["hash-b"], "left_memory": False}  # v2 taught nothing to remember here
     assert lin.alias("champion") == "v1"
     assert lin.get_version("v2")["status"] == "rolled_back"
     assert {b.content_hash: b.status for b in lin.buffer_files()} == {"hash-a": "consumed", "hash-b": "pending"}
