@@ -20,7 +20,7 @@ from typing import Any
 from prefect import flow
 
 from flows.consolidate import prepare
-from flows.runtime import StageClock, new_run_id
+from flows.runtime import StageClock, new_run_id, night_lock
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, SourceConfig
 from lib.workspace import Workspace
@@ -32,6 +32,11 @@ from tasks.data import token_budget
 @flow(name="bootstrap", log_prints=True)
 def bootstrap(cfg: ConsolidationConfig) -> dict[str, Any]:
     """Build the embedded default and pre-train v0 unless a champion exists."""
+    with night_lock(cfg, "bootstrap"):  # never beside a night (or a second bootstrap) on this workspace
+        return _bootstrap(cfg)
+
+
+def _bootstrap(cfg: ConsolidationConfig) -> dict[str, Any]:
     from lib.lineage import Lineage
     from prefect.runtime import flow_run
 

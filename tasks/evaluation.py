@@ -5,11 +5,13 @@
 - `evaluate_versions`: lib.evaluate.evaluate_candidate on the run's sets (old_val for
   forgetting, new_heldout and new_train for acquisition); both sides' metrics go to lineage under
   the run; the table is the "eval-before-after" artifact.
-- `gate_and_promote`: lib.promotion.gate_version with apply: pass -> champion + consumed buffers,
-  fail -> rejected, buffers stay pending; the decision with every rule's reason is the
-  "gate-decision" markdown artifact. The candidate, accepted or rejected (kept for inspection), is
-  then stored as a delta against its parent (lib.checkpoint.store_version), and optimizer.pt is
-  pruned from versions no night will inherit from (lib.promotion.prune_optimizer_states).
+- `gate_and_promote`: lib.promotion.gate_version, then conclude: pass -> champion + consumed
+  buffers, fail -> rejected, buffers stay pending; the decision with every rule's reason is the
+  "gate-decision" markdown artifact.
+- `store_candidate`: the candidate, accepted or rejected (kept for inspection), stored as a delta
+  against its parent (lib.checkpoint.store_version), and optimizer.pt pruned from versions no
+  night will inherit from (lib.promotion.prune_optimizer_states). Its own task, so a night that
+  died after the gate is finished by the next trigger (flows/consolidate.py).
 
 Trade-off: none of these is cached: each reads and writes the registry, and replaying them is
 idempotent in lib (same version id, one decision per version, one alias move).
@@ -73,23 +75,40 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str, run_id: str, versi
 @task(name="gate-and-promote", cache_policy=NO_CACHE, **IO_RETRIES)
 def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """The regression gate on the recorded metrics, applied: promote or reject."""
-    from lib.checkpoint import store_version
-    from lib.promotion import gate_version, prune_optimizer_states
+    from lib.faults import fault_point
+    from lib.promotion import conclude, gate_version
 
     lin = _lineage(cfg)
     with own_time():
-        decision, status = gate_version(lin, cfg.gate, version, apply=True)
+        decision, _ = gate_version(lin, cfg.gate, version, apply=False)
+        fault_point("gate")  # decided, not applied: the next trigger decides again, the same way
+        status = conclude(lin, version, decision)
     publish_markdown("gate-decision", decision.to_markdown(f"Regression gate on {version}: {status}"),
                      f"Gate decision on {version} with the reason of every rule")
     out = {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary(),
            "champion": lin.alias("champion"), "rules": decision.to_dict().get("rules", [])}
-    with own_time():
-        # a rejected candidate is kept for inspection, stored like an accepted one
-        row = lin.get_version(version)
-        parent = lin.get_version(row["parent"]) if row["parent"] else None
-        out["storage"] = store_version(row["path"], parent["path"] if parent else None,
-                                       delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
-        lin.set_storage(version, out["storage"]["stored"])
-        out["optimizer_states_pruned"] = prune_optimizer_states(lin, cfg.checkpoints.keep_optimizer_states)
     stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
     return out
+
+
+@task(name="store-version", cache_policy=NO_CACHE, **IO_RETRIES)
+def store_candidate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
+    """After the gate, accepted or rejected: the candidate is stored as a delta against its parent
+    (lib.checkpoint.store_version; a rejected one is kept for inspection) and optimizer.pt is
+    pruned from versions no night will inherit from. Both are idempotent, so a night that died
+    half-way through is finished by the next trigger."""
+    from lib.checkpoint import store_version
+    from lib.faults import fault_point
+    from lib.promotion import prune_optimizer_states
+
+    lin = _lineage(cfg)
+    with own_time():
+        row = lin.get_version(version)
+        parent = lin.get_version(row["parent"]) if row["parent"] else None
+        storage = store_version(row["path"], parent["path"] if parent else None,
+                                delta=cfg.checkpoints.delta, full_every=cfg.checkpoints.full_every)
+        fault_point("store")  # folder compacted, lineage still says full
+        lin.set_storage(version, storage["stored"])
+        pruned = prune_optimizer_states(lin, cfg.checkpoints.keep_optimizer_states)
+    stage_logger().info("stored %s as %s; optimizer state pruned from %s", version, storage["stored"], sorted(pruned) or "none")
+    return {"storage": storage, "optimizer_states_pruned": pruned}
