@@ -8,9 +8,11 @@ Both run the Prefect flows in this process (`flow_session`):
 - PREFECT_HOME defaults to `<workspace>/.prefect` (the user's setting wins): the ephemeral API's
   database stays with the workspace instead of being shared by every workspace on the machine.
   The user's `~/.prefect/profiles.toml` is still read, so a configured server is still used.
-- The server never outlives the command: SIGTERM and Ctrl-C end the command through its
-  `finally` blocks (the night's lock and lineage, torchrun's process group, the server), and a
-  watchdog process stops the server if the command dies without them (SIGKILL, OOM killer).
+- The server never outlives the command, and never leaves it first: it runs in a session of its
+  own, so SIGTERM and Ctrl-C (to the command or its whole process group) end the command through
+  its `finally` blocks while the API still answers (the night stays resumable, torchrun's
+  process group stops after its snapshot), then Prefect's exit handler stops the server; a
+  watchdog process stops it if the command dies without that (SIGKILL, OOM killer).
 - `--no-wait`: if another night (or bootstrap) holds the workspace, exit at once with code 75
   (EX_TEMPFAIL, "try again later") and a message naming it; the default waits up to
   `orchestration.night_lock_timeout_s`, then exits 75 the same way.
@@ -18,6 +20,7 @@ Both run the Prefect flows in this process (`flow_session`):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -87,7 +90,21 @@ def _ephemeral_server() -> None:
         return
     from prefect.server.api.server import SubprocessASGIServer
 
-    server = SubprocessASGIServer()  # the instance Prefect's get_client() uses
+    class DetachedServer(SubprocessASGIServer):
+        """Prefect's own server command, started in a session of its own: a Ctrl-C in the
+        terminal or a SIGTERM to our process group stops the command, which then winds the night
+        down through the API, instead of stopping the API first (and leaving every Prefect call
+        of the wind-down to retry against a dead server for minutes)."""
+
+        def _run_uvicorn_command(self):
+            popen = subprocess.Popen
+            subprocess.Popen = functools.partial(popen, start_new_session=True)
+            try:
+                return super()._run_uvicorn_command()
+            finally:
+                subprocess.Popen = popen
+
+    server = DetachedServer()  # registered as the instance Prefect's get_client() reuses
     server.start()
     if sys.platform.startswith("linux") and server.server_process is not None and not _watchdogs:
         pid = server.server_process.pid

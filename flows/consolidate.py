@@ -127,6 +127,9 @@ def claim_version(ws: Workspace, lin, run_id: str) -> str:
     from lib.checkpoint import read_meta
 
     version = lin.next_version(run_id)
+    recorded = lin.get_version(version)
+    if recorded is not None and recorded["run_id"] == run_id:
+        return version
     while True:
         folder = ws.checkpoint(version)
         if not folder.exists() or read_meta(folder).get("run_id") == run_id:

@@ -8,13 +8,14 @@ stops a night, two triggers never race.
   a waiter names the holder and gives up after its timeout.
 - Cache: a pickle record in `<workspace>/cache/` is never unpickled.
 - Processes: real `consolidate run` subprocesses killed with a real SIGKILL inside every stage
-  (lib.faults: curate, tokenize, train, record, evaluate, gate, promote, store) and once with
-  SIGTERM mid-training; after each, the next run finishes the night with nobody involved, and
-  lineage's invariants hold. Two triggers at once: one night, the other waits or exits 75.
+  (lib.faults: curate, tokenize, train, record, evaluate, gate, promote, store), stopped once
+  with Ctrl-C (SIGINT to the process group) and once with SIGTERM mid-training; after each, the
+  next run finishes the night with nobody involved, no process is left behind, and lineage's
+  invariants hold. Two triggers at once: one night, the other waits or exits 75.
 
 The runs use a tiny model (2 layers, 64 wide, vocab 512), 8 training steps and a 0.3 MB corpus,
-and talk to the session's Prefect test server (PREFECT_API_URL), except the SIGTERM run, which
-starts its own ephemeral server to show that it is stopped.
+and talk to the session's Prefect test server (PREFECT_API_URL), except the Ctrl-C and SIGTERM
+runs, which start their own ephemeral server to show that it is stopped.
 """
 
 from __future__ import annotations
@@ -460,9 +461,9 @@ def check_invariants(ws: Workspace, settled: bool) -> dict:
 
 @pytest.mark.slow
 def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
-    """One night, killed with SIGKILL inside each stage in turn (and stopped once with SIGTERM
-    mid-training): every next `consolidate run` picks the same night up where it died, nobody
-    frees anything, and the lineage invariants hold after every kill."""
+    """One night, killed with SIGKILL inside each stage in turn (and stopped with Ctrl-C and with
+    SIGTERM mid-training): every next `consolidate run` picks the same night up where it died,
+    nobody frees anything, and the lineage invariants hold after every kill."""
     from lib.buffer import MemoryBuffer, content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
@@ -479,6 +480,9 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
     assert bad_hash not in {b.content_hash for b in Lineage(ws.lineage_db).buffer_files()}
     check_invariants(ws, settled=False)
 
+    # Ctrl-C (SIGINT to the process group, as a terminal sends it) once the night holds its lock
+    stop_by_signal(ws, signal.SIGINT, lambda proc: f'"pid": {proc.pid}' in ws.night_lock.read_text())
+
     # tokenize: the same night resumed; the quarantine recorded late; inputs pinned
     run_night(ws, fault="tokenize", expect=-signal.SIGKILL)
     assert the_night(ws) == night
@@ -487,21 +491,10 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
     assert sorted(b.content_hash for b in lin.run_inputs(night["run_id"])) == sorted(content_hash(g) for g in good)
     check_invariants(ws, settled=False)
 
-    # SIGTERM mid-training, on its own ephemeral Prefect server: server and torchrun stop with it
+    # SIGTERM to the whole process group mid-training, on the command's own ephemeral Prefect
+    # server: the night winds down through the API, then server and torchrun are gone
     run = ws.run(night["run_id"])
-    proc = consolidate(ws, ephemeral=True)
-    wait_until(lambda: run.metrics.exists() or proc.poll() is not None, 240, "training to start")
-    family = descendants(proc.pid)
-    server = [p for p in family if "create_app" in " ".join(_cmdline(p))]
-    trainers = [p for p in family if "lib.train" in " ".join(_cmdline(p))]
-    assert server and trainers, [(p, _cmdline(p)) for p in family]
-    proc.send_signal(signal.SIGTERM)
-    rc, out = finish(proc, 120)
-    assert rc == 128 + signal.SIGTERM, out[-3000:]
-    assert "stopped by SIGTERM" in out
-    wait_until(lambda: not any(alive(p) for p in family), 30, f"{family} to exit")
-    assert (ws.prefect_home / "prefect.db").is_file()  # the CLI's Prefect home is the workspace's
-    assert the_night(ws)["status"] == "running"  # stopped, not failed: the next trigger resumes it
+    stop_by_signal(ws, signal.SIGTERM, lambda proc: run.metrics.exists(), "lib.train")
     check_invariants(ws, settled=False)
 
     # train: killed while torchrun runs with a snapshot on disk; torchrun snapshots on its own
@@ -544,6 +537,25 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
     assert {b.content_hash: b.consumed_by for b in lin.buffer_files() if b.status == "consumed"} == {
         content_hash(g): "v1" for g in good}
     assert len(lin.gate_decisions("v1")) == 1  # decided once, however often the night was resumed
+
+
+def stop_by_signal(ws: Workspace, sig: int, ready, child: str | None = None) -> None:
+    """Run a night on its own ephemeral Prefect server, send `sig` to its whole process group
+    once `ready(proc)`, and check that it exits at once with 128+sig, leaving no process behind (the
+    server, the watchdog, torchrun) and the night resumable."""
+    proc = consolidate(ws, ephemeral=True)
+    wait_until(lambda: ready(proc) or proc.poll() is not None, 240, f"the night to get ready for {sig.name}")
+    family = descendants(proc.pid)
+    cmdlines = {p: " ".join(_cmdline(p)) for p in family}
+    assert any("create_app" in c for c in cmdlines.values()), cmdlines  # its own API server
+    assert child is None or any(child in c for c in cmdlines.values()), cmdlines
+    os.killpg(proc.pid, sig)
+    rc, out = finish(proc, 120)
+    assert rc == 128 + sig, out[-3000:]
+    assert ("stopped by SIGTERM" if sig == signal.SIGTERM else "interrupted") in out
+    wait_until(lambda: not any(alive(p) for p in family), 30, f"{cmdlines} to exit")
+    assert (ws.prefect_home / "prefect.db").is_file()  # the CLI's Prefect home is the workspace's
+    assert the_night(ws)["status"] == "running"  # stopped, not failed: the next trigger resumes it
 
 
 def _cmdline(pid: int) -> list[str]:
