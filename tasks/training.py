@@ -13,7 +13,8 @@
   group, killed with the flow run (cancellation SIGTERM, exceptions, our own death).
 - Streams rank-0 output into the run log and turns `metrics.jsonl` into a progress artifact.
 - Exit 0: the version folder is written. Exit 3 (`lib.train.EXIT_STOPPED`, time limit or
-  SIGTERM): a snapshot is kept and the task fails with a message that says `--resume`.
+  SIGTERM): a snapshot is kept and the task raises TrainingStopped; the nightly flow leaves the
+  night resumable and the next trigger continues from that snapshot.
 
 Trade-off: no retries and no caching: a training that failed half-way is resumed on purpose
 (resume=True) from its snapshot, never silently restarted from step 0 by the orchestrator.
