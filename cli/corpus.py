@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         if shard_mb <= 0:
             raise ValueError(f"--shard-mb must be positive, got {shard_mb}")
         stats = build_stdlib_corpus(
-            ws.ensure(), name or cfg.workspace.corpus, max_mb=max_mb, val_fraction=val_fraction,
+            ws.ensure(), name or cfg.workspace.corpus or "stdlib", max_mb=max_mb, val_fraction=val_fraction,
             shard_bytes=int(shard_mb * 1_000_000),
         )
         if json_:

@@ -1,7 +1,8 @@
 """`consolidate serve` (OpenAI-compatible HTTP server) and `consolidate chat` (terminal chat).
 
 Both talk to the lineage's `champion` and capture what is said into the memory buffer, so the
-next nightly run can consolidate it.
+next nightly run can consolidate it. Both prompt an instruct model with its own chat template
+(`LoadedModel.chat_prompt`) and capture the session in the same rendering (`capture.format`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def chat(
     from rich.prompt import Prompt
     from rich.text import Text
 
-    from lib.capture import chat_prompt, open_capture
+    from lib.capture import open_capture
     from lib.generate import Champion
     from lib.lineage import Lineage
 
@@ -68,7 +69,8 @@ def chat(
         raise ValueError(f"--max-new-tokens {max_new_tokens}: must be between 1 and serve.max_new_tokens={cfg.serve.max_new_tokens}")
     console = Console()
     loaded = Champion(Lineage(ws.lineage_db), device=cfg.serve.device, cpu_threads=cfg.serve.cpu_threads).current()
-    console.print(f"[bold]champion {loaded.version}[/bold] on {loaded.device}; /exit to leave", highlight=False)
+    fmt = "its chat template" if loaded.chat_template else "a plain transcript"
+    console.print(f"[bold]champion {loaded.version}[/bold] on {loaded.device}, prompted with {fmt}; /exit to leave", highlight=False)
     messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
     while True:
         try:
@@ -81,15 +83,14 @@ def chat(
         if not line.strip():
             continue
         messages.append({"role": "user", "content": line})
-        prompt = chat_prompt(messages)
-        ids = loaded.encode(prompt)
-        room = loaded.context_length - len(ids)
+        prompt = loaded.chat_prompt(messages)
+        room = loaded.context_length - len(prompt.ids)
         if room < 1:
             console.print("[red]the conversation fills the model's context; ending the session[/red]")
             messages.pop()
             break
         n = min(max_new_tokens or cfg.serve.max_new_tokens, room)
-        out = loaded.complete(prompt, n, temperature=temperature, stop=["\nUser:", "\nSystem:"], seed=seed, prompt_ids=ids)
+        out = loaded.complete(prompt.text, n, temperature=temperature, stop=prompt.stops, seed=seed, prompt_ids=prompt.ids, stop_ids=prompt.stop_ids)
         reply = out.text.strip()
         messages.append({"role": "assistant", "content": reply})
         console.print(Text.assemble((f"{loaded.version}: ", "bold green"), reply))  # Text: a reply's "[...]" is not markup
@@ -97,7 +98,7 @@ def chat(
         console.print("session not captured")
         return
     hook = open_capture(ws.ensure(), cfg, loaded.special_tokens)
-    record = hook.capture_conversation(messages, {"source": f"chat:{loaded.version}"})
+    record = hook.capture_conversation(messages, {"source": f"chat:{loaded.version}"}, tokenizer=loaded.tokenizer)
     path = hook.flush()
     console.print(f"session captured as record {record} in {path}", highlight=False)
 

@@ -74,7 +74,9 @@ def register(app: typer.Typer) -> None:
         from lib.tokenizer import load_tokenizer, train_bpe
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
-        folder = ws.corpus_train(corpus or cfg.workspace.corpus)
+        from lib.corpus import replay_corpus_name
+
+        folder = ws.corpus_train(corpus or replay_corpus_name(ws, cfg))
         files = sorted(folder.glob("*.parquet"))
         if not files:
             raise FileNotFoundError(f"no parquet shards in {folder}: build the corpus first (`consolidate corpus build-stdlib`)")
@@ -123,7 +125,10 @@ def register(app: typer.Typer) -> None:
             return
         run_dir = ws.run(run or datetime.now(timezone.utc).strftime("manual-%Y%m%d-%H%M%S"))
         if corpus_only:
-            sources = [SourceConfig(name=cfg.workspace.corpus, path=ws.corpus_train(cfg.workspace.corpus), weight=1.0, kind="corpus")]
+            from lib.corpus import replay_corpus_name
+
+            name = replay_corpus_name(ws, cfg)
+            sources = [SourceConfig(name=name, path=ws.corpus_train(name), weight=1.0, kind="corpus")]
             budget = cfg.model.pretrain_iterations * cfg.training.total_batch_size
         else:
             sources = default_sources(ws, cfg, new_data if new_data is not None else run_dir.curated)
@@ -141,5 +146,7 @@ def register(app: typer.Typer) -> None:
         reused = sum(f["cached"] for f in files)
         console.print(f"{data['tokens_drawn']:,} tokens drawn for a budget of {budget:,}; tokenizer {data['tokenizer_hash'][:12]}; "
                       f"{len(files) - reused} file(s) tokenized, {reused} reused from {ws.token_cache}")
+        for n in data.get("notes", []):
+            console.print(n)
         for w in data["warnings"]:
             console.print(f"[yellow]warning:[/] {w}")

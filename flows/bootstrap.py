@@ -1,11 +1,13 @@
 """The bootstrap flow: from an empty workspace to a champion v0.
 
-embedded default (stdlib corpus + demo memory buffer) → BPE tokenizer on the corpus (cached) →
-manifest + token shards of the corpus (cached) → pre-train v0 from scratch with the same
-torchrun trainer the nights use → record v0, make it champion and latest.
+With `adopt` (your own model): the Hugging Face folder you serve becomes v0 with your replay
+corpus (lib/adopt.py, the same function as `consolidate init`). Without it, the embedded demo:
+stdlib corpus + demo memory buffer → BPE tokenizer on the corpus (cached) → manifest + token
+shards of the corpus (cached) → pre-train v0 from scratch with the same torchrun trainer the
+nights use → record v0, make it champion and latest.
 
-- One parameter, the `ConsolidationConfig`: `model.*` sizes v0, `model.pretrain_iterations` and
-  `training.total_batch_size` its token budget.
+- Parameters: the `ConsolidationConfig` (`model.*` sizes the demo's v0, `model.pretrain_iterations`
+  and `training.total_batch_size` its token budget) and `adopt` (an `AdoptRequest`, or none).
 - Idempotent: with a champion already registered it returns at once and trains nothing.
 
 Trade-off: v0 goes through the same prepare/train path as a night (manifest, packing, snapshots,
@@ -18,31 +20,53 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
+from pydantic import BaseModel, Field
 
 from flows.consolidate import prepare
 from flows.runtime import StageClock, new_run_id, night_lock
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, SourceConfig
+from lib.corpus import DEFAULT_CORPUS
 from lib.workspace import Workspace
-from tasks.bootstrap import build_embedded_default, register_v0, train_tokenizer
+from tasks.bootstrap import adopt_model, build_embedded_default, register_v0, train_tokenizer
 from tasks.cache_keys import on_workspace
 from tasks.data import token_budget
 
 
+class AdoptRequest(BaseModel):
+    """Your own model as v0: a Hugging Face folder and your replay corpus, inside the workspace
+    (copy them to e.g. <workspace>/incoming/ first; the form never reads other host paths)."""
+
+    model: str = Field(description="Model folder (config.json, model.safetensors or shards with an index, tokenizer files), relative to the workspace.")
+    replay: list[str] = Field(min_length=1, description="Replay corpus: parquet, JSONL or text files or folders, relative to the workspace.")
+    replay_val: list[str] = Field(default_factory=list, description="Validation files (old_val); empty: 5% of the replay corpus by id hash.")
+    original_lr: float | None = Field(None, gt=0, lt=1, description="Peak learning rate the model was last trained with (nights train at it × lr_scale); empty only if the folder's meta.json records it.")
+    text_column: str = Field("text", description="Column (parquet) or key (JSONL) holding the text.")
+    corpus: str = Field("replay", description="Name of the replay corpus in the workspace.")
+
+
 @flow(name="bootstrap", log_prints=True)
-def bootstrap(cfg: ConsolidationConfig) -> dict[str, Any]:
-    """Build the embedded default and pre-train v0 unless a champion exists."""
+def bootstrap(cfg: ConsolidationConfig, adopt: AdoptRequest | None = None) -> dict[str, Any]:
+    """Adopt your model as v0 (`adopt`), or build the embedded default and pre-train the demo's
+    v0; nothing happens when a champion exists."""
     with night_lock(cfg, "bootstrap"):  # never beside a night (or a second bootstrap) on this workspace
-        return _bootstrap(cfg)
+        return _bootstrap(cfg, adopt)
 
 
-def _bootstrap(cfg: ConsolidationConfig) -> dict[str, Any]:
+def _bootstrap(cfg: ConsolidationConfig, adopt: "AdoptRequest | None") -> dict[str, Any]:
     from lib.lineage import Lineage
     from prefect.runtime import flow_run
 
     ws = Workspace(cfg.workspace.root).ensure()
     lin = Lineage(ws.lineage_db)
     clock = StageClock()
+    if adopt is not None:
+        champion = lin.alias("champion")
+        if champion is not None:
+            return {"status": f"champion {champion} exists; nothing to adopt", "version": champion, "timings": clock.seconds}
+        with clock.stage("adopt"):
+            out = adopt_model(cfg, adopt.model, adopt.replay, adopt.replay_val, adopt.original_lr, adopt.text_column, adopt.corpus)
+        return {"status": "adopted", **out, "timings": clock.seconds}
     with clock.stage("embedded_default"):
         built = build_embedded_default(cfg)
     champion = lin.alias("champion")
@@ -54,14 +78,16 @@ def _bootstrap(cfg: ConsolidationConfig) -> dict[str, Any]:
     try:
         with clock.stage("tokenizer"):
             tokenizer_dir = on_workspace(train_tokenizer, ws)(cfg)
-        corpus = cfg.workspace.corpus
+        corpus = cfg.workspace.corpus or DEFAULT_CORPUS
         sources = [SourceConfig(name=corpus, path=ws.corpus_train(corpus), weight=1.0, kind="corpus")]
         data = prepare(cfg, run, tokenizer_dir, sources, token_budget(cfg, pretrain=True), clock)
         version = lin.next_version(run.run_id)
         with clock.stage("train"):
             trained = run_training(TrainRequest(
                 cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
-                init=True, tokenizer_dir=tokenizer_dir, meta={"version": version, "run_id": run.run_id}))
+                init=True, tokenizer_dir=tokenizer_dir,
+                meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
+                      "replay_corpus": corpus}))
         with clock.stage("record"):
             register_v0(cfg, run.run_id, version, trained["version_dir"],
                         {"hash": data["manifest_hash"], "path": str(run.manifest),

@@ -163,13 +163,16 @@ def _night(cfg: ConsolidationConfig, ws: Workspace, lock) -> dict[str, Any]:
     from lib.sampling import default_sources
     from prefect.runtime import flow_run
 
+    from lib.corpus import with_replay_corpus
     from tasks.reporting import stage_logger
 
     log = stage_logger()
     lin = Lineage(ws.lineage_db)
     champion = lin.alias("champion")
     if champion is None:
-        raise ValueError(f"no champion in {ws.lineage_db}: run `consolidate bootstrap` (or the bootstrap flow) first")
+        raise ValueError(f"no champion in {ws.lineage_db}: adopt your model with `consolidate init --model DIR --replay ...` "
+                         f"(or the bootstrap flow's adopt parameter), or pre-train the demo's with `consolidate bootstrap`")
+    cfg = with_replay_corpus(ws, cfg)
     finished = finish_decided_nights(cfg, lin, log)
     resumed = resumable_night(lin, champion, log)
     if resumed is not None:  # a night that died: same run id, same parent, same inputs
@@ -208,7 +211,9 @@ def _night(cfg: ConsolidationConfig, ws: Workspace, lock) -> dict[str, Any]:
         with clock.stage("train"):
             trained = trained_version(ws.checkpoint(version), run.run_id) or run_training(TrainRequest(
                 cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
-                parent=champion_dir, resume=resumed is not None, meta={"version": version, "run_id": run.run_id}))
+                parent=champion_dir, resume=resumed is not None,
+                meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
+                      "replay_corpus": cfg.workspace.corpus}))
         manifest = {"hash": data["manifest_hash"], "path": str(run.manifest),
                     "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
         with clock.stage("record"):

@@ -1,20 +1,36 @@
 """Capture: what an inference engine hands to the memory buffer after each answer.
 
 - One served exchange becomes one buffer record (one document): a completion is `prompt +
-  completion`, exactly the text the model saw and wrote; a chat is the whole conversation rendered
-  as plain text, one turn per line group:
+  completion`, exactly the text the model saw and wrote; a chat is the whole conversation, in the
+  format the model was prompted in (`capture.format`):
+  - `chat_template` (default) for a model whose tokenizer has a chat template: the conversation
+    rendered by the model's own template (`lib.chat_format.document`: no generation prompt, no
+    leading BOS), e.g. for a ChatML model
 
-      System: You are terse.
-      User: What is a qubit?
-      Assistant: A two-level quantum system.
+        <|im_start|>user
+        What is a qubit?<|im_end|>
+        <|im_start|>assistant
+        A two-level quantum system.<|im_end|>
 
-  (`render_conversation`; the role name, a colon, a space, the content; turns joined by "\\n").
-  The server prompts the model with the same rendering plus "Assistant:", so what is captured is
-  what the model will be trained on tomorrow, in the format it is asked in today.
-- Policy (`CapturePolicy`, from config `serve.*`): `capture` on/off, `strip_system_prompt`
-  (seed 000 open question 1: a system prompt repeated in every conversation would be learnt as
-  the most frequent text of the night), `strip_special_tokens` (remove `<|bos|>`-style markers and
-  the tokenizer's own special tokens, so a captured document is plain text like the corpus).
+    The server prompted the model with the same template, so the model is consolidated on the
+    format it serves. Safety rule: the template's markers are the only control tokens a record
+    may hold. Message contents are cleaned of every control token and `<|...|>` marker before
+    rendering, whatever `strip_special_tokens` says, so a user cannot forge a turn.
+  - `plain`, and any model without a template (one log line says so): a transcript, one turn per
+    line group (`render_conversation`; the role name, a colon, a space, the content):
+
+        System: You are terse.
+        User: What is a qubit?
+        Assistant: A two-level quantum system.
+
+    A model without a template is prompted with the same rendering plus "Assistant:"
+    (`chat_prompt`) and stopped at the next turn (`CHAT_STOPS`).
+- Policy (`CapturePolicy`, from config `serve.*` and `capture.format`): `capture` on/off,
+  `strip_system_prompt` (seed 000 open question 1: a system prompt repeated in every conversation
+  would be learnt as the most frequent text of the night; a template's own default system prompt,
+  as Qwen2's, is part of the format and stays), `strip_special_tokens` (remove `<|bos|>`-style
+  markers and the tokenizer's control tokens from plain records, so a captured document is plain
+  text like the corpus).
 - Opt-out per request: `meta={"capture": False}` (the server maps a request field
   `"capture": false` or a header `X-Capture: off` onto it). Opted-out text never reaches the
   buffer, not even its write-ahead log.
@@ -31,17 +47,18 @@ record per session opt out of all but the last request, as `consolidate chat` do
 
 from __future__ import annotations
 
-import re
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
-# Markers in the style this project's tokenizers use (`<|bos|>`, `<|fim_prefix|>`, `<|im_start|>`):
-# removed even when the serving tokenizer does not know them, since a client may paste them.
-_MARKER = re.compile(r"<\|[A-Za-z0-9_]{1,32}\|>")
+from lib import chat_format
+
+log = logging.getLogger(__name__)
 
 ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool", "developer": "System"}
+CHAT_STOPS = ["\nUser:", "\nSystem:"]  # a model prompted with a transcript keeps writing it: end the turn here
 
 
 @dataclass(frozen=True)
@@ -52,23 +69,22 @@ class CapturePolicy:
     strip_system_prompt: bool = False
     strip_special_tokens: bool = True
     special_tokens: tuple[str, ...] = field(default_factory=tuple)
+    format: Literal["chat_template", "plain"] = "chat_template"
 
     @classmethod
-    def from_config(cls, serve_cfg: Any, special_tokens: Iterable[str] = ()) -> "CapturePolicy":
+    def from_config(cls, serve_cfg: Any, special_tokens: Iterable[str] = (), format: str = "chat_template") -> "CapturePolicy":
         return cls(
             enabled=serve_cfg.capture,
             strip_system_prompt=serve_cfg.strip_system_prompt,
             strip_special_tokens=serve_cfg.strip_special_tokens,
             special_tokens=tuple(t for t in special_tokens if t),
+            format=format,
         )
 
     def clean(self, text: str) -> str:
         if not self.strip_special_tokens:
             return text
-        # longest first, so `<|fim_prefix|>` is not half-removed by a shorter token it contains
-        for token in sorted(self.special_tokens, key=len, reverse=True):
-            text = text.replace(token, "")
-        return _MARKER.sub("", text)
+        return chat_format.clean_content(text, self.special_tokens)
 
 
 def message_text(content: Any) -> str:
@@ -82,17 +98,21 @@ def message_text(content: Any) -> str:
     raise ValueError(f"message content must be a string or a list of text parts, got {type(content).__name__}")
 
 
+def _check_roles(messages: list[Mapping[str, Any]]) -> None:
+    for i, message in enumerate(messages):
+        if message.get("role") not in ROLE_NAMES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(sorted(ROLE_NAMES))}, got {message.get('role')!r}")
+
+
 def render_conversation(messages: Iterable[Mapping[str, Any]], *, strip_system_prompt: bool = False) -> str:
     """Plain-text transcript: "Role: content" per turn, turns joined by a newline."""
-    lines = []
-    for i, message in enumerate(messages):
-        role = message.get("role")
-        if role not in ROLE_NAMES:
-            raise ValueError(f"messages[{i}].role must be one of {', '.join(sorted(ROLE_NAMES))}, got {role!r}")
-        if strip_system_prompt and ROLE_NAMES[role] == "System":
-            continue
-        lines.append(f"{ROLE_NAMES[role]}: {message_text(message.get('content')).strip()}")
-    return "\n".join(lines)
+    messages = list(messages)
+    _check_roles(messages)
+    return "\n".join(
+        f"{ROLE_NAMES[m['role']]}: {message_text(m.get('content')).strip()}"
+        for m in messages
+        if not (strip_system_prompt and ROLE_NAMES[m["role"]] == "System")
+    )
 
 
 def chat_prompt(messages: Iterable[Mapping[str, Any]]) -> str:
@@ -120,15 +140,45 @@ class Capture:
         self._lock = threading.Lock()
         self.captured = 0
         self.skipped = 0
+        self._noted: set[str] = set()
 
     def capture(self, prompt: str, completion: str, meta: Mapping[str, Any] | None = None) -> str | None:
         """A completion exchange: the document is prompt + completion, as the model saw it."""
         return self._add(prompt + completion, meta)
 
-    def capture_conversation(self, messages: list[Mapping[str, Any]], meta: Mapping[str, Any] | None = None) -> str | None:
-        """A chat exchange (the assistant's answer last): the whole conversation as one document."""
+    def capture_conversation(self, messages: list[Mapping[str, Any]], meta: Mapping[str, Any] | None = None, tokenizer: Any = None) -> str | None:
+        """A chat exchange (the assistant's answer last): the whole conversation as one document,
+        rendered with `tokenizer`'s chat template under `format: chat_template` (the module
+        docstring), else as a plain transcript."""
+        if self.policy.format == "chat_template" and tokenizer is not None and chat_format.has_template(tokenizer):
+            return self._add_rendered(messages, meta, tokenizer)
+        if self.policy.format == "chat_template":
+            self._note_plain(tokenizer)
         text = render_conversation(messages, strip_system_prompt=self.policy.strip_system_prompt)
         return self._add(text, meta)
+
+    def _add_rendered(self, messages: list[Mapping[str, Any]], meta: Mapping[str, Any] | None, tokenizer: Any) -> str | None:
+        if not self.policy.enabled or opted_out(meta):
+            self.skipped += 1
+            return None
+        _check_roles(messages)
+        kept = [m for m in messages if not (self.policy.strip_system_prompt and ROLE_NAMES[m["role"]] == "System")]
+        # the safety rule: contents never carry a control token, whatever strip_special_tokens says
+        tokens = set(self.policy.special_tokens) | set(chat_format.control_tokens(tokenizer))
+        cleaned = chat_format.clean_messages(
+            [{"role": m["role"], "content": message_text(m.get("content"))} for m in kept], tokens
+        )
+        if not any(m["content"].strip() for m in cleaned):
+            self.skipped += 1
+            return None
+        return self._store(chat_format.document(tokenizer, cleaned), meta)
+
+    def _note_plain(self, tokenizer: Any) -> None:
+        name = "" if tokenizer is None else (getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__)
+        if name not in self._noted:
+            self._noted.add(name)
+            why = "no tokenizer was given" if tokenizer is None else f"the model's tokenizer {name} has no chat template"
+            log.info("capture.format=chat_template, but %s: conversations are captured as plain 'User:/Assistant:' transcripts", why)
 
     def flush(self) -> Path | None:
         with self._lock:
@@ -147,6 +197,9 @@ class Capture:
         if not text:
             self.skipped += 1
             return None
+        return self._store(text, meta)
+
+    def _store(self, text: str, meta: Mapping[str, Any] | None) -> str:
         source = (meta or {}).get("source")
         with self._lock:
             record_id = self.buffer.add(text, source=source)
@@ -159,7 +212,7 @@ def open_capture(workspace: Any, cfg: Any, special_tokens: Iterable[str] = ()) -
     from lib.buffer import MemoryBuffer
 
     buffer = MemoryBuffer.from_config(workspace.buffers, cfg)
-    return Capture(buffer, CapturePolicy.from_config(cfg.serve, special_tokens))
+    return Capture(buffer, CapturePolicy.from_config(cfg.serve, special_tokens, cfg.capture.format))
 
 
 _default: Capture | None = None

@@ -1,7 +1,8 @@
 """One typed tree for every knob of the nightly consolidation pipeline.
 
 - `ConsolidationConfig` is the root; each stage reads its own section (buffer, curation,
-  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, orchestration, workspace).
+  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, capture, orchestration,
+  workspace).
 - Defaults are the design seed's (000 section 5): new_data_ratio 0.1, lr_scale 0.1, warmup 0.1,
   warmdown 0.5, 1000 iterations of 524,288 tokens, forgetting gate at +2% bits per byte.
 - Field descriptions are the documentation: the Prefect UI renders them as the run form.
@@ -31,7 +32,7 @@ class _Section(BaseModel):
 
 class WorkspaceConfig(_Section):
     root: Path = Field(Path("workspace"), description="Folder that holds all state: buffers, corpora, runs, checkpoints, lineage.duckdb.")
-    corpus: str = Field("stdlib", description="Name of the original training corpus under <workspace>/corpora/ used for replay and the forgetting check.")
+    corpus: str | None = Field(None, description="Replay corpus under the workspace's corpora/ folder, replayed every night and the forgetting gate's old_val; none: the one the workspace was started with (consolidate init --replay, or the demo's stdlib).")
 
 
 class BufferConfig(_Section):
@@ -75,6 +76,7 @@ class SamplingConfig(_Section):
     final_temperature: float | None = Field(None, gt=0, description="Temperature at the end of training for an annealing schedule; none: constant.")
     temperature_schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="How T moves from temperature to final_temperature over training progress.")
     heldout_fraction: float = Field(0.1, ge=0, lt=1, description="Deterministic slice of tonight's curated data held out of training for the generalisation check.")
+    heldout_min_docs: int = Field(4, ge=0, description="Held-out documents a night keeps at least, when it has twice as many (else the fraction alone; the gate then measures new_train).")
     seed: int = Field(0, description="Seed of the manifest draw; same inputs + same seed give a byte-identical manifest.")
     fim_rate_code: float = Field(0.5, ge=0, le=1, description="FIM rate of code sources (documents detected as code in the embedded corpus).")
     fim_spm_rate: float = Field(0.5, ge=0, le=1, description="Share of FIM examples in SPM order (the rest PSM).")
@@ -84,6 +86,11 @@ class SamplingConfig(_Section):
 class TokenizerConfig(_Section):
     path: Path | None = Field(None, description="Folder with tokenizer.json; none: the champion model's own tokenizer.")
     vocab_size: int = Field(4096, ge=256, le=1 << 20, description="Vocabulary size when a BPE tokenizer is trained (embedded demo only).")
+    document_separator: str = Field(
+        "auto", description="The token in front of every packed document and eval window, as the model saw between documents "
+                            "in pre-training. auto: what the version recorded, else BOS when the tokenizer adds it (Llama, "
+                            "Mistral, Gemma), else <|endoftext|> (GPT-2, Qwen2, Phi), else BOS, else EOS; or bos, eos, or a "
+                            "token string of the tokenizer.")
 
 
 class ModelConfig(_Section):
@@ -147,8 +154,10 @@ class CheckpointConfig(_Section):
 
 
 class EvalConfig(_Section):
-    max_docs: int | None = Field(None, ge=1, description="Cap on documents per evaluation set; none: all.")
-    batch_size: int = Field(8, ge=1, description="Sequences per forward pass during evaluation.")
+    max_docs: int | None = Field(None, ge=1, description="Cap on documents per evaluation set (a fixed sample by id hash); none: all.")
+    max_bytes: int | None = Field(4_000_000, ge=1, description="Cap on UTF-8 bytes of text per evaluation set (the same fixed sample, cut at this size); none: all.")
+    max_len: int | None = Field(None, ge=2, description="Tokens per eval window (separator included); none: training.seq_len, never more than the model's positions.")
+    batch_size: int = Field(8, ge=1, description="Sequences per forward pass during evaluation (halved automatically when the device runs out of memory).")
     probes: Path | None = Field(None, description="JSONL file of {prompt, expected} probes scored before and after; none: no probes.")
 
 
@@ -164,13 +173,17 @@ class ServeConfig(_Section):
     token: SecretStr | None = Field(None, description="Bearer token required by the server; none: no authentication.")
     capture: bool = Field(True, description="Write served conversations into the memory buffer (per-request opt-out).")
     strip_system_prompt: bool = Field(False, description="Leave system messages out of captured conversations (seed 000 open question 1).")
-    strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens from captured text.")
+    strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens and <|name|> markers from captured plain text; a conversation rendered with the model's chat template always has its message contents cleaned (capture.format).")
     max_request_bytes: int = Field(1_000_000, ge=1, description="Largest accepted request body.")
     max_new_tokens: int = Field(512, ge=1, description="Largest generation length a request may ask for.")
     reload_interval_s: float = Field(2.0, ge=0, description="How often the server re-reads the champion alias from lineage (0: on every request); a moved alias reloads the model.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device the served model runs on; auto: CUDA when available, else CPU.")
     flush_interval_s: float | None = Field(300.0, gt=0, description="The server writes captured records to a parquet file at least this often (the nightly run reads only parquet files, not a live server's write-ahead log); none: only every buffer.flush_size records and at shutdown.")
     cpu_threads: int | None = Field(None, ge=1, description="Torch CPU threads of the serving process; none: torch's default (one per core). Small models answer faster with 1 (tiny preset: 16 tokens in 0.13 s with 1 thread vs 1.2 s with 2 on a busy 2-core machine).")
+
+
+class CaptureConfig(_Section):
+    format: Literal["chat_template", "plain"] = Field("chat_template", description="How a served conversation is written into the memory buffer. chat_template: rendered with the model's own chat template, as it was prompted (plain when the model has none); plain: a 'User: ... / Assistant: ...' transcript. On/off and stripping: serve.capture, serve.strip_*.")
 
 
 class OrchestrationConfig(_Section):
@@ -196,6 +209,7 @@ class ConsolidationConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    capture: CaptureConfig = Field(default_factory=CaptureConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
     def to_dict(self) -> dict[str, Any]:

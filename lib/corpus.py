@@ -272,11 +272,39 @@ def build_demo_buffer(
     }
 
 
+DEFAULT_CORPUS = "stdlib"
+
+
+def replay_corpus_name(workspace: Workspace, cfg) -> str:
+    """The corpus a night replays and measures old_val on: `workspace.corpus` when set, else the
+    one recorded with the lineage's root version (`consolidate init --replay`), else the embedded
+    demo's stdlib."""
+    if cfg.workspace.corpus:
+        return cfg.workspace.corpus
+    if workspace.lineage_db.exists():
+        from lib.lineage import Lineage
+
+        lin = Lineage(workspace.lineage_db)
+        root = lin.root_version()
+        if root is not None:
+            recorded = ((lin.get_version(root) or {}).get("meta") or {}).get("replay_corpus")
+            if recorded:
+                return recorded
+    return DEFAULT_CORPUS
+
+
+def with_replay_corpus(workspace: Workspace, cfg):
+    """`cfg` with `workspace.corpus` filled in (`replay_corpus_name`): flows resolve it once."""
+    if cfg.workspace.corpus:
+        return cfg
+    return cfg.model_copy(update={"workspace": cfg.workspace.model_copy(update={"corpus": replay_corpus_name(workspace, cfg)})})
+
+
 def ensure_embedded_default(workspace: Workspace, cfg, *, demo_max_bytes: int = 120_000) -> dict:
     """What the embedded demo needs before anything trains: the stdlib corpus (named
-    `cfg.workspace.corpus`) and a non-empty memory buffer. Builds only what is missing."""
+    `cfg.workspace.corpus`, default stdlib) and a non-empty memory buffer. Builds only what is missing."""
     workspace.ensure()
-    name = cfg.workspace.corpus
+    name = cfg.workspace.corpus or DEFAULT_CORPUS
     corpus = read_corpus_stats(workspace, name)
     corpus_built = corpus is None
     if corpus is None:

@@ -3,10 +3,19 @@
 - `load_version(path, version)` materialises the version folder (a delta checkpoint becomes a full
   Hugging Face folder, `lib.checkpoint.materialize`) and loads model + tokenizer onto the device
   (CUDA when available and `serve.device=auto`, else CPU), in eval mode.
-- `LoadedModel.complete(prompt, ...)` tokenizes with a leading BOS (training packs documents
-  BOS-aligned, so a prompt without it is out of distribution), generates greedily at temperature 0
-  or samples (temperature, top_p, optional seed), stops at EOS or at a stop string, and returns the
-  text without the stop string plus token counts and the OpenAI finish reason.
+- `LoadedModel.complete(prompt, ...)` tokenizes a plain prompt after `prompt_prefix_ids` (the
+  document separator training packs every document with: a prompt without it is out of
+  distribution), generates greedily at temperature 0 or samples (temperature, top_p,
+  optional seed), stops at an end token (EOS, the ends generation_config.json lists, and for a
+  chat the template's end of turn) or at a stop string, and returns the text without the stop
+  string plus token counts and the OpenAI finish reason.
+- `LoadedModel.chat_prompt(messages)` is the one place that turns a conversation into a prompt,
+  for the server and `consolidate chat` alike: the model's own chat template with the generation
+  prompt added, message contents cleaned of control tokens (`lib.chat_format`), stopping at the
+  template's end of turn; a model without a template gets the plain "User:/Assistant:" transcript
+  (`lib.capture.chat_prompt`), stopping at the next "\nUser:".
+- Models without a pad token (Llama-3, GPT-2) generate with an end token as padding; vocabularies
+  over 65,535 need nothing special here (ids are int64 tensors).
 - `Champion` follows the lineage alias: it re-reads `champion` at most every `reload_interval_s`
   seconds (0: every call), and only when the registry file changed since the last read; loads a moved alias's version beside the serving one, then swaps the
   reference; a generation in flight finishes on the model it started with. While one thread
@@ -29,7 +38,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from lib import chat_format
+from lib.capture import CHAT_STOPS, chat_prompt
+
 log = logging.getLogger(__name__)
+
+
+def prompt_prefix_ids(folder: str | Path) -> list[int]:
+    """The ids that open a plain prompt: the document separator the model was trained with, as
+    training packs every document (lib/tokenizer.py: the one a version records, else BOS when the
+    tokenizer adds it, else `<|endoftext|>`: Llama's `<|begin_of_text|>`, GPT-2's and Qwen2's
+    `<|endoftext|>`)."""
+    from lib.tokenizer import load_tokenizer
+
+    return [load_tokenizer(folder).separator()[0]]
 
 
 class NoChampionError(RuntimeError):
@@ -44,6 +66,16 @@ def pick_device(choice: str = "auto") -> str:
     if choice == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return choice
+
+
+@dataclass
+class ChatPrompt:
+    """A conversation made ready for generation (`LoadedModel.chat_prompt`)."""
+
+    text: str  # the rendering the model continues
+    ids: list[int]
+    stops: list[str]  # stop strings (the plain transcript's next turn)
+    stop_ids: list[int]  # end tokens: EOS, generation_config's ends, the template's end of turn
 
 
 @dataclass
@@ -65,21 +97,37 @@ class LoadedModel:
         self.device = device
         self.context_length = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
         self.lock = threading.Lock()
+        self.chat_template = chat_format.has_template(tokenizer)
+        self.control_tokens = chat_format.control_tokens(tokenizer)
+        self.end_ids = _end_ids(tokenizer, model)
+        self.end_of_turn_ids = chat_format.end_of_turn_ids(tokenizer) if self.chat_template else []
+        self.prefix_ids = prompt_prefix_ids(folder)
 
     @property
     def special_tokens(self) -> list[str]:
-        return list(getattr(self.tokenizer, "all_special_tokens", []) or [])
+        """Every string that tokenizes to a control token (what capture cleaning removes)."""
+        return list(self.control_tokens)
 
     def encode(self, prompt: str) -> list[int]:
         # split_special_tokens: a prompt that literally contains "<|eos|>" stays characters, as in
         # training (lib.tokenizer encodes with special-token matching off): no control-token injection
         ids = self.tokenizer(prompt, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        bos = self.tokenizer.bos_token_id
-        if bos is not None and (not ids or ids[0] != bos):
-            ids = [bos] + ids
+        prefix = self.prefix_ids
+        if prefix and ids[: len(prefix)] != prefix:
+            ids = prefix + ids
         return ids
 
-    def _prepare(self, prompt: str, max_new_tokens: int, temperature: float, top_p: float, stop: list[str] | None, prompt_ids: list[int] | None):
+    def chat_prompt(self, messages: list[dict[str, str]]) -> ChatPrompt:
+        """The prompt for a conversation whose last turn awaits the assistant's answer."""
+        if self.chat_template:
+            cleaned = chat_format.clean_messages(messages, self.control_tokens)
+            text = chat_format.render(self.tokenizer, cleaned, add_generation_prompt=True)
+            stop_ids = self.end_ids + [i for i in self.end_of_turn_ids if i not in self.end_ids]
+            return ChatPrompt(text, chat_format.encode(self.tokenizer, text), [], stop_ids)
+        text = chat_prompt(messages)
+        return ChatPrompt(text, self.encode(text), list(CHAT_STOPS), list(self.end_ids))
+
+    def _prepare(self, prompt: str, max_new_tokens: int, temperature: float, top_p: float, stop: list[str] | None, prompt_ids: list[int] | None, stop_ids: list[int] | None):
         import torch
 
         ids = prompt_ids if prompt_ids is not None else self.encode(prompt)
@@ -88,10 +136,13 @@ class LoadedModel:
                 f"prompt of {len(ids)} tokens + max_tokens {max_new_tokens} exceeds the model's context of {self.context_length} tokens"
             )
         stop = [s for s in (stop or []) if s]
+        ends = list(stop_ids) if stop_ids else list(self.end_ids)
+        pad = self.tokenizer.pad_token_id
         kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
-            "pad_token_id": self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id,
-            "eos_token_id": self.tokenizer.eos_token_id,
+            # no pad token (Llama-3, GPT-2): one sequence needs no padding, an end token stands in
+            "pad_token_id": pad if pad is not None else (ends[0] if ends else 0),
+            "eos_token_id": ends or None,
         }
         if temperature and temperature > 0:
             kwargs.update(do_sample=True, temperature=float(temperature), top_p=float(top_p), top_k=0)
@@ -111,14 +162,13 @@ class LoadedModel:
                 torch.manual_seed(int(seed))
             return self.model.generate(input_ids, **kwargs)
 
-    def _finish(self, ids: list[int], out: Any, stop: list[str]) -> Completion:
+    def _finish(self, ids: list[int], out: Any, stop: list[str], ends: list[int]) -> Completion:
         new_ids = out[0, len(ids):].tolist()
-        eos = self.tokenizer.eos_token_id
-        hit_eos = eos is not None and eos in new_ids
-        if hit_eos:
-            new_ids = new_ids[: new_ids.index(eos)]
+        at = next((k for k, t in enumerate(new_ids) if t in ends), None)
+        if at is not None:
+            new_ids = new_ids[:at]
         text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
-        finish = "stop" if hit_eos else "length"
+        finish = "stop" if at is not None else "length"
         cut = _first_stop(text, stop)
         if cut >= 0:
             text, finish = text[:cut], "stop"
@@ -134,9 +184,11 @@ class LoadedModel:
         stop: list[str] | None = None,
         seed: int | None = None,
         prompt_ids: list[int] | None = None,
+        stop_ids: list[int] | None = None,
     ) -> Completion:
-        ids, input_ids, stop, kwargs = self._prepare(prompt, max_new_tokens, temperature, top_p, stop, prompt_ids)
-        return self._finish(ids, self._generate(input_ids, seed, kwargs), stop)
+        """Continue `prompt` (or `prompt_ids`); `stop_ids` replaces the default end tokens."""
+        ids, input_ids, stop, kwargs = self._prepare(prompt, max_new_tokens, temperature, top_p, stop, prompt_ids, stop_ids)
+        return self._finish(ids, self._generate(input_ids, seed, kwargs), stop, kwargs["eos_token_id"] or [])
 
     def stream(
         self,
@@ -148,13 +200,14 @@ class LoadedModel:
         stop: list[str] | None = None,
         seed: int | None = None,
         prompt_ids: list[int] | None = None,
+        stop_ids: list[int] | None = None,
     ) -> Iterator[str | Completion]:
         """Yield text pieces as they are generated, then the final `Completion` (whose text is
         the pieces joined). Text that could be the start of a stop string is held back until it
         is known not to be one, so a stop string never reaches the client."""
         from transformers import TextIteratorStreamer
 
-        ids, input_ids, stop, kwargs = self._prepare(prompt, max_new_tokens, temperature, top_p, stop, prompt_ids)
+        ids, input_ids, stop, kwargs = self._prepare(prompt, max_new_tokens, temperature, top_p, stop, prompt_ids, stop_ids)
         streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=600)
         result: dict[str, Any] = {}
 
@@ -182,13 +235,23 @@ class LoadedModel:
         worker.join()
         if "error" in result:
             raise result["error"]
-        done = self._finish(ids, result["out"], stop)
+        done = self._finish(ids, result["out"], stop, kwargs["eos_token_id"] or [])
         if held:
             sent.append(held)
             yield held
         # the final text is what the client was sent (incremental decoding may differ from a
         # whole decode at a stop cut by a character or two of whitespace)
         yield Completion(text="".join(sent), prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens, finish_reason=done.finish_reason)
+
+
+def _end_ids(tokenizer: Any, model: Any) -> list[int]:
+    """EOS, then the other ends generation_config.json lists (Llama-3-Instruct: `<|eot_id|>`)."""
+    ends: list[int] = []
+    listed = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for i in [tokenizer.eos_token_id, *(listed if isinstance(listed, (list, tuple)) else [listed])]:
+        if i is not None and int(i) not in ends:
+            ends.append(int(i))
+    return ends
 
 
 def _first_stop(text: str, stop: list[str]) -> int:

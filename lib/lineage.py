@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 import duckdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
 MIGRATIONS: list[list[str]] = [
@@ -119,6 +119,17 @@ MIGRATIONS: list[list[str]] = [
             actor VARCHAR NOT NULL,             -- gate | person (override)
             reason VARCHAR,                     -- a person's reason for an override
             decided_at TIMESTAMPTZ NOT NULL
+        )""",
+    ],
+    [
+        """CREATE TABLE corpora (
+            name VARCHAR PRIMARY KEY,           -- folder under corpora/
+            kind VARCHAR NOT NULL,              -- stdlib | replay | generated
+            content_hash VARCHAR,               -- sha256 over the shards' content hashes
+            docs BIGINT,
+            bytes BIGINT,
+            info JSON,                          -- corpus.json: inputs, splits, rejected files and why
+            created_at TIMESTAMPTZ NOT NULL
         )""",
     ],
 ]
@@ -406,6 +417,35 @@ class Lineage:
                ON CONFLICT (manifest_hash) DO UPDATE SET run_id = excluded.run_id, path = excluded.path, stats = excluded.stats""",
             [manifest_hash, run_id, None if path is None else str(path), to_json(stats or {}), now()],
         )
+
+    # -- corpora -----------------------------------------------------------------------------
+    def record_corpus(self, name: str, kind: str, info: dict[str, Any]) -> None:
+        """A replay corpus as ingested (`info` is its corpus.json); re-recording replaces it."""
+        digest = hashlib.sha256("".join(s.get("hash", "") for s in info.get("shards", [])).encode()).hexdigest()
+        with self.transaction() as con:
+            con.execute(
+                """INSERT INTO corpora VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, content_hash = excluded.content_hash,
+                     docs = excluded.docs, bytes = excluded.bytes, info = excluded.info""",
+                [name, kind, digest, info.get("docs"), info.get("bytes"), to_json(info), now()],
+            )
+
+    def corpus(self, name: str) -> dict[str, Any] | None:
+        with self.reading() as con:
+            row = con.execute("SELECT name, kind, content_hash, docs, bytes, info, created_at FROM corpora WHERE name = ?",
+                              [name]).fetchone()
+        if row is None:
+            return None
+        out = dict(zip(("name", "kind", "content_hash", "docs", "bytes", "info", "created_at"), row))
+        if isinstance(out["info"], str):
+            out["info"] = json.loads(out["info"])
+        return out
+
+    def root_version(self) -> str | None:
+        """The first version of the lineage (v0: adopted or pre-trained)."""
+        with self.reading() as con:
+            row = con.execute("SELECT version FROM versions WHERE parent IS NULL ORDER BY created_at LIMIT 1").fetchone()
+        return row[0] if row else None
 
     # -- versions ----------------------------------------------------------------------------
     def next_version(self, run_id: str | None = None) -> str:

@@ -1,18 +1,25 @@
-"""The training loader: follow the manifest, pack BOS-aligned best-fit rows, stripe them over
-data-parallel ranks, resume exactly.
+"""The training loader: follow the manifest, pack separator-aligned best-fit rows, stripe them
+over data-parallel ranks, resume exactly.
 
 - `validate(data_dir, tokenizer_hash)` opens every token shard the manifest names and checks, before
   any training step: index and token file agree, every shard was written by the model's tokenizer,
   every manifest piece lies inside an existing document, the manifest is the one data.json
   hashed. Errors name the file.
 - Manifest pieces enter a best-fit planner (lib/packing.py) in manifest order, `buffer_size` at a
-  time; since the manifest already interleaves sources at the exact token ratio, the rows do too.
+  time, each with its source; the planner serves a source first when it lags the manifest's mix
+  by more than half a row, so the trained token ratio is the manifest's (tested), not best-fit's
+  preference for long pieces.
+- Every piece gets the document separator in front (data.json `separator_id`: BOS for Llama-style
+  models, `<|endoftext|>` for GPT-2/Qwen2, see lib/tokenizer.py); it is context for the piece's
+  first token and the target of the previous piece's last token (the "end of document" a model
+  separated by end-of-text learns), so every token of a row carries loss.
 - Every rank plans the same global row sequence (planning is arithmetic on lengths) and copies
   tokens only for its own rows: rank r takes global rows r, r + W, r + 2W, ... Each `next_batch`
   plans one whole global batch (B × W rows), so all ranks hold the same state after every step.
-- State for resume is small and plain: manifest cursor, passes over the manifest, rows planned and
-  the manifest rows waiting in the planner's buffer. Rebuilding the planner from them gives the
-  exact same future rows; resuming on a different world size keeps the global row order.
+- State for resume is small and plain: manifest cursor, passes over the manifest, rows planned,
+  the manifest rows waiting in the planner's buffer and its per-source token counts. Rebuilding
+  the planner from them gives the exact same future rows; resuming on a different world size
+  keeps the global row order.
 - Targets are the inputs shifted by one; -100 marks positions without loss (the FIM middle-only
   option masks everything up to and including `<|fim_middle|>`).
 - When the manifest runs out (it is drawn with 5% slack) the loader starts it again from the top.
@@ -37,7 +44,7 @@ from lib.fim import middle_only_mask
 from lib.packing import BestFitPlanner, PackingStats
 from lib.shards import ShardError, doc_starts, read_shard
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: per-source token counts of the planner
 log = logging.getLogger(__name__)
 
 
@@ -161,7 +168,11 @@ class TrainLoader:
         self.buffer_size = buffer_size
         self.tokenizer_hash = meta.get("tokenizer_hash")
         self.manifest_hash = self.data.manifest_hash
-        self.bos_id = int(meta["bos_id"])
+        # data prepared before the separator setting existed recorded bos_id, which it packed with
+        sep = meta.get("separator_id", meta.get("bos_id"))
+        if sep is None:
+            raise DataError(f"{self.data.dir / 'data.json'} records no separator_id: prepare the data again")
+        self.separator_id = int(sep)
         fim = meta.get("fim") or {}
         self.middle_only = bool(fim.get("middle_only")) and fim.get("middle_id") is not None
         self.middle_id = fim.get("middle_id")
@@ -189,7 +200,7 @@ class TrainLoader:
                 self.cursor = 0
                 self.passes += 1
             m = self.cursor
-            self.planner.add(m, int(d.length[m]) + 1)
+            self.planner.add(m, int(d.length[m]) + 1, int(d.source[m]))
             self.cursor += 1
 
     def _plan_row(self) -> list[tuple[int, int]]:
@@ -203,7 +214,7 @@ class TrainLoader:
         pos = 0
         loss[:] = True
         for i, (m, take) in enumerate(plan):
-            row[pos] = self.bos_id
+            row[pos] = self.separator_id
             n = take - 1
             if n:
                 s = int(d.start[m])
@@ -248,11 +259,13 @@ class TrainLoader:
             "version": STATE_VERSION, "manifest_hash": self.manifest_hash, "seq_len": self.seq_len,
             "cursor": self.cursor, "passes": self.passes, "rows_planned": self.rows_planned,
             "batches": self.batches, "buffer": [int(k) for k in self.planner.keys()],
+            "planner_counts": self.planner.counts(),
         }
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("version") != STATE_VERSION:
-            raise DataError(f"loader state version {state.get('version')} is not {STATE_VERSION}")
+            raise DataError(f"loader state version {state.get('version')} is not {STATE_VERSION}: the snapshot was written "
+                            f"by another version of this package; train this run again without --resume")
         if state.get("manifest_hash") != self.manifest_hash:
             raise DataError(
                 f"loader state belongs to manifest {str(state.get('manifest_hash'))[:12]}…, but {self.data.dir} "
@@ -267,4 +280,5 @@ class TrainLoader:
         for m in state["buffer"]:
             if not 0 <= int(m) < self.data.rows:
                 raise DataError(f"loader state refers to manifest row {m}, the manifest has {self.data.rows}")
-            self.planner.add(int(m), int(self.data.length[int(m)]) + 1)
+            self.planner.add(int(m), int(self.data.length[int(m)]) + 1, int(self.data.source[int(m)]))
+        self.planner.set_counts(state["planner_counts"])

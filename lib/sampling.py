@@ -5,9 +5,18 @@ evaluation, and draw the sampling manifest (seed 000 section 4, seed 004 section
   TOKENS. `default_sources` is the seed's two-source case: the original corpus at 1 - r, the
   night's curated data ("new") at r = `sampling.new_data_ratio`.
 - Every input parquet file becomes one token shard (lib/shards.py), tokenized in parallel
-  processes. Documents of `kind="buffer"` sources whose id hashes below `heldout_fraction` go to
-  `heldout/<source>.parquet` instead (same split every night for the same id). Documents with
-  identical text inside a source are kept once (seed 004 11.5: dedup before resampling).
+  processes. Documents of `kind="buffer"` sources whose salted id hash falls below
+  `heldout_fraction` go to `heldout/<source>.parquet` instead (same split every night for the
+  same id). When that leaves fewer than `heldout_min_docs` and the night has at least twice as
+  many documents, the cut is raised to the `heldout_min_docs` lowest hashes, so the acquisition
+  rule always has documents it never trained on; a night with fewer documents keeps what the
+  fraction gives and says so in data.json's warnings (the gate then falls back to new_train).
+  Documents with identical text inside a source are kept once (seed 004 11.5: dedup before
+  resampling). Shards hold documents without separators: the loader adds the document
+  separator (data.json `separator_id`, lib/tokenizer.py) when it packs rows.
+- New-data (`buffer`) documents may contain the chat template's own markers (`markers=`, what
+  capture renders around cleaned message contents): those become control tokens; every other
+  special-token string in any document stays text.
 - FIM (lib/fim.py) is applied per piece at tokenization time: code documents (a `kind` column
   equal to "code") at `fim_rate_code`, or at the source's own `fim_rate` when it sets one.
 - The manifest lists pieces of at most `seq_len` tokens (one packed row with its BOS) in training
@@ -75,9 +84,12 @@ def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Pat
     (weight r, kind buffer), then any extra `sampling.sources` with their own weights."""
     from lib.config import SourceConfig
 
+    from lib.corpus import replay_corpus_name
+
     r = cfg.sampling.new_data_ratio
+    corpus = replay_corpus_name(workspace, cfg)
     sources = [
-        SourceConfig(name=cfg.workspace.corpus, path=workspace.corpus_train(cfg.workspace.corpus), weight=1 - r, kind="corpus"),
+        SourceConfig(name=corpus, path=workspace.corpus_train(corpus), weight=1 - r, kind="corpus"),
         SourceConfig(name=NEW_SOURCE, path=Path(new_data_dir), weight=r, kind="buffer"),
     ]
     for extra in cfg.sampling.sources:
@@ -133,9 +145,25 @@ def file_hash(path: Path) -> str:
 HELDOUT_SALT = 0x68656C646F7574  # "heldout"
 
 
+def _heldout_hash(doc_id: str) -> int:
+    return xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=HELDOUT_SALT)
+
+
 def is_heldout(doc_id: str, fraction: float) -> bool:
     """Deterministic held-out split by id: the same document is held out every night."""
-    return fraction > 0 and xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=HELDOUT_SALT) < fraction * 2.0**64
+    return fraction > 0 and _heldout_hash(doc_id) < fraction * 2.0**64
+
+
+def heldout_cut(doc_ids: list[str], fraction: float, min_docs: int) -> int:
+    """The hash below which a document of this set is held out: `fraction` of the hash range,
+    raised to take the `min_docs` lowest hashes when the fraction alone leaves fewer and the set
+    has at least 2 × min_docs documents (so most of a small night still trains)."""
+    cut = int(fraction * 2**64) if fraction > 0 else 0
+    hashes = sorted({_heldout_hash(i) for i in doc_ids if i is not None})
+    below = sum(1 for h in hashes if h < cut)
+    if min_docs > 0 and below < min_docs and len(hashes) >= 2 * min_docs:
+        cut = hashes[min_docs - 1] + 1
+    return cut
 
 
 # -- tokenization workers -----------------------------------------------------------------------
@@ -174,6 +202,9 @@ def tokenize_file(task: dict, tokenizer=None) -> dict:
     tok = tokenizer or _WORKER_TOKENIZER
     path = Path(task["file"])
     ids, texts, kinds = _read_source_file(path)
+    cut = task.get("heldout_cut")
+    if cut is None:  # a task built by hand with only the fraction
+        cut = int(task["heldout_fraction"] * 2**64) if task["heldout_fraction"] > 0 else 0
     heldout_ids, heldout_texts = [], []
     keep_ids, keep_texts, keep_fim = [], [], []
     skipped = 0
@@ -181,7 +212,7 @@ def tokenize_file(task: dict, tokenizer=None) -> dict:
         if doc_id is None or text is None or text == "":
             skipped += 1
             continue
-        if task["kind"] == "buffer" and is_heldout(doc_id, task["heldout_fraction"]):
+        if task["kind"] == "buffer" and _heldout_hash(doc_id) < cut:
             heldout_ids.append(doc_id)
             heldout_texts.append(text)
             continue
@@ -198,14 +229,19 @@ def tokenize_file(task: dict, tokenizer=None) -> dict:
     fim_on = task["fim_enabled"]
     piece_tokens = task["fim_piece_tokens"]
     batch = 512
+    markers = task.get("markers") or []
     for start in range(0, len(keep_texts), batch):
-        encodings = tok.encode_batch_raw(keep_texts[start:start + batch])
+        chunk = keep_texts[start:start + batch]
+        encodings = tok.encode_batch_raw(chunk)
+        # documents with the chat template's markers: those become control ids (never FIM)
+        marked_at = [j for j, t in enumerate(chunk) if any(m in t for m in markers)] if markers else []
+        marked = dict(zip(marked_at, tok.encode_batch([chunk[j] for j in marked_at], markers))) if marked_at else {}
         fim_jobs: list[tuple[int, bool]] = []   # (unit position, spm) waiting for their parts' ids
         fim_parts: list[str] = []               # prefix, middle, suffix of each job, flat
         for j, enc in enumerate(encodings):
             d = start + j
-            ids_ = enc.ids
-            if not fim_on or keep_fim[d] <= 0 or len(ids_) < 2:
+            ids_ = marked.get(j, enc.ids)
+            if not fim_on or keep_fim[d] <= 0 or len(ids_) < 2 or j in marked:
                 unit_tokens.append(ids_)
                 unit_doc.append(d)
                 unit_fim.append(False)
@@ -287,7 +323,7 @@ def run_tokenize_tasks(tasks: list[dict], tokenizer_dir: str | Path, workers: in
 
 # -- token cache: the corpus is tokenized once, not every night -----------------------------------
 
-CACHE_VERSION = 1  # bump when tokenize_file's output for the same inputs changes
+CACHE_VERSION = 2  # bump when tokenize_file's output for the same inputs changes (2: held-out cut, markers)
 _CACHE_FILES = (".bin", ".idx", ".json")
 
 
@@ -296,7 +332,8 @@ def cache_key(task: dict, tokenizer_hash: str) -> str:
     fim_active = task["fim_enabled"] and (task["fim_rate"] or 0) + task["fim_rate_code"] > 0
     key = {
         "v": CACHE_VERSION, "input": task["input_hash"], "tokenizer": tokenizer_hash,
-        "heldout": task["heldout_fraction"] if task["kind"] == "buffer" else 0.0,
+        "heldout": str(task.get("heldout_cut", task["heldout_fraction"])) if task["kind"] == "buffer" else 0.0,
+        "markers": task.get("markers") or None,
         # FIM draws depend on the source name and seed; without FIM they do not matter
         "fim": [task["fim_rate"], task["fim_rate_code"], task["fim_spm_rate"], task["fim_piece_tokens"],
                 task["seed"], task["source"]] if fim_active else None,
@@ -448,17 +485,33 @@ def write_manifest(cols: dict, path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def tokenize_tasks(sources: list[SourceConfig], tok, out_dir: str | Path, sampling: SamplingConfig, seq_len: int) -> list[dict]:
+def _source_ids(files: list[Path]) -> list[str]:
+    ids = []
+    for f in files:
+        try:
+            column = pq.read_table(f, columns=["id"]).column("id")
+        except Exception as exc:  # the tokenize step names the file and the problem
+            raise ValueError(f"{f} is not a readable training source with an `id` column: {exc}") from exc
+        ids += [str(x) for x in column.to_pylist() if x is not None]
+    return ids
+
+
+def tokenize_tasks(sources: list[SourceConfig], tok, out_dir: str | Path, sampling: SamplingConfig, seq_len: int,
+                   markers: list[str] | None = None) -> list[dict]:
     """One tokenization task per input file of `sources`: what `tokenize_file` needs (plain
-    data, so a task can travel to another process or machine)."""
+    data, so a task can travel to another process or machine). `markers`: the chat template's
+    control tokens, read as such in new-data documents."""
     fim_piece_tokens = max(8, seq_len - 8)  # room for 3 sentinels + EOS + re-encoding drift
     tasks = []
     for s in sources:
-        for k, f in enumerate(source_files(s)):
+        files = source_files(s)
+        cut = heldout_cut(_source_ids(files), sampling.heldout_fraction, sampling.heldout_min_docs) if s.kind == "buffer" else 0
+        for k, f in enumerate(files):
             tasks.append({
                 "source": s.name, "kind": s.kind, "file": str(f), "file_index": k,
                 "stem": str(Path(out_dir) / "shards" / s.name / f"shard-{k:05d}"), "input_hash": file_hash(f),
-                "heldout_fraction": sampling.heldout_fraction,
+                "heldout_fraction": sampling.heldout_fraction, "heldout_cut": cut,
+                "markers": sorted(markers) if (markers and s.kind == "buffer") else [],
                 "fim_rate": s.fim_rate if "fim_rate" in s.model_fields_set else None,
                 "fim_rate_code": sampling.fim_rate_code, "fim_spm_rate": sampling.fim_spm_rate,
                 "fim_enabled": tok.has_fim, "fim_piece_tokens": fim_piece_tokens, "seed": sampling.seed,
@@ -498,13 +551,17 @@ def prepare_training_data(
     seq_len: int,
     workers: int | None = None,
     cache_dir: str | Path | None = None,
+    separator: str = "auto",
+    markers: list[str] | None = None,
 ) -> dict:
     """Tokenize `sources` into `out_dir/shards/<source>/`, hold out new documents into
     `out_dir/heldout/<source>.parquet`, draw `out_dir/manifest.parquet` covering `token_budget`
     training tokens, and write `out_dir/data.json`. Returns the data.json content.
 
     `cache_dir` (e.g. `Workspace.token_cache`): reuse shards of input files tokenized before with
-    the same tokenizer and rules (hard links), so the corpus is tokenized once, not every night."""
+    the same tokenizer and rules (hard links), so the corpus is tokenized once, not every night.
+    `separator`: `tokenizer.document_separator` (auto: what the tokenizer folder's version recorded,
+    else the tokenizer's convention); `markers`: the chat template's control tokens (new data)."""
     from lib.tokenizer import load_tokenizer
 
     if not sources:
@@ -519,10 +576,13 @@ def prepare_training_data(
     out = Path(out_dir)
     tok = load_tokenizer(tokenizer_dir)
     warnings: list[str] = []
-    tasks = tokenize_tasks(sources, tok, out, sampling, seq_len)
+    notes: list[str] = []  # what a run does differently and why, not a problem
+    separator_id, separator_token = tok.separator(separator)
+    tasks = tokenize_tasks(sources, tok, out, sampling, seq_len, markers)
     wants_fim = sampling.fim_rate_code > 0 or any(s.fim_rate > 0 for s in sources)
     if wants_fim and not tok.has_fim:
-        warnings.append(f"tokenizer {tokenizer_dir} has no FIM tokens (<|fim_prefix|>, <|fim_middle|>, <|fim_suffix|>): FIM is off for this run")
+        notes.append(f"FIM is off: the tokenizer in {tokenizer_dir} has no FIM tokens (<|fim_prefix|>, <|fim_middle|>, "
+                     f"<|fim_suffix|> or another family's names), so code is trained left to right")
     results: list[dict | None] = [None] * len(tasks)
     keys = [cache_key(t, tok.hash) for t in tasks] if cache_dir is not None else []
     if cache_dir is not None:
@@ -609,6 +669,11 @@ def prepare_training_data(
             "exposures": {"mean": float(e.mean()), "min": int(e.min()), "max": int(e.max()),
                           "histogram": {str(k): int(v) for k, v in zip(*np.unique(e, return_counts=True))}},
         })
+        if s.kind == "buffer" and stats["heldout_docs"] == 0:
+            warnings.append(
+                f"source {s.name!r}: no document held out ({stats['docs']} documents; a night needs at least "
+                f"{2 * sampling.heldout_min_docs} for sampling.heldout_min_docs={sampling.heldout_min_docs}): the gate's "
+                f"acquisition rule measures new_train, documents the model trained on, instead of new_heldout")
         if s.kind == "buffer":
             lo, hi = EXPOSURE_RANGE
             if not lo <= e.mean() <= hi:
@@ -622,14 +687,13 @@ def prepare_training_data(
         "doc_id": pa.array([d for st in new_streams for d in st.docs["doc_id"]], pa.string()),
         "exposures": pa.array(np.concatenate([st.exposures for st in new_streams]) if new_streams else [], pa.int64()),
     }), out / "exposures.parquet", compression="zstd")
-    for w in warnings:
-        log.warning(w)
     data = {
         "format": "training-data", "version": 1,
         "seq_len": seq_len, "token_budget": token_budget, "tokens_drawn": int(total_drawn),
         "manifest": "manifest.parquet", "manifest_hash": manifest_hash, "manifest_rows": len(cols["source"]),
         "inputs_digest": inputs_digest,
         "tokenizer_hash": tok.hash, "tokenizer_dir": str(tokenizer_dir), "vocab_size": tok.vocab_size,
+        "separator_id": separator_id, "separator_token": separator_token,
         "bos_id": tok.bos_id, "eos_id": tok.eos_id, "pad_id": tok.pad_id,
         "fim": {"enabled": tok.has_fim, "middle_id": tok.fim_middle_id, "middle_only": sampling.fim_middle_only,
                 "rate_code": sampling.fim_rate_code, "spm_rate": sampling.fim_spm_rate},
@@ -637,6 +701,7 @@ def prepare_training_data(
         "sources": source_stats,
         "tokens_per_source": {name: source_stats[name]["tokens_drawn"] for name in names},
         "warnings": warnings,
+        "notes": notes,
     }
     (out / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return data

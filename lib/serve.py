@@ -22,6 +22,10 @@
   on shutdown.
 - The champion is re-read from lineage every `serve.reload_interval_s`; a promotion (or rollback)
   is served from the next request after the check, without a restart.
+- A chat is prompted in the model's own format (`LoadedModel.chat_prompt`): its chat template
+  with the generation prompt, contents cleaned of control tokens, stopped at the template's end
+  of turn; a model without a template gets the plain "User:/Assistant:" transcript. The captured
+  record is the same rendering with the answer (`capture.format`, lib/capture.py).
 
 Trade-off: opening the DuckDB registry costs ~70 ms on the 2-core machine, too much per request;
 the server stats the registry file every `serve.reload_interval_s` (2 s, ~20 µs) and reads the
@@ -48,12 +52,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from lib.capture import Capture, chat_prompt, message_text, open_capture
+from lib.capture import CHAT_STOPS, Capture, message_text, open_capture  # noqa: F401 (CHAT_STOPS: re-exported)
 from lib.generate import Champion, Completion, LoadedModel, NoChampionError
 
 log = logging.getLogger(__name__)
-
-CHAT_STOPS = ["\nUser:", "\nSystem:"]  # a base model keeps writing the transcript: end the turn here
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 
 
@@ -143,9 +145,10 @@ class Job:
     request: _Request
     capture_on: bool
     messages: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    stop_ids: list[int] | None = None  # end tokens; None: the model's defaults (EOS)
 
     def sampling(self) -> dict[str, Any]:
-        return {"temperature": self.request.temperature, "top_p": self.request.top_p, "seed": self.request.seed}
+        return {"temperature": self.request.temperature, "top_p": self.request.top_p, "seed": self.request.seed, "stop_ids": self.stop_ids}
 
     def envelope(self, chunk: bool = False) -> dict[str, Any]:
         prefix, obj = ("chatcmpl", "chat.completion") if self.kind == "chat" else ("cmpl", "text_completion")
@@ -239,10 +242,9 @@ class Server:
         self.check_common(req)
         messages = [{"role": m.role, "content": message_text(m.content)} for m in req.messages]
         loaded = self.loaded()
-        prompt = chat_prompt(messages)
-        ids = loaded.encode(prompt)
-        n = self.max_tokens(req.max_completion_tokens or req.max_tokens, self.cfg.serve.max_new_tokens, loaded, len(ids))
-        return Job("chat", loaded, prompt, ids, n, CHAT_STOPS + _stops(req.stop), req, capture_on, messages)
+        chat = loaded.chat_prompt(messages)
+        n = self.max_tokens(req.max_completion_tokens or req.max_tokens, self.cfg.serve.max_new_tokens, loaded, len(chat.ids))
+        return Job("chat", loaded, chat.text, chat.ids, n, chat.stops + _stops(req.stop), req, capture_on, messages, chat.stop_ids)
 
     def capture_job(self, job: "Job", text: str) -> str | None:
         hook = self.capture_hook(job.loaded)
@@ -252,6 +254,7 @@ class Server:
             return hook.capture_conversation(
                 job.messages + [{"role": "assistant", "content": text}],
                 {"capture": job.capture_on, "source": f"serve:chat:{job.loaded.version}"},
+                tokenizer=job.loaded.tokenizer,
             )
         return hook.capture(job.prompt, text, {"capture": job.capture_on, "source": f"serve:completions:{job.loaded.version}"})
 
@@ -335,7 +338,8 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
     async def lifespan(app):
         if preload:  # fail at start, not at the first request, when there is no champion
             loaded = await run_in_threadpool(server.champion.current)
-            log.info("serving %s on %s", loaded.version, loaded.device)
+            chat = "its chat template" if loaded.chat_template else "plain User:/Assistant: transcripts (no chat template)"
+            log.info("serving %s on %s; chats in %s", loaded.version, loaded.device, chat)
         interval = server.cfg.serve.flush_interval_s
         flusher = asyncio.create_task(flush_every(interval)) if interval and server.cfg.serve.capture else None
         try:

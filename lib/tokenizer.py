@@ -5,10 +5,20 @@
   `<|fim_suffix|>`; saved as a Hugging Face folder so `AutoTokenizer.from_pretrained` loads it
   with bos/eos/pad set.
 - `load_tokenizer(folder)`: the fast `tokenizers.Tokenizer` behind a checkpoint's tokenizer.json,
-  with the special ids read from tokenizer_config.json (or well-known names as a fallback).
+  with the special ids read from tokenizer_config.json (or well-known names as a fallback). Any
+  of BOS, EOS and PAD may be missing (Qwen2 has no BOS, GPT-2 only `<|endoftext|>`).
+- The **document separator** (`document_separator`) is the one token every packed document and
+  every eval window starts with: what the model saw between documents in pre-training.
+  `auto` resolves, in order: BOS when the tokenizer adds it itself (`add_bos_token: true`, or a
+  post-processor that puts it in front: Llama, Mistral, Gemma); `<|endoftext|>` when the
+  vocabulary has it (GPT-2, Qwen2, Phi: documents separated by end-of-text, so the token in front
+  of a document is the end of the one before it); a BOS the tokenizer does not explicitly refuse
+  (`add_bos_token: false`) — the demo's own `<|bos|>`; else EOS. A chat token such as
+  `<|im_start|>` named as BOS in tokenizer_config.json is therefore never taken for a separator.
 - Text is encoded with special-token matching off: a captured conversation that literally
   contains "<|eos|>" becomes ordinary characters, never a control token (prompt injection into
-  the training stream).
+  the training stream). The one exception is `markers=`: the chat template's own markers
+  (`<|im_start|>`, `<|eot_id|>`) in new data, which capture writes around cleaned contents.
 - `hash`: sha256 of the canonical vocabulary + merges + added tokens, not of the file bytes, so
   re-saving a tokenizer (transformers rewrites tokenizer.json with other whitespace) keeps its hash;
   token shards carry it, and the trainer refuses shards of a different tokenizer.
@@ -42,6 +52,10 @@ _FIM_NAMES = {
     "middle": [FIM_MIDDLE, "<fim_middle>", "<|fim▁end|>"],
     "suffix": [FIM_SUFFIX, "<fim_suffix>", "<|fim▁hole|>"],
 }
+
+
+ENDOFTEXT = "<|endoftext|>"
+SEPARATOR_SETTINGS = ("auto", "bos", "eos")
 
 
 class TokenizerError(ValueError):
@@ -132,27 +146,95 @@ class LoadedTokenizer:
         self._tok.encode_special_tokens = True  # literal "<|eos|>" in text stays text
         self._tok.no_truncation()
         self._tok.no_padding()
-        config = {}
-        cfg_path = self.folder / "tokenizer_config.json"
-        if cfg_path.is_file():
-            config = json.loads(cfg_path.read_text(encoding="utf-8"))
+        config: dict = {}
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):  # the config wins
+            extra = self.folder / name
+            if extra.is_file():
+                try:
+                    config.update(json.loads(extra.read_text(encoding="utf-8")))
+                except json.JSONDecodeError as exc:
+                    raise TokenizerError(f"{extra} is not valid JSON: {exc}") from exc
         vocab = self._tok.get_vocab(with_added_tokens=True)
-        self.bos_id = self._find(config.get("bos_token"), _BOS_NAMES, vocab)
-        self.eos_id = self._find(config.get("eos_token"), _EOS_NAMES, vocab)
-        self.pad_id = self._find(config.get("pad_token"), _PAD_NAMES, vocab)
-        self.fim_prefix_id = self._find(None, _FIM_NAMES["prefix"], vocab)
-        self.fim_middle_id = self._find(None, _FIM_NAMES["middle"], vocab)
-        self.fim_suffix_id = self._find(None, _FIM_NAMES["suffix"], vocab)
-        if self.bos_id is None:
-            raise TokenizerError(f"{self.folder}: no BOS token (tokenizer_config.json bos_token, or one of {_BOS_NAMES}); packing needs one to start every row")
+        self.bos_id = self._find(config, "bos_token", _BOS_NAMES, vocab)
+        self.eos_id = self._find(config, "eos_token", _EOS_NAMES, vocab)
+        self.pad_id = self._find(config, "pad_token", _PAD_NAMES, vocab)
+        self.fim_prefix_id = self._find(config, None, _FIM_NAMES["prefix"], vocab)
+        self.fim_middle_id = self._find(config, None, _FIM_NAMES["middle"], vocab)
+        self.fim_suffix_id = self._find(config, None, _FIM_NAMES["suffix"], vocab)
         self.vocab_size = max(vocab.values()) + 1
         self.hash = _canonical_hash(self._spec)
+        self._vocab = vocab
+        # add_bos_token as the model was trained: explicit in tokenizer_config.json, else whatever
+        # the post-processor does to a plain encode (Llama 3's TemplateProcessing adds BOS)
+        flag = config.get("add_bos_token")
+        if isinstance(flag, bool):
+            self.add_bos = flag and self.bos_id is not None
+        else:
+            probe = self._tok.encode("a", add_special_tokens=True).ids
+            self.add_bos = self.bos_id is not None and bool(probe) and probe[0] == self.bos_id
+        self._bos_refused = flag is False
+        self.chat_template = config.get("chat_template") or _template_file(self.folder)
+
+    def separator(self, setting: str = "auto") -> tuple[int, str]:
+        """(id, token) of the document separator for `setting`: auto | bos | eos | a token string
+        of the vocabulary (see the module docstring for what auto picks)."""
+        if setting == "bos" or setting == "eos":
+            tid = self.bos_id if setting == "bos" else self.eos_id
+            if tid is None:
+                raise TokenizerError(f"tokenizer.document_separator={setting}: the tokenizer in {self.folder} has no "
+                                     f"{setting.upper()} token; use auto, the other one, or a token string such as {ENDOFTEXT!r}")
+            return tid, self.id_to_token(tid)
+        if setting != "auto":
+            if setting not in self._vocab:
+                raise TokenizerError(f"tokenizer.document_separator={setting!r} is not a token of the tokenizer in {self.folder}; "
+                                     f"use auto, bos, eos or one of its special tokens")
+            return self._vocab[setting], setting
+        recorded = self.recorded_separator()
+        if recorded is not None:
+            return recorded
+        if self.add_bos:
+            return self.bos_id, self.id_to_token(self.bos_id)
+        if ENDOFTEXT in self._vocab:
+            return self._vocab[ENDOFTEXT], ENDOFTEXT
+        if self.bos_id is not None and not self._bos_refused:
+            return self.bos_id, self.id_to_token(self.bos_id)
+        if self.eos_id is not None:
+            return self.eos_id, self.id_to_token(self.eos_id)
+        raise TokenizerError(f"{self.folder}: no BOS, EOS or {ENDOFTEXT} token to separate documents with; "
+                             f"set tokenizer.document_separator to a special token of this tokenizer")
+
+    def recorded_separator(self) -> tuple[int, str] | None:
+        """The separator a version folder's meta.json records (`document_separator`, written at
+        adoption and by every training), so auto never changes a lineage's convention."""
+        for folder in (self.folder, self.folder.parent):  # a delta-stored version's .full/ folder
+            meta = folder / "meta.json"
+            if meta.is_file():
+                try:
+                    token = json.loads(meta.read_text(encoding="utf-8")).get("document_separator")
+                except json.JSONDecodeError:
+                    return None
+                if token is None:
+                    return None
+                if token not in self._vocab:
+                    raise TokenizerError(f"{meta} records document_separator {token!r}, which is not a token of {self.folder}")
+                return self._vocab[token], token
+            if folder.name != ".full":
+                break
+        return None
+
+    def id_to_token(self, token_id: int) -> str:
+        return self._tok.id_to_token(int(token_id))
+
+    def token_id(self, token: str) -> int | None:
+        return self._vocab.get(token)
 
     @staticmethod
-    def _find(configured, names: list[str], vocab: dict[str, int]) -> int | None:
-        name = _token_name(configured)
-        if name is not None and name in vocab:
-            return vocab[name]
+    def _find(config: dict, key: str | None, names: list[str], vocab: dict[str, int]) -> int | None:
+        """The token `config[key]` names; None when the config sets it to null on purpose (Qwen2's
+        bos_token); well-known names only when the config does not mention it at all."""
+        if key is not None and key in config:
+            name = _token_name(config[key])
+            return vocab.get(name) if name is not None else None
         for candidate in names:
             if candidate in vocab:
                 return vocab[candidate]
@@ -170,8 +252,32 @@ class LoadedTokenizer:
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+    def encode_batch(self, texts: list[str], markers: list[str] | None = None) -> list[list[int]]:
+        """Token ids of each text, special tokens read as text, except `markers` (special tokens
+        of this tokenizer, e.g. the chat template's) which become their control ids."""
+        texts = list(texts)
+        if not markers:
+            return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        import re
+
+        ids_of = {m: self._vocab[m] for m in markers if m in self._vocab}
+        if not ids_of:
+            return self.encode_batch(texts)
+        pattern = re.compile("(" + "|".join(re.escape(m) for m in sorted(ids_of, key=len, reverse=True)) + ")")
+        out: list[list[int] | None] = [None] * len(texts)
+        plain = [i for i, t in enumerate(texts) if not pattern.search(t)]
+        for i, ids in zip(plain, self.encode_batch([texts[i] for i in plain])):
+            out[i] = ids
+        for i, text in enumerate(texts):
+            if out[i] is not None:
+                continue
+            parts = pattern.split(text)  # odd positions are markers
+            pieces = self.encode_batch([p for k, p in enumerate(parts) if k % 2 == 0])
+            ids: list[int] = []
+            for k, part in enumerate(parts):
+                ids += pieces[k // 2] if k % 2 == 0 else [ids_of[part]]
+            out[i] = ids
+        return out  # type: ignore[return-value]
 
     def encode_batch_raw(self, texts: list[str]):
         """The `tokenizers.Encoding` objects (ids and character offsets), for FIM piece cuts."""
@@ -201,6 +307,11 @@ class LoadedTokenizer:
     def token_byte_lengths(self) -> np.ndarray:
         """int32 array [vocab_size]: UTF-8 bytes of text each id decodes to; special tokens 0."""
         return self._byte_lengths.copy()
+
+
+def _template_file(folder: Path) -> str | None:
+    path = folder / "chat_template.jinja"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def load_tokenizer(folder: str | Path) -> LoadedTokenizer:

@@ -5,7 +5,8 @@
   buffers/               memory buffer parquet files + wal/ (write-ahead log of unflushed records)
   quarantine/            buffer files (or rows) that failed validation, each with a .reason.json
   corpora/<name>/        original corpus shards (parquet, column `text`), validation split in val/
-  index/                 curation state that grows night by night (exact hashes, MinHash bands)
+  index/                 curation state that grows night by night (exact hashes, MinHash bands),
+                         the token cache (index/tokens) and measured bits per byte (index/eval)
   runs/<run-id>/         curated/, manifest.parquet, shards/, train/ (snapshots, logs), eval/
   checkpoints/<version>/ Hugging Face model folders + meta.json
   lineage.duckdb         the registry: what exists and in which state
@@ -104,6 +105,12 @@ class Workspace:
         """PREFECT_HOME of the CLI's flows on this workspace when the user set none: the ephemeral
         API's database and settings stay with the workspace, not shared machine-wide."""
         return self.root / ".prefect"
+
+    @property
+    def eval_cache(self) -> Path:
+        """Bits per byte already measured, by weights digest and eval-set digest (JSON records):
+        a champion's old_val is scored the night it is the candidate, not again as a parent."""
+        return self.index / "eval"
 
     @property
     def token_cache(self) -> Path:

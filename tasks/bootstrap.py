@@ -5,6 +5,8 @@
   `<workspace>/tokenizer/`; cached on the corpus content and the vocabulary size.
 - `register_v0`: the pre-trained model recorded as v0 and promoted to champion and latest with
   actor "bootstrap" (lib.promotion.promote), so the first night has a parent.
+- `adopt_model`: lib.adopt.adopt, the user's own model as v0 with their replay corpus (what
+  `consolidate init` runs); paths from the form must lie inside the workspace.
 
 Trade-off: the tokenizer trains on every train shard (12 MB of stdlib text, ~20 s on 2 cores);
 a sample would be faster, but the cache makes it a one-time cost per corpus.
@@ -20,6 +22,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from lib.config import ConsolidationConfig
+from lib.corpus import DEFAULT_CORPUS
 from lib.workspace import Workspace
 from tasks.cache_keys import content_cache
 from tasks.data import IO_RETRIES
@@ -33,7 +36,7 @@ def build_embedded_default(cfg: ConsolidationConfig) -> dict[str, Any]:
     with own_time():
         info = ensure_embedded_default(Workspace(cfg.workspace.root), cfg)
     corpus = info["corpus"] or {}
-    counts = {"corpus": cfg.workspace.corpus, "corpus_built": info["corpus_built"],
+    counts = {"corpus": cfg.workspace.corpus or DEFAULT_CORPUS, "corpus_built": info["corpus_built"],
               "demo_buffer_built": info["demo_buffer_built"]}
     for k in ("train_docs", "val_docs", "train_bytes", "val_bytes", "documents", "bytes"):
         if k in corpus:
@@ -45,7 +48,7 @@ def build_embedded_default(cfg: ConsolidationConfig) -> dict[str, Any]:
 
 def _corpus_files(p: dict[str, Any]) -> list[str]:
     cfg: ConsolidationConfig = p["cfg"]
-    return [str(f) for f in sorted(Workspace(cfg.workspace.root).corpus_train(cfg.workspace.corpus).glob("*.parquet"))]
+    return [str(f) for f in sorted(Workspace(cfg.workspace.root).corpus_train(cfg.workspace.corpus or DEFAULT_CORPUS).glob("*.parquet"))]
 
 
 @task(
@@ -62,7 +65,7 @@ def train_tokenizer(cfg: ConsolidationConfig) -> str:
     ws = Workspace(cfg.workspace.root)
     files = _corpus_files({"cfg": cfg})
     if not files:
-        raise FileNotFoundError(f"no corpus shards in {ws.corpus_train(cfg.workspace.corpus)}: build the embedded default first")
+        raise FileNotFoundError(f"no corpus shards in {ws.corpus_train(cfg.workspace.corpus or DEFAULT_CORPUS)}: build the embedded default first")
 
     def texts():
         for f in files:
@@ -74,6 +77,29 @@ def train_tokenizer(cfg: ConsolidationConfig) -> str:
     publish_table("tokenizer", {"path": str(out), "vocab_size": tok.vocab_size, "hash": tok.hash, "corpus_files": len(files)},
                   "BPE tokenizer trained on the corpus")
     return str(out)
+
+
+@task(name="adopt-model", cache_policy=NO_CACHE, retries=0)
+def adopt_model(cfg: ConsolidationConfig, model: str, replay: list[str], replay_val: list[str], original_lr: float | None,
+                text_column: str, corpus: str) -> dict[str, Any]:
+    """The user's Hugging Face model becomes v0 (champion) with their replay corpus."""
+    from lib.adopt import adopt
+
+    ws = Workspace(cfg.workspace.root)
+    inside = [str(ws.resolve(p)) for p in [model, *replay, *replay_val]]  # a form must not read the host's files
+    log = stage_logger()
+    with own_time():
+        out = adopt(ws, cfg, inside[0], inside[1:1 + len(replay)], replay_val=inside[1 + len(replay):],
+                    original_lr_value=original_lr, text_column=text_column, corpus=corpus, say=log.info)
+    meta = out["model"]
+    publish_table("adopted-model", {
+        "version": out["version"], "architecture": meta["architecture"], "parameters": meta["parameters"],
+        "dtype": meta["storage_dtype"], "original_lr": meta["original_lr"], "digest": meta["digest"],
+        "document_separator": out["tokenizer"]["document_separator"], "replay_corpus": corpus,
+        "replay_train_docs": out["corpus"]["train_docs"], "replay_val_docs": out["corpus"]["val_docs"],
+        "rejected_files": len(out["corpus"]["rejected"]), "old_val_bpb": (out.get("warm") or {}).get("old_val_bpb"),
+    }, f"{out['version']} adopted from {meta['adopted_from']}")
+    return {"version": out["version"], "path": out["path"], "run_id": out["run_id"]}
 
 
 @task(name="register-v0", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -88,5 +114,10 @@ def register_v0(cfg: ConsolidationConfig, run_id: str, version: str, version_dir
         lin.record_version(version, version_dir, parent=None, run_id=run_id, status="candidate",
                            digest=version_digest(version_dir), storage="full", meta=read_meta(version_dir), manifest=manifest)
         promote(lin, version, reason="bootstrap: pre-trained from scratch on the corpus", actor="bootstrap", content_hashes=[])
+        # v0's old_val, measured once: the first night reads it from the eval cache
+        from lib.evaluate import measure_root
+
+        root = measure_root(Workspace(cfg.workspace.root), cfg, version_dir, cfg.workspace.corpus or DEFAULT_CORPUS)
+        lin.record_metrics(version, {"old_val": root["old_val"]}, run_id)
     stage_logger().info("%s is champion (%s)", version, Path(version_dir))
     return version

@@ -250,7 +250,9 @@ def _data_inputs(p: dict[str, Any]) -> list[str]:
     for source in p["sources"]:
         path = Path(source.path)
         files += [str(f) for f in (sorted(path.rglob("*.parquet")) if path.is_dir() else [path])]
-    return files + [str(Path(p["tokenizer_dir"]) / "tokenizer.json")]
+    tok = Path(p["tokenizer_dir"])
+    # the chat template decides which markers new data reads as control tokens
+    return files + [str(tok / n) for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja") if (tok / n).is_file()]
 
 
 def _data_settings(p: dict[str, Any]) -> Any:
@@ -260,17 +262,20 @@ def _data_settings(p: dict[str, Any]) -> Any:
         "sampling": cfg.sampling.model_dump(mode="json"),
         "seq_len": cfg.training.seq_len,
         "token_budget": p["budget"],
+        "separator": cfg.tokenizer.document_separator,
     }
 
 
 @task(name="plan-tokenization", **IO_RETRIES)
 def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str) -> list[dict[str, Any]]:
     """One tokenization job per input file of `sources` (plain dicts, one per mapped task)."""
+    from lib.chat_format import template_markers
     from lib.sampling import tokenize_tasks
     from lib.tokenizer import load_tokenizer
 
     with own_time():
-        return tokenize_tasks(sources, load_tokenizer(tokenizer_dir), run_dir, cfg.sampling, cfg.training.seq_len)
+        return tokenize_tasks(sources, load_tokenizer(tokenizer_dir), run_dir, cfg.sampling, cfg.training.seq_len,
+                              template_markers(tokenizer_dir))
 
 
 @task(name="tokenize-file", **IO_RETRIES)
@@ -293,22 +298,27 @@ def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> di
 def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str, budget: int) -> dict[str, Any]:
     """Token shards of every source, held-out new documents, and the sampling manifest
     (lib.sampling.prepare_training_data) into the run folder. Returns the small summary."""
+    from lib.chat_format import template_markers
     from lib.sampling import prepare_training_data
 
     # The per-file token cache makes a night tokenize only its new files (the corpus once, ever).
     with own_time():
         data = prepare_training_data(sources, tokenizer_dir, run_dir, token_budget=budget, sampling=cfg.sampling,
                                      seq_len=cfg.training.seq_len, workers=cfg.curation.workers,
-                                     cache_dir=Workspace(cfg.workspace.root).token_cache)
+                                     cache_dir=Workspace(cfg.workspace.root).token_cache,
+                                     separator=cfg.tokenizer.document_separator, markers=template_markers(tokenizer_dir))
     rows = [{"source": name, "kind": s["kind"], "docs": s["docs"], "heldout_docs": s["heldout_docs"],
              "tokens_available": s["tokens_available"], "tokens_drawn": s["tokens_drawn"], "share": s["share"],
              "epochs": s["epochs"], "mean_exposures": s["exposures"]["mean"]}
             for name, s in data["sources"].items()]
     publish_table("manifest-stats", rows, f"Sampling manifest {data['manifest_hash'][:12]}: tokens per source")
+    for n in data.get("notes", []):
+        stage_logger().info(n)
     for w in data.get("warnings", []):
         stage_logger().warning(w)
     return {"data_dir": str(run_dir), "manifest_hash": data["manifest_hash"], "manifest_rows": data["manifest_rows"],
             "tokenizer_hash": data["tokenizer_hash"], "tokens_drawn": data["tokens_drawn"],
+            "separator_token": data["separator_token"],
             "tokens_per_source": data["tokens_per_source"], "warnings": data.get("warnings", [])}
 
 

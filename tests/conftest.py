@@ -20,6 +20,14 @@ def workspace(tmp_path):
     return Workspace(tmp_path / "ws").ensure()
 
 
+def site_packages() -> Path:
+    """Where the installed packages are (not `sysconfig` purelib, which a venv that borrows another
+    one's packages through a .pth file leaves empty)."""
+    import pyarrow
+
+    return Path(pyarrow.__file__).resolve().parents[1]
+
+
 def stdlib_texts(limit: int = 200, min_chars: int = 200) -> list[str]:
     """Real text every machine has: the running interpreter's standard library, sorted paths."""
     root = Path(sysconfig.get_paths()["stdlib"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conftest import stdlib_texts
+from conftest import stdlib_texts, site_packages
 
 
 def train_tokenizer(out: Path, vocab_size: int = 512) -> Path:
@@ -21,7 +21,7 @@ def train_tokenizer(out: Path, vocab_size: int = 512) -> Path:
 
 def package_texts(limit: int = 40, max_chars: int = 6000) -> list[tuple[str, str]]:
     """(id, text) of installed packages' sources: real text that is not in the stdlib corpus."""
-    root = Path(sysconfig.get_paths()["purelib"])
+    root = site_packages()
     out = []
     for pkg in ("pyarrow", "xxhash", "zstandard", "tokenizers"):
         for p in sorted((root / pkg).glob("*.py")):

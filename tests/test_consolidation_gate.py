@@ -12,6 +12,8 @@ harmful +6.9% old-data BPB (rejected), sensible −0.7% (passed), ~3 CPU-minutes
 
 from __future__ import annotations
 
+from conftest import site_packages
+
 import sysconfig
 from pathlib import Path
 
@@ -48,7 +50,7 @@ def _docs(paths, limit, min_chars=400, max_chars=4000, prefix=""):
 def package_descriptions(limit: int, min_chars: int = 800, max_chars: int = 4000) -> list[tuple[str, str]]:
     """The long descriptions (README text after the metadata headers) of installed packages."""
     out = []
-    for meta in sorted(Path(sysconfig.get_paths()["purelib"]).glob("*.dist-info/METADATA")):
+    for meta in sorted(site_packages().glob("*.dist-info/METADATA")):
         body = meta.read_text(encoding="utf-8", errors="replace").partition("\n\n")[2].strip()
         if len(body) >= min_chars:
             out.append((meta.parent.name, body[:max_chars]))

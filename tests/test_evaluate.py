@@ -72,7 +72,7 @@ def test_special_targets_carry_no_loss(tiny_hf_model):
     ids = em.encode(["def f(x):\n    return x\n"])[0]
     plain = em.sum_nats([[em.bos_id] + ids], batch_size=1)
     # An EOS appended as a target must not add loss.
-    assert em.sum_nats([[em.bos_id] + ids + [em.tokenizer.eos_token_id]], batch_size=1) == pytest.approx(plain, rel=1e-6)
+    assert em.sum_nats([[em.bos_id] + ids + [em.tokenizer.eos_id]], batch_size=1) == pytest.approx(plain, rel=1e-6)
 
 
 def test_training_on_text_lowers_its_bpb(tiny_hf_model, tmp_path, texts):

@@ -69,40 +69,41 @@ def lin(workspace):
 # -- schema ---------------------------------------------------------------------------------------
 
 
-def test_v0_file_upgrades_to_v1_keeping_its_data(tmp_path):
+def test_v0_file_upgrades_to_the_current_schema_keeping_its_data(tmp_path):
     db = tmp_path / "old.duckdb"
     con = duckdb.connect(str(db))  # an old file: no schema_version table, something else in it
     con.execute("CREATE TABLE notes (note VARCHAR)")
     con.execute("INSERT INTO notes VALUES ('kept')")
     con.close()
     lin = Lineage(db)
-    assert lin.schema_version() == 1
+    assert lin.schema_version() == lineage_mod.SCHEMA_VERSION
     assert lin.register_buffer_file("h", "b.parquet", 1, 1)
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT note FROM notes").fetchall() == [("kept",)]
     con.close()
     Lineage(db)  # opening again applies nothing twice
-    assert count(db, "schema_version") == 1
+    assert count(db, "schema_version") == lineage_mod.SCHEMA_VERSION
 
 
 def test_a_new_migration_upgrades_in_place_or_not_at_all(tmp_path, monkeypatch):
     db = tmp_path / "l.duckdb"
     Lineage(db).register_buffer_file("h", "b.parquet", 3, 30)
-    monkeypatch.setattr(lineage_mod, "SCHEMA_VERSION", 2)
+    current = lineage_mod.SCHEMA_VERSION
+    monkeypatch.setattr(lineage_mod, "SCHEMA_VERSION", current + 1)
     monkeypatch.setattr(lineage_mod, "MIGRATIONS", lineage_mod.MIGRATIONS + [[
         "ALTER TABLE buffer_files ADD COLUMN language VARCHAR",
         "SELECT * FROM no_such_table",  # fails half-way: the ALTER must not stay
     ]])
     with pytest.raises(duckdb.CatalogException):
         Lineage(db)
-    monkeypatch.setattr(lineage_mod, "SCHEMA_VERSION", 1)
-    assert Lineage(db).schema_version() == 1
-    monkeypatch.setattr(lineage_mod, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(lineage_mod, "MIGRATIONS", lineage_mod.MIGRATIONS[:1] + [[
+    monkeypatch.setattr(lineage_mod, "SCHEMA_VERSION", current)
+    assert Lineage(db).schema_version() == current
+    monkeypatch.setattr(lineage_mod, "SCHEMA_VERSION", current + 1)
+    monkeypatch.setattr(lineage_mod, "MIGRATIONS", lineage_mod.MIGRATIONS[:current] + [[
         "ALTER TABLE buffer_files ADD COLUMN language VARCHAR DEFAULT 'en'",
     ]])
     lin = Lineage(db)
-    assert lin.schema_version() == 2
+    assert lin.schema_version() == current + 1
     assert [b.rows for b in lin.buffer_files()] == [3]
 
 
@@ -112,7 +113,7 @@ def test_newer_schema_is_refused(tmp_path):
     con = duckdb.connect(str(db))
     con.execute("INSERT INTO schema_version VALUES (7, now())")
     con.close()
-    with pytest.raises(LineageError, match=r"l\.duckdb has schema version 7, newer than this code's 1"):
+    with pytest.raises(LineageError, match=rf"l\.duckdb has schema version 7, newer than this code's {lineage_mod.SCHEMA_VERSION}"):
         Lineage(db)
 
 

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from conftest import site_packages
+
 import json
 import sys
 import sysconfig
@@ -50,7 +52,7 @@ def prepare(root: Path, *, token_budget: int = 40_000, seq_len: int = 64, vocab_
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     old_docs = _texts(sorted(stdlib.glob("*.py")), 60)
-    new_root = Path(sysconfig.get_paths()["purelib"]) / "pyarrow"
+    new_root = site_packages() / "pyarrow"
     new_docs = _texts(sorted(new_root.glob("*.py")), 30)
     tok = train_bpe([t for _, t in old_docs], vocab_size, root / "tokenizer")
     old = _write_source(root / "old", old_docs)

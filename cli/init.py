@@ -1,0 +1,76 @@
+"""`consolidate init`: adopt the Hugging Face model you already serve, with your replay corpus.
+
+    consolidate init --model ./my-model --replay ./corpus/ --original-lr 3e-4 -w ./ws
+
+Everything is checked before anything is written (lib/adopt.py says what is refused and why);
+then the replay corpus is ingested, the model becomes v0 (champion and latest), the corpus is
+tokenized into the token cache and v0's bits per byte on old_val measured once. The same
+function runs behind the bootstrap flow's `adopt` parameter (the Prefect UI form).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("init")
+    def init(
+        model: Annotated[Path, typer.Option("--model", help="Your model's folder: config.json, model.safetensors (or shards with "
+                                                              "model.safetensors.index.json), tokenizer files.")],
+        replay: Annotated[list[Path], typer.Option("--replay", help="Replay corpus: parquet, JSONL or text files, or folders "
+                                                                      "of them (repeatable). Replayed every night; its held-out "
+                                                                      "part is what the forgetting gate measures.")],
+        original_lr: Annotated[Optional[float], typer.Option("--original-lr", help="Peak learning rate the model was last "
+                                                                                     "trained with; nights train at it × "
+                                                                                     "training.lr_scale. Required unless the "
+                                                                                     "folder's meta.json records it.")] = None,
+        replay_val: Annotated[Optional[list[Path]], typer.Option("--replay-val", help="Validation files (old_val); default: "
+                                                                                        "5% of --replay by id hash.")] = None,
+        text_column: Annotated[str, typer.Option("--text-column", help="Column (parquet) or key (JSONL) holding the text.")] = "text",
+        corpus: Annotated[str, typer.Option("--corpus", help="Name of the replay corpus in the workspace.")] = "replay",
+        no_warm: Annotated[bool, typer.Option("--no-warm", help="Skip tokenizing the corpus and measuring v0 now (the first night does it).")] = False,
+        config: ConfigOpt = None,
+        preset: PresetOpt = "default",
+        set_: SetOpt = None,
+        workspace: WorkspaceOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """Adopt your Hugging Face causal LM as v0 of a workspace, with your replay corpus."""
+        import logging
+
+        from rich.console import Console
+        from rich.table import Table
+
+        from lib.adopt import adopt
+
+        logging.getLogger("lib").setLevel(logging.WARNING)
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        console = Console(stderr=json_)
+        out = adopt(ws, cfg, model, list(replay), replay_val=list(replay_val or []), original_lr_value=original_lr,
+                    text_column=text_column, corpus=corpus, warm=not no_warm, say=lambda m: console.print(m, highlight=False))
+        if json_:
+            typer.echo(json.dumps(out, indent=2, default=str))
+            return
+        meta, tok, c = out["model"], out["tokenizer"], out["corpus"]
+        t = Table(title=f"adopted as {out['version']} (champion)", show_header=False)
+        t.add_column(justify="left")
+        t.add_column(justify="left")
+        t.add_row("model", f"{meta['architecture']}, {meta['parameters'] / 1e6:,.1f} M parameters, {meta['storage_dtype']}")
+        t.add_row("weights", f"{out['path']}/model.safetensors (sha256 {meta['digest'][:16]}…)")
+        t.add_row("original LR", f"{meta['original_lr']:g} (nights: × training.lr_scale {cfg.training.lr_scale:g})")
+        t.add_row("documents", f"separated by {tok['document_separator']!r}; vocabulary {tok['vocab_size']:,} ids")
+        t.add_row("replay corpus", f"{c['name']}: {c['train_docs']:,} train, {c['val_docs']:,} old_val documents, {c['bytes']:,} bytes")
+        if c["rejected"]:
+            t.add_row("rejected files", "\n".join(f"{r['file']}: {r['reason']}" for r in c["rejected"]))
+        if "warm" in out:
+            t.add_row("old_val", f"{out['warm']['old_val_bpb']:.4f} bits per byte")
+        console.print(t)
+        console.print(f"next: put new text into the buffer (consolidate buffer add FILE -w {ws.root}, or serve with "
+                      f"consolidate serve -w {ws.root}), then run a night: consolidate run -w {ws.root}")
