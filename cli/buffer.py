@@ -1,10 +1,19 @@
 """`consolidate buffer add|flush|ls|stats`: put text into the memory buffer and look at it.
 
 `add` takes plain text / markdown files (one record each), `.jsonl` (a `text` field per line,
-an optional `source`), `.parquet` (a `text` column, an optional `source` column) and `-` (stdin,
-one record). A file is imported all or nothing: any bad record (invalid UTF-8, empty, too large,
-bad JSON) refuses that file with a message naming it and the line or row; the other files
-proceed, and the command exits 1 at the end.
+an optional `source`), `.parquet` (a `text` column, optional `source` and `id` columns, checked
+like the nightly ingest checks a file dropped into `buffers/`) and `-` (stdin, one record).
+
+- A file is imported all or nothing. Anything wrong with it (invalid UTF-8, bad JSON, an empty
+  or oversized record, a missing or non-string column, a corrupt parquet page, anything the
+  reader raises) refuses that file with a message naming it and the line or row; the other
+  files of the command are imported, and the command exits 1 at the end.
+- A file with no records is refused, the same rule as the nightly ingest (which quarantines
+  one dropped into `buffers/`).
+- Whole files are packed into buffer files of about `buffer.flush_size` records (a larger input
+  gets one of its own); each is written atomically (`MemoryBuffer.add_file`), so a crash leaves a
+  file imported whole or not at all. `--no-flush` writes through the write-ahead log instead
+  (records durable one chunk at a time, turned into parquet by the next flush).
 """
 
 from __future__ import annotations
@@ -74,25 +83,22 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
         raise FileRejected(f"{name}: is a directory; pass the files (e.g. {name}/*.md)")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        from lib.ingest import BadBufferFile, read_buffer_table
 
         try:
-            schema = pq.read_schema(path)
-        except (pa.ArrowException, OSError) as exc:
-            raise FileRejected(f"{name}: not a readable parquet file ({exc})") from None
-        if "text" not in schema.names:
-            raise FileRejected(f"{name}: no `text` column (columns: {', '.join(schema.names)})")
-        if not pa.types.is_string(schema.field("text").type) and not pa.types.is_large_string(schema.field("text").type):
-            raise FileRejected(f"{name}: column `text` has type {schema.field('text').type}, expected string")
-        columns = ["text"] + (["source"] if "source" in schema.names else [])
-        table = pq.read_table(path, columns=columns)
-        texts = table.column("text").to_pylist()
-        sources = table.column("source").to_pylist() if "source" in columns else [None] * len(texts)
+            _, texts, _, sources = read_buffer_table(path)
+        except BadBufferFile as exc:
+            raise FileRejected(f"{name}: {exc}") from None
+        except Exception as exc:  # not parquet, a corrupt footer or page: whatever pyarrow raises
+            raise FileRejected(f"{name}: not a readable parquet file ({type(exc).__name__}: {exc})") from None
         for row, (text, src) in enumerate(zip(texts, sources)):
             take(text, f"{name}: row {row}: text", src)
         return out
-    text = _decode(path.read_bytes(), name)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FileRejected(f"{name}: cannot be read ({exc.strerror or exc})") from None
+    text = _decode(data, name)
     if suffix == ".jsonl":
         for lineno, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
@@ -111,6 +117,23 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
     return out
 
 
+def pack_inputs(parsed: list[ParsedInput], flush_size: int) -> list[list[ParsedInput]]:
+    """Whole inputs, in order, grouped into buffer files of at least `flush_size` records (the
+    last may be smaller); an input is never split, so each file is imported whole or not at all."""
+    groups: list[list[ParsedInput]] = []
+    current: list[ParsedInput] = []
+    records = 0
+    for p in parsed:
+        current.append(p)
+        records += len(p.texts)
+        if records >= flush_size:
+            groups.append(current)
+            current, records = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="The memory buffer: captured text waiting for the nightly consolidation.", no_args_is_help=True)
 
@@ -124,7 +147,7 @@ def register(app: typer.Typer) -> None:
     def add(
         files: Annotated[list[str], typer.Argument(help="Text/markdown files (one record each), .jsonl (`text` per line), .parquet (`text` column), or - for stdin.")],
         source: Annotated[Optional[str], typer.Option("--source", help="Source label for every record (default: the file's `source` field/column, else file:<path> or stdin).")] = None,
-        flush: Annotated[bool, typer.Option("--flush/--no-flush", help="Write a parquet file at the end (--no-flush leaves the records in the write-ahead log).")] = True,
+        flush: Annotated[bool, typer.Option("--flush/--no-flush", help="Write parquet buffer files now, each input whole or not at all (--no-flush: into the write-ahead log, parquet at the next flush).")] = True,
         config: ConfigOpt = None,
         preset: PresetOpt = "default",
         set_: SetOpt = None,
@@ -146,6 +169,8 @@ def register(app: typer.Typer) -> None:
                 parsed.append(parse_input(name, source, buf.max_text_bytes))
             except FileRejected as exc:
                 errors.append(str(exc))
+            except Exception as exc:  # never let one input stop the others
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
         total = sum(len(p.texts) for p in parsed)
         console = Console(stderr=True)
         progress = Progress(
@@ -155,14 +180,23 @@ def register(app: typer.Typer) -> None:
         before = set(buf.list_buffers())
         with progress:
             task = progress.add_task("add", total=total)
-            for p in parsed:
-                for start in range(0, len(p.texts), ADD_CHUNK):
-                    chunk = slice(start, start + ADD_CHUNK)
-                    buf.add_many(p.texts[chunk], p.sources[chunk])
-                    progress.advance(task, len(p.texts[chunk]))
-                added[p.name] = len(p.texts)
-        if flush:
-            buf.flush()
+            if flush:
+                for group in pack_inputs(parsed, buf.flush_size):
+                    n = sum(len(p.texts) for p in group)
+                    try:
+                        buf.add_file([t for p in group for t in p.texts], [s for p in group for s in p.sources])
+                    except OSError as exc:  # disk full, permissions: these files are not imported, whole
+                        errors.extend(f"{p.name}: not written ({exc})" for p in group)
+                        continue
+                    added.update((p.name, len(p.texts)) for p in group)
+                    progress.advance(task, n)
+            else:
+                for p in parsed:
+                    for start in range(0, len(p.texts), ADD_CHUNK):
+                        chunk = slice(start, start + ADD_CHUNK)
+                        buf.add_many(p.texts[chunk], p.sources[chunk])
+                        progress.advance(task, len(p.texts[chunk]))
+                    added[p.name] = len(p.texts)
         written = sorted(set(buf.list_buffers()) - before)
         result = {
             "added": sum(added.values()),

@@ -110,7 +110,9 @@ def register(app: typer.Typer) -> None:
 
         from lib.corpus import ensure_embedded_default
 
-        from cli.run import prefect_environment
+        from cli.run import flow_session, prefect_environment
+
+        prefect_environment(resolve_config(config, preset, set_, workspace)[1])  # before prefect is imported
         from flows.demo import DEMO_SETTINGS
 
         # the demo's trimmed pre-training first, so a user's --set wins
@@ -121,10 +123,10 @@ def register(app: typer.Typer) -> None:
         stats = ensure_embedded_default(ws, cfg)
         if not json_:
             show_embedded(console, stats)
-        prefect_environment()
-        from flows.demo import demo_story
+        with flow_session(ws):
+            from flows.demo import demo_story
 
-        story = demo_story(cfg)
+            story = demo_story(cfg)
         if json_:
             typer.echo(json.dumps({"embedded": stats, **story}, indent=2, default=str))
         else:

@@ -23,7 +23,7 @@ from prefect import flow
 from pydantic import BaseModel, Field
 
 from flows.consolidate import prepare
-from flows.runtime import StageClock, new_run_id
+from flows.runtime import StageClock, new_run_id, night_lock
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, SourceConfig
 from lib.corpus import DEFAULT_CORPUS
@@ -49,6 +49,11 @@ class AdoptRequest(BaseModel):
 def bootstrap(cfg: ConsolidationConfig, adopt: AdoptRequest | None = None) -> dict[str, Any]:
     """Adopt your model as v0 (`adopt`), or build the embedded default and pre-train the demo's
     v0; nothing happens when a champion exists."""
+    with night_lock(cfg, "bootstrap"):  # never beside a night (or a second bootstrap) on this workspace
+        return _bootstrap(cfg, adopt)
+
+
+def _bootstrap(cfg: ConsolidationConfig, adopt: "AdoptRequest | None") -> dict[str, Any]:
     from lib.lineage import Lineage
     from prefect.runtime import flow_run
 

@@ -2,14 +2,23 @@
 
 ingest → exact dedup → near dedup → length filter and concatenation → fastText filters
 (flows/curation.py) → tokenize (a task per input file) → manifest (lib.sampling) → train (torchrun,
-inline or on the GPU deployment) → evaluate → gate → promote and record lineage.
+inline or on the GPU deployment) → record → evaluate → gate and promote → store (dedup index,
+delta, optimizer-state pruning).
 
 - One parameter, the `ConsolidationConfig`: the UI renders every section as a form.
+- One night per workspace: the whole night holds the workspace's night lock (lib.locks). A second
+  trigger waits for it (up to `orchestration.night_lock_timeout_s`, naming the holder in the log)
+  or gives up; it never curates the same files twice or races for a version id.
 - The run is recorded in lineage from its start (runs: running → completed/failed, with each
-  stage's seconds), so a night that dies half-way is visible as failed, not missing.
-- A night that died (runs.status still running) is resumed by the next trigger under the same
-  run id: data stages come from the cache, training continues from its last snapshot (or is
-  skipped if its version folder is complete), and the gate is applied once.
+  stage's seconds). A night killed (or stopped by SIGTERM, Ctrl-C, the training time limit)
+  stays `running`; under the night lock that means dead, and the next trigger finishes it:
+  - decided by the gate already: the steps after the gate it missed (index commit, delta,
+    pruning; each idempotent), then the run is closed as completed;
+  - not decided, parent still the champion: resumed under the same run id, on the same buffer
+    files (run inputs are pinned once curation is done), data stages from the cache, training
+    from its last snapshot (or skipped if its version folder is complete), the gate applied once;
+  - not decided, the champion moved since: closed as failed, a fresh night starts.
+- A night that fails with an error is closed as failed; the next trigger starts a fresh one.
 - Nothing to do is not an error: no pending buffer files, or nothing left after curation, ends
   the run as completed without training.
 
@@ -24,15 +33,18 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from prefect import flow, unmapped
+from prefect.exceptions import TerminationSignal
 
 from flows.curation import curate_into, pending_buffers
-from flows.runtime import RunLock, StageClock, map_over, new_run_id, run_cached
+from flows.runtime import StageClock, map_over, new_run_id, night_lock, run_cached
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig
+from lib.faults import fault_point
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
 from tasks.data import adopt_outputs, commit_dedup_index, plan_tokenization, prepare_data, token_budget, tokenize_file
-from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate
+from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate, remember_night, store_candidate
+from tasks.training import TrainingStopped
 
 DATA_OUTPUTS = ["manifest.parquet", "data.json", "shards", "heldout"]
 
@@ -54,34 +66,85 @@ def prepare(cfg: ConsolidationConfig, run: RunDir, tokenizer_dir: str, sources: 
     with clock.stage("prepare"):
         jobs = plan_tokenization(cfg, str(run.path), sources, tokenizer_dir)
         map_over(tokenize_file, cfg, job=jobs, tokenizer_dir=unmapped(tokenizer_dir), cache_dir=unmapped(str(ws.token_cache)))
+        fault_point("tokenize")  # token cache written, no manifest yet
         data = run_cached(on_workspace(prepare_data, ws), lambda d: all((Path(d["data_dir"]) / e).exists() for e in DATA_OUTPUTS),
                           cfg=cfg, run_dir=str(run.path), sources=sources, tokenizer_dir=tokenizer_dir, budget=budget)
         adopt_outputs(data["data_dir"], str(run.path), DATA_OUTPUTS)
     return data
 
 
-def resumable_night(ws: Workspace, lin) -> tuple[dict[str, Any], RunLock] | None:
-    """The oldest night marked running in lineage whose run folder nobody holds locked (its
-    process died) and whose version is not decided yet, with its lock now held by us. A dead
-    night that got as far as the gate's decision is closed as completed instead."""
-    for night in lin.incomplete_runs("nightly"):
-        lock = RunLock.try_acquire(ws.run(night["run_id"]).path)
-        if lock is None:  # alive: another process works on it right now
+DECIDED = ("accepted", "rejected", "rolled_back")
+# Ways a night is stopped rather than failing: its run stays `running`, the next trigger resumes it.
+STOPPED = (KeyboardInterrupt, SystemExit, TerminationSignal, TrainingStopped)
+
+
+def dead_nights(lin) -> list[dict[str, Any]]:
+    """Nights lineage still calls running. Called under the workspace's night lock, which no
+    other night holds, so each of them is dead: its process ended without closing it."""
+    return lin.incomplete_runs("nightly")
+
+
+def resumable_night(lin, champion: str, log=None) -> dict[str, Any] | None:
+    """The oldest dead night whose gate has not decided and whose parent is still the champion:
+    the next trigger resumes it under its own run id (data from the cache, the same inputs,
+    training from its last snapshot). A dead undecided night whose parent is no longer the
+    champion (a person promoted or rolled back since) is closed as failed: its candidate would
+    replace a newer champion."""
+    for night in dead_nights(lin):
+        if night["version_status"] in DECIDED:
             continue
-        if night["version_status"] in ("accepted", "rejected", "rolled_back"):
-            lin.finish_run(night["run_id"], "completed", night["version"])
-            lock.release()
-            continue
-        return night, lock
+        parent = (lin.get_run(night["run_id"]) or {}).get("parent")
+        if parent == champion:
+            return night
+        lin.finish_run(night["run_id"], "failed", night["version"])
+        if log is not None:
+            log.warning("closed dead night %s as failed: it continued %s, the champion is now %s", night["run_id"], parent, champion)
     return None
 
 
-def trained_version(version_dir: Path) -> dict[str, Any] | None:
-    """A version folder a resumed night already finished training (meta.json with its metrics)."""
+def finish_decided_nights(cfg: ConsolidationConfig, lin, log) -> list[str]:
+    """Dead nights the gate already decided: do the steps after the gate they did not get to
+    (dedup index commit for an accepted one, delta storage, optimizer-state pruning; each
+    idempotent) and close them as completed."""
+    ws = Workspace(cfg.workspace.root)
+    done = []
+    for night in dead_nights(lin):
+        if night["version_status"] not in DECIDED:
+            continue
+        log.warning("finishing dead night %s: %s was %s; storing it", night["run_id"], night["version"], night["version_status"])
+        if night["version_status"] == "accepted":
+            commit_dedup_index(cfg, str(ws.run(night["run_id"]).path))
+            remember_night(cfg, night["version"])
+        store_candidate(cfg, night["version"])
+        lin.finish_run(night["run_id"], "completed", night["version"])
+        done.append(night["run_id"])
+    return done
+
+
+def claim_version(ws: Workspace, lin, run_id: str) -> str:
+    """The version id this night writes: its own from an earlier attempt, else the next free one.
+    A version folder no lineage row knows, left by another night that died between training and
+    recording, is stepped over, never overwritten or mistaken for ours."""
+    from lib.checkpoint import read_meta
+
+    version = lin.next_version(run_id)
+    recorded = lin.get_version(version)
+    if recorded is not None and recorded["run_id"] == run_id:
+        return version
+    while True:
+        folder = ws.checkpoint(version)
+        if not folder.exists() or read_meta(folder).get("run_id") == run_id:
+            return version
+        version = f"v{int(version[1:]) + 1}"
+
+
+def trained_version(version_dir: Path, run_id: str | None = None) -> dict[str, Any] | None:
+    """A version folder a resumed night (`run_id`) already finished training (meta.json with its
+    metrics)."""
     from lib.checkpoint import read_meta
 
     meta = read_meta(version_dir) if Path(version_dir).is_dir() else {}
-    if not meta.get("final_metrics"):
+    if not meta.get("final_metrics") or (run_id is not None and meta.get("run_id") not in (None, run_id)):
         return None
     return {"version_dir": str(version_dir), "final_metrics": meta["final_metrics"], "reused": True}
 
@@ -90,34 +153,46 @@ def trained_version(version_dir: Path) -> dict[str, Any] | None:
 def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
     """One night: curate the memory buffer, replay-mix, continue pre-training the champion,
     evaluate, gate, promote, record lineage."""
+    ws = Workspace(cfg.workspace.root).ensure()
+    with night_lock(cfg, "nightly consolidation") as lock:
+        return _night(cfg, ws, lock)
+
+
+def _night(cfg: ConsolidationConfig, ws: Workspace, lock) -> dict[str, Any]:
     from lib.checkpoint import materialize
     from lib.lineage import Lineage
     from lib.sampling import default_sources
+    from prefect.runtime import flow_run
 
     from lib.corpus import with_replay_corpus
+    from tasks.reporting import stage_logger
 
-    ws = Workspace(cfg.workspace.root).ensure()
+    log = stage_logger()
     lin = Lineage(ws.lineage_db)
     champion = lin.alias("champion")
     if champion is None:
         raise ValueError(f"no champion in {ws.lineage_db}: adopt your model with `consolidate init --model DIR --replay ...` "
                          f"(or the bootstrap flow's adopt parameter), or pre-train the demo's with `consolidate bootstrap`")
     cfg = with_replay_corpus(ws, cfg)
-    found = resumable_night(ws, lin)
-    resumed = found[0] if found else None
-    if resumed is not None:  # a night that died: same run id, same parent, stages reused or resumed
-        run, champion, lock = ws.run(resumed["run_id"]).ensure(), lin.get_run(resumed["run_id"])["parent"] or champion, found[1]
+    finished = finish_decided_nights(cfg, lin, log)
+    resumed = resumable_night(lin, champion, log)
+    if resumed is not None:  # a night that died: same run id, same parent, same inputs
+        run = ws.run(resumed["run_id"]).ensure()
+        log.warning("resuming night %s, which died before its gate (version %s)", run.run_id, resumed["version"] or "not yet recorded")
     else:
         run = ws.run(new_run_id("night")).ensure()
-        lock = RunLock(run.path)
+    lock.set_purpose(f"night {run.run_id}")
     champion_dir = lin.get_version(champion)["path"]
-    from prefect.runtime import flow_run
-
     lin.start_run(run.run_id, kind="nightly", parent=champion, flow_run_id=flow_run.get_id(), config=cfg.to_dict())
     clock = StageClock()
     result: dict[str, Any] = {"run_id": run.run_id, "parent": champion, "version": None, "resumed": resumed is not None}
+    if finished:
+        result["finished_dead_nights"] = finished
     try:
         pending = pending_buffers(cfg, clock)
+        pinned = {b.content_hash for b in lin.run_inputs(run.run_id)}
+        if pinned:  # a resumed night trains on exactly what it curated before, new files wait
+            pending = [p for p in pending if p["content_hash"] in pinned]
         if not pending:
             result["status"] = "nothing to consolidate: no pending buffer files"
             return result
@@ -128,13 +203,14 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
         if result["curated_docs"] == 0:
             result["status"] = "nothing to consolidate: curation kept no documents"
             return result
+        lin.record_inputs(run.run_id, inputs)  # pinned from here: a resume trains on the same files
 
         tokenizer_dir = str(cfg.tokenizer.path or materialize(champion_dir))
         data = prepare(cfg, run, tokenizer_dir, default_sources(ws, cfg, run.curated), token_budget(cfg), clock)
 
-        version = lin.next_version(run.run_id)
+        version = claim_version(ws, lin, run.run_id)
         with clock.stage("train"):
-            trained = trained_version(ws.checkpoint(version)) or run_training(TrainRequest(
+            trained = trained_version(ws.checkpoint(version), run.run_id) or run_training(TrainRequest(
                 cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
                 parent=champion_dir, resume=resumed is not None,
                 meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
@@ -143,19 +219,30 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
                     "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
         with clock.stage("record"):
             record_candidate(cfg, run.run_id, version, trained["version_dir"], champion, inputs, manifest)
+            fault_point("record")
         with clock.stage("evaluate"):
             result["eval"] = evaluate_versions(cfg, str(run.path), run.run_id, version, champion)
+            fault_point("evaluate")
         with clock.stage("gate"):
             result["gate"] = gate_and_promote(cfg, version)
+            fault_point("promote")
+        with clock.stage("store"):
             if result["gate"]["passed"]:
                 commit_dedup_index(cfg, str(run.path))
+                result["memory"] = remember_night(cfg, version)
+            result["storage"] = store_candidate(cfg, version)
         result.update(version=version, status=result["gate"]["status"], final_metrics=trained["final_metrics"])
         return result
+    except STOPPED as exc:
+        # stopped from outside (SIGTERM, Ctrl-C, the training time limit): like a kill, the run
+        # stays `running` in lineage and the next trigger resumes it
+        log.warning("night %s stopped (%s); the next trigger resumes it", run.run_id, type(exc).__name__)
+        raise
     except BaseException:
         lin.finish_run(run.run_id, "failed", result.get("version"), clock.seconds)
         raise
     finally:
         result["timings"], result["own_timings"] = clock.seconds, clock.own
-        if lin.get_run(run.run_id)["status"] == "running":
+        row = lin.get_run(run.run_id)
+        if row["status"] == "running" and "status" in result:
             lin.finish_run(run.run_id, "completed", result.get("version"), clock.seconds)
-        lock.release()

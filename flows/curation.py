@@ -2,7 +2,10 @@
 nightly flow.
 
 - ingest: list the buffer folder, hash every file (a task per file, on threads or Ray), keep
-  the ones the registry does not know as consumed or quarantined;
+  the ones the registry does not know as consumed or quarantined; a file found bad is moved to
+  `quarantine/` with its reason, and `record-ingest` writes every reason file lineage does not
+  know yet, so a quarantine is recorded even when the task that made it failed, was retried, or
+  its process was killed;
 - curate (lib.curation's three steps): per shard of the pending files, ingest + exact hashes +
   MinHash signatures (mapped tasks); one reduce for exact dedup → near dedup (MinHash-LSH, also
   against earlier nights); per shard, length filter and concatenation → fastText language and
@@ -21,9 +24,10 @@ from typing import Any
 
 from prefect import flow, unmapped
 
-from flows.runtime import StageClock, map_over, new_run_id
+from flows.runtime import StageClock, map_over, new_run_id, night_lock
 from lib.config import ConsolidationConfig
 from lib.curation import DEDUP_OUTPUTS, shard_count, shard_outputs
+from lib.faults import fault_point
 from lib.lineage import Lineage
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
@@ -79,6 +83,7 @@ def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, A
     with clock.stage("curate"):
         shards = _map_cached(ingest_shard, cfg, here, lambda r: _files(r["rank"], ("docs", "dedup", "ingest")),
                              dict(cfg=cfg, run_dir=here, world_size=n, files=files, statuses=statuses, workers=workers), ranks)
+        fault_point("curate")  # bad files moved to quarantine/, lineage not told yet
         record_ingest(str(ws.root), shards)
         params = dict(cfg=cfg, run_dir=here, world_size=n)
         dedup_files = DEDUP_OUTPUTS + [shard_outputs(k)["keep"] for k in ranks]
@@ -95,9 +100,10 @@ def curate(cfg: ConsolidationConfig) -> dict[str, Any]:
     ws = Workspace(cfg.workspace.root).ensure()
     run = ws.run(new_run_id("curate")).ensure()
     clock = StageClock()
-    pending = pending_buffers(cfg, clock)
-    if not pending:
-        return {"run_id": run.run_id, "pending_files": 0, "timings": clock.seconds, "own_timings": clock.own}
-    stats = curate_into(cfg, run, pending, clock)
+    with night_lock(cfg, f"curation {run.run_id}"):  # it moves bad files and registers good ones, like a night
+        pending = pending_buffers(cfg, clock)
+        if not pending:
+            return {"run_id": run.run_id, "pending_files": 0, "timings": clock.seconds, "own_timings": clock.own}
+        stats = curate_into(cfg, run, pending, clock)
     return {"run_id": run.run_id, "pending_files": len(pending), "curated_dir": str(run.curated),
             "stats": stats, "timings": clock.seconds, "own_timings": clock.own}

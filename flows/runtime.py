@@ -7,6 +7,8 @@ runner of the per-shard stages, cached stages that reuse or refresh their output
   adds up the stage's own work (`own`: the lib calls its tasks wrap in `tasks.reporting.own_time`,
   Prefect's task overhead excluded); bench/bench_orchestration.py compares the flow's wall time
   with the sum of `own`.
+- `night_lock(cfg, purpose)`: one night per workspace (lib.locks), waited for with a timeout
+  and a log line that names the holder.
 - Per-shard tasks (`.map`) run on a thread pool, or on Ray when
   `orchestration.task_runner = "ray"` (prefect-ray; a local Ray of `curation.workers` CPUs when
   no `ray_address` is given).
@@ -97,29 +99,20 @@ def run_cached(task, outputs_present, **params: Any) -> Any:
     return result
 
 
-class RunLock:
-    """An exclusive `flock` on `<run>/.lock`, held while a flow works in that run folder. The
-    kernel drops it when the holder dies, so "running in lineage but unlocked" means "died"."""
+@contextmanager
+def night_lock(cfg, purpose: str) -> Iterator[Any]:
+    """The workspace's night lock (lib.locks) for the body: one night, bootstrap or curation at
+    a time on a workspace. A busy lock is waited for up to `orchestration.night_lock_timeout_s`,
+    the holder named in the run log (and so in the UI) when the wait starts and every minute;
+    past the timeout the flow fails with `LockBusy` naming the holder."""
+    from lib.locks import WorkspaceLock
+    from lib.workspace import Workspace
+    from tasks.reporting import stage_logger
 
-    def __init__(self, run_path) -> None:
-        import fcntl
-
-        os.makedirs(run_path, exist_ok=True)
-        self._fd = os.open(os.path.join(run_path, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._fd)
-            raise
-
-    @classmethod
-    def try_acquire(cls, run_path) -> "RunLock | None":
-        try:
-            return cls(run_path)
-        except BlockingIOError:
-            return None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the flock
-            self._fd = None
+    log = stage_logger()
+    lock = WorkspaceLock(Workspace(cfg.workspace.root).night_lock, purpose)
+    lock.acquire(cfg.orchestration.night_lock_timeout_s, log=log.warning, what="orchestration.night_lock_timeout_s")
+    try:
+        yield lock
+    finally:
+        lock.release()

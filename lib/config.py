@@ -215,7 +215,9 @@ class OrchestrationConfig(_Section):
     task_runner: Literal["threads", "ray"] = Field("threads", description="Where per-shard data tasks run: local threads or a Ray cluster (prefect-ray).")
     ray_address: str | None = Field(None, description="Ray cluster address; none with task_runner=ray: a local Ray.")
     train_deployment: str | None = Field(None, description="Name 'flow/deployment' of the GPU training deployment; none: train inline on this machine.")
-    train_concurrency_limit: str = Field("consolidation-training", description="Name of the global concurrency limit held while training.")
+    night_lock_timeout_s: float | None = Field(3600.0, ge=0, description="How long a night waits for another night (or bootstrap) on the same workspace to finish before it gives up, naming the holder (0: give up at once, as `consolidate run --no-wait` does; none: wait as long as it takes). A dead holder never blocks: its lock ends with its process.")
+    train_lock: Path | None = Field(None, description="Lock file held for the whole torchrun; trainings that name the same file run one at a time. None: <workspace>/locks/training.lock (one per workspace); point workspaces that share a GPU at one file (e.g. /var/tmp/consolidation-training.lock); a relative path is inside the workspace.")
+    train_lock_timeout_s: float | None = Field(3600.0, ge=0, description="How long a training waits for the training lock before it gives up, naming the holder (0: at once; none: as long as it takes).")
 
 
 class ConsolidationConfig(_Section):

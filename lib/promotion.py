@@ -253,6 +253,7 @@ def apply_storage_policy(lineage: Lineage, checkpoints_cfg, serving_dir: str | P
     {"restored": [...], "stored": {version: store_version's record, for versions whose storage
     changed in this call}, "links": {...}, "optimizer_states_pruned": {...}, "master_weights_pruned": {...}}."""
     from lib.checkpoint import is_delta, is_full, master_dir, store_version
+    from lib.faults import fault_point
 
     restored = keep_served_full(lineage)
     # prune first: a master folder about to be deleted is not worth compacting
@@ -275,6 +276,7 @@ def apply_storage_policy(lineage: Lineage, checkpoints_cfg, serving_dir: str | P
         was = (is_delta(path), master is not None and is_delta(master))
         record = store_version(path, parent["path"] if parent else None, delta=checkpoints_cfg.delta,
                                full_every=checkpoints_cfg.full_every)
+        fault_point("store")  # folder compacted, lineage still says full
         master = master_dir(path)
         if (is_delta(path), master is not None and is_delta(master)) != was or row.get("storage") != record["stored"]:
             stored[name] = record

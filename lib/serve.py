@@ -6,7 +6,8 @@
   `model` and `system_fingerprint` name the version that did.
 - Every request passes, in order: bearer-token check (`serve.token`, constant-time compare, 401),
   body size (`serve.max_request_bytes`, refused from Content-Length before reading, or while
-  streaming the body in, 413), JSON (400), schema (422), limits (`max_tokens` over
+  streaming the body in, 413), JSON (400; also for JSON nested too deep to parse and for text
+  with lone surrogates, `"\\ud800"`, which no tokenizer takes), schema (422), limits (`max_tokens` over
   `serve.max_new_tokens` or past the context, 400). Errors have OpenAI's shape:
   `{"error": {"message", "type", "param", "code"}}`.
 - `"stream": true` answers with server-sent events in OpenAI's chunk format (text pieces as they
@@ -104,6 +105,25 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     if len(stops) > 4:
         raise APIError(400, f"stop takes at most 4 sequences, got {len(stops)}", param="stop")
     return stops
+
+
+def _check_unicode(data: Any) -> None:
+    """JSON's `\\ud800` escapes decode to lone surrogates, which no tokenizer (and no UTF-8 file)
+    can take: refuse them up front with the field that holds one (400, not a 500 later)."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:  # iterative: the body's depth is bounded by the parser, not by our recursion
+        where, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise APIError(400, f"{where or 'body'}: text holds a lone surrogate ({value[exc.start]!r} at character {exc.start}), "
+                                    f"which is not valid Unicode; send the text as UTF-8", param=where or None, code="invalid_unicode") from None
+        elif isinstance(value, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+            stack.extend(("key of " + (where or "body"), k) for k in value)
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
 
 
 def _capture_flag(request_flag: bool, header: str | None) -> bool:
@@ -361,8 +381,11 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
             data = json.loads(b"".join(chunks) or b"null")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise APIError(400, f"request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise APIError(400, "request body nests JSON too deeply to parse", code="json_too_deep") from None
         if not isinstance(data, dict):
             raise APIError(400, "request body must be a JSON object")
+        _check_unicode(data)
         try:
             return model.model_validate(data)
         except ValidationError as exc:

@@ -99,13 +99,15 @@ def run_supervised(
     tick_s: float = 1.0,
     grace_s: float = 30.0,
     keep_lines: int = 40,
+    pass_fds: Sequence[int] = (),
 ) -> SupervisedResult:
     """Run `cmd` in its own process group until it exits, the limit passes, or we are stopped.
-    Returns the exit code (negative: killed by that signal) and whether the limit stopped it."""
+    Returns the exit code (negative: killed by that signal) and whether the limit stopped it.
+    `pass_fds`: descriptors the child keeps (a lock it must hold until it exits, even past us)."""
     try:
         proc = subprocess.Popen(
             _launch_argv(cmd), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, pass_fds=tuple(pass_fds),
         )
     except OSError as exc:
         raise SupervisedProcessError(f"could not start {cmd[0]!r}: {exc}") from exc

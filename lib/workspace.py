@@ -13,7 +13,9 @@
   serving/champion, serving/latest   links to the full Hugging Face folders of those versions
   lineage.duckdb         the registry: what exists and in which state
   tokenizer/             BPE tokenizer trained by the bootstrap on the corpus
-  cache/                 orchestrator's cached stage results, keyed on input content hashes
+  cache/                 orchestrator's cached stage results (JSON), keyed on input content hashes
+  locks/                 night.lock (one night at a time), training.lock (one training at a time)
+  .prefect/              the CLI's Prefect home (ephemeral API database) unless PREFECT_HOME is set
 ```
 
 Every path a user hands in goes through `Workspace.resolve`, which refuses anything that lands
@@ -96,6 +98,26 @@ class Workspace:
         """The long-term memory: `<version>/train/` (an accepted night's documents, hard links to its
         curated files), `<version>/heldout.parquet` (its retention eval set), `<version>/night.json`."""
         return self.root / "memory"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / "locks"
+
+    @property
+    def night_lock(self) -> Path:
+        """Held by the night (or bootstrap, or curation) working on this workspace: one at a time."""
+        return self.locks / "night.lock"
+
+    @property
+    def training_lock(self) -> Path:
+        """Held while torchrun writes a version (default of `orchestration.train_lock`)."""
+        return self.locks / "training.lock"
+
+    @property
+    def prefect_home(self) -> Path:
+        """PREFECT_HOME of the CLI's flows on this workspace when the user set none: the ephemeral
+        API's database and settings stay with the workspace, not shared machine-wide."""
+        return self.root / ".prefect"
 
     @property
     def eval_cache(self) -> Path:

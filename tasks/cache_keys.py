@@ -8,6 +8,11 @@
   corpus rebuilt byte-identically, still hits the cache; one changed byte misses it.
 - Results and cache records persist under `<workspace>/cache/` (`on_workspace`), so a re-run of an
   unchanged night on the same workspace skips curation and tokenization even in a new process.
+- Records are plain JSON (`PlainJSONSerializer`: the tasks return paths and small dicts), read
+  with no object hooks. Prefect reads a record with the serializer the RECORD names, so the
+  storage itself (`WorkspaceCache`) refuses any record not written by ours: a record left by an
+  older pickle-based version, or planted by anyone who can write the folder, is a cache miss
+  (the stage runs again and overwrites it), never unpickled.
 
 Trade-off: hashing reads every input byte (~2 GB/s with xxh3, i.e. ~10 ms for the tiny demo and
 ~1 s for a 2 GB night) on every run, in exchange for keys that never confuse two different inputs.
@@ -23,14 +28,23 @@ from typing import Any, Callable, Iterable
 
 from prefect.cache_policies import CacheKeyFnPolicy
 from prefect.filesystems import LocalFileSystem
+from prefect.serializers import Serializer
+from pydantic import Field
 
 from lib.buffer import content_hash
 from lib.workspace import Workspace
 
 
 def files_digest(files: Iterable[str | Path]) -> list[str]:
-    """Content hashes of `files`, sorted: order and names do not matter, bytes do."""
-    return sorted(content_hash(f) for f in files)
+    """Content hashes of `files`, sorted: order and names do not matter, bytes do. A file that is
+    gone (a retried ingest whose first attempt quarantined it) counts as `missing:<name>`."""
+    out = []
+    for f in files:
+        try:
+            out.append(content_hash(f))
+        except FileNotFoundError:
+            out.append(f"missing:{Path(f).name}")
+    return sorted(out)
 
 
 def module_digest(modules: Iterable[str]) -> str:
@@ -71,21 +85,64 @@ def content_cache(
     return CacheKeyFnPolicy(cache_key_fn=key)
 
 
+class PlainJSONSerializer(Serializer):
+    """Task results as plain JSON (dicts, lists, strings, numbers; paths become strings). Read
+    back with `json.loads` and nothing else: no class names, no imports, no pickle."""
+
+    type: str = Field(default="consolidation-json", frozen=True)
+
+    def dumps(self, obj: Any) -> bytes:
+        def plain(value: Any) -> Any:
+            if isinstance(value, Path):
+                return str(value)
+            raise TypeError(f"a cached task returned {type(value).__name__}; cached stages return paths and small records only")
+
+        return json.dumps(obj, default=plain).encode()
+
+    def loads(self, blob: bytes) -> Any:
+        return json.loads(blob)
+
+
+class WorkspaceCache(LocalFileSystem):
+    """`<workspace>/cache/`: a LocalFileSystem that hands Prefect only records written by
+    PlainJSONSerializer. Anything else raises, which Prefect takes as a cache miss."""
+
+    _block_type_name = "Consolidation workspace cache"
+
+    def _checked(self, path: str, content: bytes) -> bytes:
+        try:
+            kind = json.loads(content)["metadata"]["serializer"]["type"]
+        except (ValueError, KeyError, TypeError):
+            kind = None
+        if kind != PlainJSONSerializer.model_fields["type"].default:
+            raise ValueError(f"cache record {path} was not written as plain JSON (serializer {kind!r}): ignored, "
+                             f"the stage runs again")
+        return content
+
+    async def aread_path(self, path: str) -> bytes:
+        return self._checked(path, await super().aread_path(path))
+
+    def read_path(self, path: str, _sync: bool | None = None) -> bytes:
+        return self._checked(path, LocalFileSystem.read_path(self, path, _sync=True))
+
+
 _saved_storage: dict[str, str] = {}
 
 
 def workspace_storage(ws: Workspace) -> str:
-    """Slug of a LocalFileSystem block at `<workspace>/cache/`, saved on the API once per process
+    """Slug of a WorkspaceCache block at `<workspace>/cache/`, saved on the API once per process
     (Prefect resolves result storage by block on the server side)."""
     root = str(ws.task_cache)
     if root not in _saved_storage:
         ws.task_cache.mkdir(parents=True, exist_ok=True)
         name = "consolidation-cache-" + hashlib.sha256(root.encode()).hexdigest()[:12]
-        LocalFileSystem(basepath=root).save(name, overwrite=True)
-        _saved_storage[root] = f"local-file-system/{name}"
+        WorkspaceCache(basepath=root).save(name, overwrite=True)
+        _saved_storage[root] = f"{WorkspaceCache.get_block_type_slug()}/{name}"
     return _saved_storage[root]
 
 
 def on_workspace(task, ws: Workspace):
-    """The task with its results (and cache records) persisted under `<workspace>/cache/`."""
-    return task.with_options(persist_result=True, result_storage=workspace_storage(ws))
+    """The task with its results (and cache records) persisted under `<workspace>/cache/`, as
+    plain JSON."""
+    return task.with_options(persist_result=True, result_storage=workspace_storage(ws),
+                             result_serializer=PlainJSONSerializer())

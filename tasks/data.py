@@ -34,7 +34,7 @@ from prefect.tasks import exponential_backoff
 from lib.buffer import content_hash
 from lib.config import ConsolidationConfig
 from lib.workspace import RunDir, Workspace
-from tasks.cache_keys import content_cache
+from tasks.cache_keys import content_cache, files_digest
 from tasks.reporting import own_time, publish_table, stage_logger
 
 IO_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5)
@@ -107,7 +107,7 @@ def _shard_files(p: dict[str, Any]) -> list[str]:
 
 
 def _shard_settings(p: dict[str, Any]) -> Any:
-    mine = {content_hash(f) for f in _shard_files(p)}
+    mine = set(files_digest(_shard_files(p)))
     return {**_curation_settings(p), "rank": p["rank"], "world_size": p["world_size"],
             # pending and unknown files read the same (registering is recorded, applied idempotently)
             "skipped": sorted(h for h, s in p["statuses"].items() if h in mine and s in ("consumed", "quarantined"))}
@@ -185,14 +185,24 @@ def filter_shard(cfg: ConsolidationConfig, run_dir: str, rank: int) -> dict[str,
 
 @task(name="record-ingest", **IO_RETRIES)
 def record_ingest(workspace_root: str, shards: list[dict[str, Any]]) -> int:
-    """Write the shards' registry changes (pending and quarantined files) to lineage; idempotent."""
-    from lib.ingest import apply_registry_events
+    """Write the shards' registry changes (pending and quarantined files) to lineage, and every
+    quarantine lineage does not know yet (made by a shard attempt that then failed and was
+    retried, or by a night that was killed); idempotent."""
+    from lib.ingest import apply_registry_events, record_quarantine
     from lib.lineage import Lineage
 
+    ws = Workspace(workspace_root)
+    lineage = Lineage(ws.lineage_db)
     events = [e for s in shards for e in s["registry_events"]]
     with own_time():
-        apply_registry_events(Lineage(Workspace(workspace_root).lineage_db), events)
-    return len(events)
+        apply_registry_events(lineage, events)
+        late = record_quarantine(ws, lineage)
+    if late:
+        stage_logger().warning("recorded %d quarantined file(s) an earlier attempt had not recorded", late)
+    quarantined = [e for e in events if e["op"] == "quarantine"]
+    for e in quarantined:
+        stage_logger().warning("quarantined %s: %s", Path(e["path"]).name, e["reason"])
+    return len(events) + late
 
 
 @task(name="curation-report", **IO_RETRIES)

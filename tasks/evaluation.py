@@ -5,12 +5,17 @@
 - `evaluate_versions`: lib.evaluate.evaluate_candidate on the run's sets (old_val for
   forgetting, new_heldout and new_train for acquisition); both sides' metrics go to lineage under
   the run; the table is the "eval-before-after" artifact.
-- `gate_and_promote`: lib.promotion.gate_version with apply: pass -> champion + consumed buffers,
-  fail -> rejected, buffers stay pending; the decision with every rule's reason is the
-  "gate-decision" markdown artifact. Then lib.promotion.apply_storage_policy: the champion and
-  `latest` stay plain Hugging Face folders (linked from <workspace>/serving/), every other version
-  (a rejected candidate, the champion just replaced) becomes a delta against its parent, and
-  optimizer.pt and fp32 master weights are pruned from versions no night will start from.
+- `gate_and_promote`: lib.promotion.gate_version, then conclude: pass -> champion + consumed
+  buffers, fail -> rejected, buffers stay pending; the decision with every rule's reason is the
+  "gate-decision" markdown artifact.
+- `remember_night`: an accepted night's documents join the long-term memory (lib.memory.remember),
+  its held-out set becomes a retention set.
+- `store_candidate`: lib.promotion.apply_storage_policy: the champion and `latest` stay plain
+  Hugging Face folders (linked from <workspace>/serving/), every other version (a rejected
+  candidate, the champion just replaced) becomes a delta against its parent, and optimizer.pt and
+  fp32 master weights are pruned from versions no night will start from. Remembering and storing
+  are their own tasks and idempotent, so a night that died after the gate is finished by the next
+  trigger (flows/consolidate.py).
 
 Trade-off: none of these is cached: each reads and writes the registry, and replaying them is
 idempotent in lib (same version id, one decision per version, one alias move).
@@ -70,27 +75,51 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str, run_id: str, versi
 @task(name="gate-and-promote", cache_policy=NO_CACHE, **IO_RETRIES)
 def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """The regression gate on the recorded metrics, applied: promote or reject."""
-    from lib.promotion import apply_storage_policy, gate_version, storage_record
+    from lib.faults import fault_point
+    from lib.promotion import conclude, gate_version
 
     lin = _lineage(cfg)
     with own_time():
-        decision, status = gate_version(lin, cfg.gate, version, apply=True)
+        decision, _ = gate_version(lin, cfg.gate, version, apply=False)
+        fault_point("gate")  # decided, not applied: the next trigger decides again, the same way
+        status = conclude(lin, version, decision)
     publish_markdown("gate-decision", decision.to_markdown(f"Regression gate on {version}: {status}"),
                      f"Gate decision on {version} with the reason of every rule")
     out = {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary(),
            "champion": lin.alias("champion"), "rules": decision.to_dict().get("rules", [])}
-    if status == "accepted":
-        from lib.memory import remember
-
-        with own_time():  # what the night taught joins the memory, its held-out set the retention checks
-            row = lin.get_version(version)
-            out["memory"] = remember(Workspace(cfg.workspace.root), lin, version, Workspace(cfg.workspace.root).run(row["run_id"]))
-    with own_time():
-        # served versions full, the rest (a rejected candidate, the champion replaced) deltas
-        policy = apply_storage_policy(lin, cfg.checkpoints, Workspace(cfg.workspace.root).serving)
-        out["storage"] = policy["stored"].get(version) or storage_record(lin.get_version(version)["path"], lin.alias("champion"),
-                                                                           lin.alias("latest"), version)
-        out["storage_policy"] = {k: v for k, v in policy.items() if k != "stored"} | {"stored": {v: r["stored"] for v, r in policy["stored"].items()}}
-        out["optimizer_states_pruned"] = policy["optimizer_states_pruned"]
     stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
     return out
+
+
+@task(name="remember-night", cache_policy=NO_CACHE, **IO_RETRIES)
+def remember_night(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
+    """The accepted `version`'s night joins the memory: its documents are replayed by later nights,
+    its held-out set is checked for retention by later gates (lib.memory.remember; idempotent)."""
+    from lib.memory import remember
+
+    lin = _lineage(cfg)
+    ws = Workspace(cfg.workspace.root)
+    with own_time():
+        out = remember(ws, lin, version, ws.run(lin.get_version(version)["run_id"]))
+    stage_logger().info("memory: %s remembered (%d documents, %d held out for retention)", version, out["docs"], out["heldout_docs"])
+    return out
+
+
+@task(name="store-version", cache_policy=NO_CACHE, **IO_RETRIES)
+def store_candidate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
+    """After the gate, accepted or rejected: lib.promotion.apply_storage_policy (served versions
+    full, the rest deltas against their parents, a rejected candidate kept for inspection,
+    optimizer.pt and fp32 master weights pruned from versions no night will start from, serving
+    links moved). Idempotent, so a night that died half-way through is finished by the next trigger."""
+    from lib.promotion import apply_storage_policy, storage_record
+
+    lin = _lineage(cfg)
+    with own_time():
+        policy = apply_storage_policy(lin, cfg.checkpoints, Workspace(cfg.workspace.root).serving)
+        storage = policy["stored"].get(version) or storage_record(lin.get_version(version)["path"], lin.alias("champion"),
+                                                                    lin.alias("latest"), version)
+    stage_logger().info("stored %s as %s; optimizer state pruned from %s", version, storage["stored"],
+                        sorted(policy["optimizer_states_pruned"]) or "none")
+    return {"storage": storage, "stored": {v: r["stored"] for v, r in policy["stored"].items()},
+            "restored": policy["restored"], "links": policy["links"],
+            "optimizer_states_pruned": policy["optimizer_states_pruned"], "master_weights_pruned": policy["master_weights_pruned"]}

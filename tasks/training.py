@@ -1,14 +1,20 @@
 """The training stage as a Prefect task: torchrun in a supervised subprocess.
 
-- Holds one slot of the strict global concurrency limit `orchestration.train_concurrency_limit`
-  (created with limit 1 if missing) for the whole run: two nights, or a night and a manual run,
-  never train at once, even from different deployments or workers.
+- Holds the training lock (`orchestration.train_lock`, default `<workspace>/locks/training.lock`,
+  lib.locks) for the whole run: two trainings that name one lock file never run at once, whatever
+  deployment or worker they come from. torchrun inherits the lock, so a night killed mid-training
+  keeps it until its torchrun has written the SIGTERM snapshot; nothing else ever holds it past
+  its process. A training that waits says for whom in the log and gives up after
+  `orchestration.train_lock_timeout_s`.
+- Under the lock, a version folder this run (meta `run_id`) already finished is returned as it
+  is, and the leftovers of a killed write of it are removed before torchrun starts.
 - Writes the effective config and the version's extra meta to `<run>/train/`, builds the
   command with `lib.train.torchrun_command`, and runs it with lib.supervised_process: own process
   group, killed with the flow run (cancellation SIGTERM, exceptions, our own death).
 - Streams rank-0 output into the run log and turns `metrics.jsonl` into a progress artifact.
 - Exit 0: the version folder is written. Exit 3 (`lib.train.EXIT_STOPPED`, time limit or
-  SIGTERM): a snapshot is kept and the task fails with a message that says `--resume`.
+  SIGTERM): a snapshot is kept and the task raises TrainingStopped; the nightly flow leaves the
+  night resumable and the next trigger continues from that snapshot.
 
 Trade-off: no retries and no caching: a training that failed half-way is resumed on purpose
 (resume=True) from its snapshot, never silently restarted from step 0 by the orchestrator.
@@ -19,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,20 +49,34 @@ class TrainingFailed(RuntimeError):
     """torchrun exited with an error; the message carries the last lines of its output."""
 
 
-def ensure_training_limit(name: str, limit: int = 1) -> None:
-    """Create the global concurrency limit `name` with `limit` slots unless it exists."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+def training_lock(cfg: ConsolidationConfig, out_dir: str):
+    """The training lock of `cfg` (lib.locks), named after the version it writes."""
+    from lib.locks import WorkspaceLock
+    from lib.workspace import Workspace
 
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            try:
-                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=limit))
-            except ObjectAlreadyExists:  # another night created it in between
-                pass
+    ws = Workspace(cfg.workspace.root)
+    path = cfg.orchestration.train_lock
+    path = ws.training_lock if path is None else (path if Path(path).expanduser().is_absolute() else ws.root / path)
+    return WorkspaceLock(Path(path).expanduser(), f"training {Path(out_dir).name}")
+
+
+def finished_version(out_dir: str | Path, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """meta.json of `out_dir` if that version was fully written by the same run (`meta`'s run_id)."""
+    from lib.checkpoint import read_meta
+
+    found = read_meta(out_dir) if Path(out_dir).is_dir() else {}
+    run_id = (meta or {}).get("run_id")
+    if found.get("final_metrics") and (run_id is None or found.get("run_id") == run_id):
+        return found
+    return None
+
+
+def _remove_torn_writes(out_dir: str | Path) -> None:
+    """`.<version>.tmp-*` folders a killed trainer left beside the version (lib.checkpoint writes
+    a version there and renames it into place); only called under the training lock."""
+    out = Path(out_dir)
+    for tmp in out.parent.glob(f".{out.name}.tmp-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _last_step(metrics_path: Path) -> int | None:
@@ -112,8 +133,8 @@ def train_checkpoint(
     tokenizer_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run torchrun to write the version folder `out_dir`; returns its meta's final metrics."""
-    from prefect.concurrency.sync import concurrency
-
+    from lib import snapshot
+    from lib.faults import armed, fault_point
     from lib.train import EXIT_STOPPED
 
     log = stage_logger()
@@ -127,27 +148,32 @@ def train_checkpoint(
         step = _last_step(metrics_path)
         if step is not None:
             progress.update(step / total)
+        if armed("train") and snapshot.latest_complete(Path(train_dir) / "snapshots") is not None:
+            fault_point("train")  # torchrun mid-run with a snapshot on disk
 
     limit = cfg.training.time_limit_s
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    lock_name = cfg.orchestration.train_concurrency_limit
-    log.info("training: %s", " ".join(cmd))
-    from tasks.reporting import in_run
-
-    if in_run():
-        ensure_training_limit(lock_name)
-        slot = concurrency(lock_name, occupy=1, strict=True)
-    else:  # task.fn outside Prefect: no API to hold a slot on
-        from contextlib import nullcontext
-
-        slot = nullcontext()
-    with slot, own_time():  # own time: the torchrun process, the wait for the slot excluded
-        result = run_supervised(cmd, env=env, cwd=os.getcwd(), on_line=log.info, on_tick=on_tick, tick_s=2.0, keep_lines=200,
-                                time_limit_s=None if limit is None else limit + SNAPSHOT_GRACE_S)
+    lock = training_lock(cfg, out_dir)
+    lock.acquire(cfg.orchestration.train_lock_timeout_s, log=log.warning, what="orchestration.train_lock_timeout_s")
+    try:
+        done = finished_version(out_dir, meta)
+        if done is not None:  # a killed night's torchrun finished it while we waited
+            log.info("%s was already written by this run; not training again", out_dir)
+            progress.update(1.0)
+            return {"version_dir": out_dir, "wall_s": 0.0, "final_metrics": done["final_metrics"], "reused": True}
+        _remove_torn_writes(out_dir)
+        log.info("training: %s", " ".join(cmd))
+        with own_time():  # own time: the torchrun process, the wait for the lock excluded
+            # torchrun keeps the lock until it exits, even if this process dies first
+            result = run_supervised(cmd, env=env, cwd=os.getcwd(), on_line=log.info, on_tick=on_tick, tick_s=2.0, keep_lines=200,
+                                    time_limit_s=None if limit is None else limit + SNAPSHOT_GRACE_S, pass_fds=(lock.fileno(),))
+    finally:
+        lock.release()
     tail = "\n".join(result.last_lines[-20:])
     if result.returncode == EXIT_STOPPED or result.timed_out or ranks_stopped(result.last_lines, EXIT_STOPPED):
         raise TrainingStopped(f"training into {out_dir} stopped before its last step (time limit {limit} s or a signal); "
-                              f"a snapshot is kept under {train_dir}/snapshots: re-run with resume=True\n{tail}")
+                              f"a snapshot is kept under {train_dir}/snapshots: the next nightly run resumes from it "
+                              f"(a training of its own: resume=True)\n{tail}")
     if result.returncode != 0:
         raise TrainingFailed(f"torchrun exited with code {result.returncode} (training into {out_dir}):\n{tail}")
     from lib.checkpoint import read_meta

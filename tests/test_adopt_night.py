@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import sysconfig
-import uuid
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -33,7 +32,7 @@ def _cfg(ws_root: Path, *extra: str):
         f"workspace.root={ws_root}", "training.num_iterations=4", "training.seq_len=128", "training.total_batch_size=1024",
         "training.device_batch_size=8", "training.snapshot_every=50", "eval.max_docs=4", "curation.workers=2",
         # code is what the buffer holds here: keep the language filter out of this test's way
-        "curation.languages=[]", f"orchestration.train_concurrency_limit=test-train-{uuid.uuid4().hex[:8]}", *extra])
+        "curation.languages=[]", *extra])
 
 
 def _night_buffer(ws) -> None:

@@ -142,6 +142,40 @@ def test_sigkill_before_flush_loses_nothing_and_duplicates_nothing(tmp_path):
     assert again.total_sequences() == 1000 and len(again.list_buffers()) == 1
 
 
+IMPORTER = """
+import sys
+from lib.buffer import MemoryBuffer
+buf = MemoryBuffer(sys.argv[1])
+print("ready", flush=True)
+for k in range(1000):
+    buf.add_file([f"batch {k} record {i} " * 8 for i in range(20_000)], source=f"import:{k}")
+"""
+
+
+def test_add_file_is_all_or_nothing_under_sigkill(tmp_path):
+    """`add_file` (what `buffer add` uses) writes one parquet per batch under a temporary name:
+    killed at any moment, every batch in the buffer is whole; the dead writer's temporary file
+    is removed by the next open, and nothing in the write-ahead log is left to replay."""
+    proc = run_writer(IMPORTER, str(tmp_path))
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".import-*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # kill it while a batch is being written
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    files = sorted(tmp_path.glob("buffer_*.parquet"))
+    assert all(pq.ParquetFile(f).metadata.num_rows == 20_000 for f in files)
+    buf = MemoryBuffer(tmp_path)
+    assert not list(tmp_path.glob(".import-*.tmp")) and buf.recovered["records"] == 0
+    rows = all_rows(buf)
+    assert len(rows) == 20_000 * len(files) and len({r["source"] for r in rows}) == len(files)
+    assert buf.add_file([]) is None and buf.list_buffers() == [str(f) for f in files]
+    with pytest.raises(InvalidRecordError, match="record 1"):
+        buf.add_file(["fine", ""])  # validated all or nothing, like add_many
+    assert buf.list_buffers() == [str(f) for f in files]
+
+
 def test_crash_between_parquet_and_log_delete_does_not_duplicate(tmp_path):
     buf = MemoryBuffer(tmp_path, flush_size=100)
     buf.add_many([f"doc {i}" for i in range(10)])

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -165,8 +164,7 @@ def test_corpus_and_demo_commands(tmp_path):
     assert set(info["packages"]) == {"typer", "click"} and 0 < info["bytes"] <= 20_000
 
     demo = cli(ws, "demo", "--set", "workspace.corpus=small", "--set", "model.pretrain_iterations=6",
-               "--set", "model.num_layers=2", "--set", "training.num_iterations=4",
-               "--set", f"orchestration.train_concurrency_limit=test-demo-{uuid.uuid4().hex[:8]}")
+               "--set", "model.num_layers=2", "--set", "training.num_iterations=4")
     assert demo.exit_code == 0, demo.output
     # the whole story ran: v0 bootstrapped, one night gated, the plot written, where to look printed
     from lib.lineage import Lineage
@@ -179,13 +177,19 @@ def test_corpus_and_demo_commands(tmp_path):
     assert f"{info['records']}" in demo.stdout
 
 
-def test_buffer_add_large_jsonl_in_chunks(tmp_path):
+def test_buffer_add_packs_whole_inputs_into_files(tmp_path):
+    """Inputs are never split across buffer files (each is imported whole or not at all): a
+    large one gets a file of its own, small ones share one."""
     ws = tmp_path / "ws"
     big = tmp_path / "big.jsonl"
     big.write_text("".join(json.dumps({"text": f"line {i} " + "é" * (i % 7)}) + "\n" for i in range(2500)), encoding="utf-8")
-    result = cli(ws, "buffer", "add", str(big), "--set", "buffer.flush_size=1000", "--set", "buffer.durability=flush", "--json")
+    (tmp_path / "a.txt").write_text("small one", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("small two", encoding="utf-8")
+    result = cli(ws, "buffer", "add", str(big), str(tmp_path / "a.txt"), str(tmp_path / "b.txt"),
+                 "--set", "buffer.flush_size=1000", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["added"] == 2500
+    assert json.loads(result.stdout)["added"] == 2502
     files = MemoryBuffer(ws / "buffers", recover=False).list_buffers()
-    assert [pq.ParquetFile(f).metadata.num_rows for f in files] == [1000, 1000, 500]
-    assert [r["text"] for r in buffer_rows(ws)] == [f"line {i} " + "é" * (i % 7) for i in range(2500)]
+    assert [pq.ParquetFile(f).metadata.num_rows for f in files] == [2500, 2]
+    assert [r["text"] for r in buffer_rows(ws)] == [f"line {i} " + "é" * (i % 7) for i in range(2500)] + ["small one", "small two"]
+    assert not list((ws / "buffers").glob(".*.tmp")) and not list((ws / "buffers" / "wal").glob("*.log"))

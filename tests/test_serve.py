@@ -201,6 +201,32 @@ def test_oversize_and_bad_requests_get_clear_4xx(two_versions):
     assert buffer_records(ws) == []
 
 
+def test_lone_surrogates_and_deeply_nested_json_get_400_not_500(two_versions):
+    """`"hi \\ud800"` decodes to a lone surrogate no tokenizer can encode, and JSON nested
+    100,000 deep exhausts the parser's recursion: both are the client's fault, answered 400 with
+    the reason, and the server goes on serving."""
+    ws = two_versions
+    with BackgroundServer(create_app(ws, make_cfg(ws))) as srv:
+        headers = {"content-type": "application/json"}
+        prompt = httpx.post(f"{srv.base_url}/v1/completions", content=b'{"prompt": "hi \\ud800", "max_tokens": 2}', headers=headers)
+        assert prompt.status_code == 400, prompt.text
+        error = prompt.json()["error"]
+        assert error["code"] == "invalid_unicode" and error["param"] == "prompt" and "lone surrogate" in error["message"]
+
+        chat_body = b'{"messages": [{"role": "user", "content": "fine"}, {"role": "user", "content": "bad \\udfff end"}]}'
+        chat = httpx.post(f"{srv.base_url}/v1/chat/completions", content=chat_body, headers=headers)
+        assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages[1].content", chat.text
+
+        deep = b'{"prompt": "x", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        nested = httpx.post(f"{srv.base_url}/v1/completions", content=deep, headers=headers)
+        assert nested.status_code == 400, nested.text
+        assert nested.json()["error"]["code"] == "json_too_deep" and "too deeply" in nested.json()["error"]["message"]
+
+        ok = client(srv).completions.create(model="m", prompt="def f(", max_tokens=2, temperature=0)
+        assert ok.model == "v0"  # still serving
+    assert len(buffer_records(ws)) == 1  # only the good exchange was captured
+
+
 def test_promotion_is_served_without_restart(two_versions):
     ws = two_versions
     prompt = "import os\nimport sys\n\ndef main("

@@ -1,0 +1,44 @@
+"""Fault injection for the crash tests: die with SIGKILL (or hold still) at a named point inside
+a stage.
+
+- `fault_point(name)` does nothing unless the environment variable `CONSOLIDATION_FAULT` names
+  this point. `CONSOLIDATION_FAULT=<name>`: the process sends itself SIGKILL at once: no
+  `finally`, no `atexit`, no flushed buffers, exactly what the OOM killer does to a night.
+  `CONSOLIDATION_FAULT=<name>:hold=<file>`: it touches `<file>.reached` and waits while `<file>`
+  exists, so a test can act while a night sits inside a stage (a second trigger arriving).
+- The points sit where a kill leaves the most half-done state (tests/test_faults.py uses them):
+  `curate` (bad files moved to quarantine, lineage not told yet), `tokenize` (token cache
+  written, no manifest), `train` (torchrun running, a snapshot on disk), `record` (candidate in
+  lineage), `evaluate` (metrics recorded), `gate` (decision taken, not applied), `promote`
+  (champion moved, dedup index and storage not done), `store` (delta written, lineage not told).
+
+Trade-off: a real SIGKILL from inside is as abrupt as one from outside, and it lands at a known
+point every time, where an outside kill after a sleep would land wherever the machine's load put
+the night. Inert in production: one environment lookup per point per night.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+ENV = "CONSOLIDATION_FAULT"
+
+
+def armed(name: str) -> bool:
+    """Whether `CONSOLIDATION_FAULT` names this point (for a point that must check a condition)."""
+    return os.environ.get(ENV, "").partition(":hold=")[0] == name
+
+
+def fault_point(name: str) -> None:
+    """SIGKILL this process, or hold it, if `CONSOLIDATION_FAULT` names this point (tests only)."""
+    if not armed(name):
+        return
+    hold = os.environ[ENV].partition(":hold=")[2]
+    if not hold:
+        os.kill(os.getpid(), signal.SIGKILL)
+    Path(f"{hold}.reached").touch()
+    while os.path.exists(hold):
+        time.sleep(0.2)
