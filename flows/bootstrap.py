@@ -22,19 +22,30 @@ from prefect import flow
 from flows.consolidate import prepare
 from flows.runtime import StageClock, new_run_id
 from flows.training import TrainRequest, run_training
-from lib.config import ConsolidationConfig, SourceConfig
+from lib.config import SourceConfig, run_form
+from lib.preflight import ensure_ready
 from lib.workspace import Workspace
 from tasks.bootstrap import build_embedded_default, register_v0, train_tokenizer
 from tasks.cache_keys import on_workspace
 from tasks.data import token_budget
 
 
+# The run form: the sections a pre-training reads (`model` sizes v0; no eval, gate or serve).
+BootstrapConfig = run_form("workspace", "buffer", "curation", "sampling", "tokenizer", "model", "training",
+                           "checkpoints", "orchestration")
+
+
 @flow(name="bootstrap", log_prints=True)
-def bootstrap(cfg: ConsolidationConfig) -> dict[str, Any]:
-    """Build the embedded default and pre-train v0 unless a champion exists."""
+def bootstrap(cfg: BootstrapConfig) -> dict[str, Any]:
+    """Build the embedded default and pre-train v0 unless a champion exists.
+
+    Args:
+        cfg: The consolidation config. Pick the preset the pool runs (tiny on CPU, default on GPU).
+    """
     from lib.lineage import Lineage
     from prefect.runtime import flow_run
 
+    ensure_ready(cfg)  # the model cfg.model builds: fail in the first second, with the reason
     ws = Workspace(cfg.workspace.root).ensure()
     lin = Lineage(ws.lineage_db)
     clock = StageClock()

@@ -4,7 +4,8 @@ ingest → exact dedup → near dedup → length filter and concatenation → fa
 (flows/curation.py) → tokenize (a task per input file) → manifest (lib.sampling) → train (torchrun,
 inline or on the GPU deployment) → evaluate → gate → promote and record lineage.
 
-- One parameter, the `ConsolidationConfig`: the UI renders every section as a form.
+- One parameter, the `ConsolidationConfig`: the UI form shows the sections a night reads, under a
+  preset select (lib.config.run_form).
 - The run is recorded in lineage from its start (runs: running → completed/failed, with each
   stage's seconds), so a night that dies half-way is visible as failed, not missing.
 - A night that died (runs.status still running) is resumed by the next trigger under the same
@@ -28,13 +29,17 @@ from prefect import flow, unmapped
 from flows.curation import curate_into, pending_buffers
 from flows.runtime import RunLock, StageClock, map_over, new_run_id, run_cached
 from flows.training import TrainRequest, run_training
-from lib.config import ConsolidationConfig
+from lib.config import ConsolidationConfig, run_form
+from lib.preflight import ensure_ready
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
 from tasks.data import adopt_outputs, commit_dedup_index, plan_tokenization, prepare_data, token_budget, tokenize_file
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate
 
 DATA_OUTPUTS = ["manifest.parquet", "data.json", "shards", "heldout"]
+# The run form: the sections a night reads (the architecture comes from the champion, so no `model`).
+NightlyConfig = run_form("workspace", "buffer", "curation", "sampling", "tokenizer", "training", "checkpoints",
+                         "eval", "gate", "orchestration")
 
 
 def _curated_docs(run: RunDir) -> int:
@@ -87,9 +92,13 @@ def trained_version(version_dir: Path) -> dict[str, Any] | None:
 
 
 @flow(name="nightly-consolidation", log_prints=True)
-def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
+def nightly_consolidation(cfg: NightlyConfig) -> dict[str, Any]:
     """One night: curate the memory buffer, replay-mix, continue pre-training the champion,
-    evaluate, gate, promote, record lineage."""
+    evaluate, gate, promote, record lineage.
+
+    Args:
+        cfg: The consolidation config. Pick the preset the pool runs (tiny on CPU, default on GPU).
+    """
     from lib.checkpoint import materialize
     from lib.lineage import Lineage
     from lib.sampling import default_sources
@@ -99,6 +108,7 @@ def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
     champion = lin.alias("champion")
     if champion is None:
         raise ValueError(f"no champion in {ws.lineage_db}: run `consolidate bootstrap` (or the bootstrap flow) first")
+    ensure_ready(cfg, lin.get_version(champion)["path"])  # fail in the first second, with the reason
     found = resumable_night(ws, lin)
     resumed = found[0] if found else None
     if resumed is not None:  # a night that died: same run id, same parent, stages reused or resumed

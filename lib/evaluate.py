@@ -26,7 +26,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 # Metric names as the gate and the lineage registry read them.
 OLD_VAL, NEW_HELDOUT, NEW_TRAIN, PROBES = "old_val", "new_heldout", "new_train", "probes"
@@ -246,19 +246,23 @@ def evaluate_pair(
     batch_size: int = 8,
     max_len: int | None = None,
     device: str | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> PairEvaluation:
     """BPB of parent and candidate on each named text set (empty sets are skipped), plus probes.
-    One model is in memory at a time."""
+    One model is in memory at a time. `on_progress(dataset, done, total)` is called as each
+    set is scored (documents, parent and candidate counted)."""
     result = PairEvaluation()
     for name, texts in datasets.items():
         if texts:
             result.sizes[name] = {"docs": len(texts), "bytes": sum(len(t.encode("utf-8")) for t in texts)}
-    for side, model_dir in (("parent", parent_dir), ("candidate", candidate_dir)):
+    for k, (side, model_dir) in enumerate((("parent", parent_dir), ("candidate", candidate_dir))):
         em = EvalModel.load(model_dir, device=device, max_len=max_len)
         metrics = getattr(result, side)
         for name, texts in datasets.items():
             if texts:
                 metrics[name] = {"bpb": em.bits_per_byte(texts, batch_size=batch_size)}
+                if on_progress is not None:
+                    on_progress(name, (k + 1) * len(texts), 2 * len(texts))
         if probes:
             scored = score_probes(em, probes)
             metrics[PROBES] = {"exact_match": scored["exact_match"], "logprob": scored["logprob"]}
@@ -306,9 +310,11 @@ def run_eval_sets(workspace, corpus: str, run_dir=None, max_docs: int | None = N
     return sets
 
 
-def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, device: str | None = None) -> PairEvaluation:
+def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, device: str | None = None,
+                       on_progress: Callable[[str, int, int], None] | None = None) -> PairEvaluation:
     """The nightly evaluation: parent and candidate on the run's sets (`run_eval_sets`), with
     `cfg.eval` (max_docs, batch_size, probes) and the corpus of `cfg.workspace.corpus`."""
     sets = run_eval_sets(workspace, cfg.workspace.corpus, run_dir, cfg.eval.max_docs)
     probes = read_probes(cfg.eval.probes) if cfg.eval.probes else None
-    return evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size, device=device)
+    return evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size, device=device,
+                         on_progress=on_progress)
