@@ -343,7 +343,8 @@ def load_config(
 # - only the sections the flow reads;
 # - `X | None` shown as an X input that may stay empty (the UI renders the null branch of anyOf
 #   as "Property is type None"), defaults made by a factory written out, labels = field names,
-#   `<workspace>` kept as text (the UI renders descriptions as markdown with HTML).
+#   `<workspace>` kept as text (as a code span: V1 renders descriptions as markdown with HTML,
+#   V2 as plain text).
 
 PRESET_HELP = ("Sizes to start from: `tiny` for a CPU pool (a 3 M-parameter model, 256-token rows, a night in "
                "minutes), `default` for a GPU pool (the design's sizes: 1000 steps of 524,288 tokens at 2048). "
@@ -361,12 +362,16 @@ def _form_value(value: Any) -> str:
     return "none" if value is None else json.dumps(value)
 
 
+_PLACEHOLDER = re.compile(r"[^\s`]*<[A-Za-z_][\w-]*>[^\s`]*")
+
+
 def _as_markdown(text: str) -> str:
-    """The UI renders descriptions as markdown with HTML: `<workspace>` outside code spans would
-    be taken for a tag and vanish, so angle brackets there become entities."""
+    """Prefect's V1 UI renders descriptions as markdown with HTML, where `<workspace>/corpora/`
+    would be taken for a tag and vanish; its V2 UI shows them as plain text, where an entity
+    would show as `&lt;`. A code span reads right in both."""
     parts = text.split("`")
     for i in range(0, len(parts), 2):  # outside code spans
-        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+        parts[i] = _PLACEHOLDER.sub(lambda m: f"`{m.group(0)}`", parts[i])
     return "`".join(parts)
 
 

@@ -2,7 +2,7 @@
 
 A `prefect server start` with its UI on loopback (private PREFECT_HOME), the pools of
 deployments/create-pools.sh, every deployment of deployments/prefect.yaml, a process worker
-(`--limit 1`); a bootstrap run makes the champion. Then, in Chromium (Debian's `chromium`, spoken
+(deployments/worker.sh); a bootstrap run makes the champion. Then, in Chromium (Debian's `chromium`, spoken
 to over the DevTools protocol with the `websockets` client Prefect already installs):
 
 1. open the custom-run form of `nightly-consolidation/manual` and check what it shows: the preset
@@ -106,12 +106,12 @@ class Stack:
         wait_http(f"{self.api}/health", 240, server, self.home / "server.log")
         subprocess.run(["sh", "deployments/create-pools.sh"], env=self.env, cwd=ROOT, check=True, capture_output=True)
         self.cli("deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
-        self.start("worker", [PREFECT, "worker", "start", "--pool", "consolidation-cpu", "--type", "process", "--limit", "1"])
+        self.start("worker", ["sh", "deployments/worker.sh", "consolidation-cpu"])
 
     def down(self) -> None:
-        for proc in reversed(self.procs):
+        for proc in reversed(self.procs):  # the worker script stops its worker itself
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGTERM)
         for proc in reversed(self.procs):
             try:
                 proc.wait(timeout=30)
@@ -352,8 +352,9 @@ def main() -> int:
         page.screenshot(args.out / "1b-run-form-v2.png")
         text2 = page.text()
         labels2 = page.js("Array.from(document.querySelectorAll('label')).map(l => l.textContent.replace(/ \\(Optional\\)$/, ''))")
-        check(results, "V2 UI: the form has the preset, no serve or model section, no 'Property is type None', languages = en",
-              "preset" in labels2 and "serve" not in labels2 and "model" not in labels2 and "Property is type" not in text2
+        check(results, "V2 UI: the form has the preset, no serve or model section, no 'Property is type None', languages = en, "
+                       "<workspace> shown", "preset" in labels2 and "serve" not in labels2 and "model" not in labels2
+              and "Property is type" not in text2 and "<workspace>/corpora/" in text2
               and page.js("Array.from(document.querySelectorAll('input, textarea')).some(e => e.value === 'en')"))
         page.goto(f"{stack.ui}/deployments/deployment/{manual['id']}/run",
                   "Array.from(document.querySelectorAll('label')).some(l => l.textContent.startsWith('num_iterations'))", 90)
