@@ -406,6 +406,7 @@ def main() -> int:
             print(f"left running: UI {stack.ui} (PREFECT_HOME={stack.home}); stop with: kill -- -{stack.procs[0].pid} -{stack.procs[-1].pid}")
         else:
             stack.down()
+            shutil.rmtree(tmp, ignore_errors=True)  # its server's home and, unless given, the workspace
     failed = [w for w, ok in results if not ok]
     print(f"{len(results) - len(failed)}/{len(results)} checks passed in {time.monotonic() - t0:.0f} s; screenshots in {args.out}")
     return 1 if failed else 0
