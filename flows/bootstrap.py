@@ -25,8 +25,9 @@ from pydantic import BaseModel, Field
 from flows.consolidate import prepare
 from flows.runtime import StageClock, new_run_id, night_lock
 from flows.training import TrainRequest, run_training
-from lib.config import ConsolidationConfig, SourceConfig
+from lib.config import ConsolidationConfig, SourceConfig, run_form
 from lib.corpus import DEFAULT_CORPUS
+from lib.preflight import ensure_ready
 from lib.workspace import Workspace
 from tasks.bootstrap import adopt_model, build_embedded_default, register_v0, train_tokenizer
 from tasks.cache_keys import on_workspace
@@ -45,10 +46,21 @@ class AdoptRequest(BaseModel):
     corpus: str = Field("replay", description="Name of the replay corpus in the workspace.")
 
 
+# The run form: the sections a pre-training or an adoption reads (`model` sizes the demo's v0; no
+# eval, gate or serve).
+BootstrapConfig = run_form("workspace", "buffer", "curation", "sampling", "tokenizer", "model", "training",
+                           "checkpoints", "orchestration")
+
+
 @flow(name="bootstrap", log_prints=True)
-def bootstrap(cfg: ConsolidationConfig, adopt: AdoptRequest | None = None) -> dict[str, Any]:
-    """Adopt your model as v0 (`adopt`), or build the embedded default and pre-train the demo's
-    v0; nothing happens when a champion exists."""
+def bootstrap(cfg: BootstrapConfig, adopt: AdoptRequest | None = None) -> dict[str, Any]:
+    """Adopt your model as v0, or build the embedded default and pre-train the demo's v0;
+    nothing happens when a champion exists.
+
+    Args:
+        cfg: The consolidation config. Pick the preset the pool runs (tiny on CPU, default on GPU).
+        adopt: Your Hugging Face model and replay corpus, copied into the workspace; empty: the demo's v0.
+    """
     with night_lock(cfg, "bootstrap"):  # never beside a night (or a second bootstrap) on this workspace
         return _bootstrap(cfg, adopt)
 
@@ -67,6 +79,7 @@ def _bootstrap(cfg: ConsolidationConfig, adopt: "AdoptRequest | None") -> dict[s
         with clock.stage("adopt"):
             out = adopt_model(cfg, adopt.model, adopt.replay, adopt.replay_val, adopt.original_lr, adopt.text_column, adopt.corpus)
         return {"status": "adopted", **out, "timings": clock.seconds}
+    ensure_ready(cfg)  # the model cfg.model builds: fail in the first second, with the reason
     with clock.stage("embedded_default"):
         built = build_embedded_default(cfg)
     champion = lin.alias("champion")

@@ -5,7 +5,8 @@ ingest → exact dedup → near dedup → length filter and concatenation → fa
 inline or on the GPU deployment) → record → evaluate → gate and promote → store (dedup index,
 delta, optimizer-state pruning).
 
-- One parameter, the `ConsolidationConfig`: the UI renders every section as a form.
+- One parameter, the `ConsolidationConfig`: the UI form shows the sections a night reads, under a
+  preset select (lib.config.run_form).
 - One night per workspace: the whole night holds the workspace's night lock (lib.locks). A second
   trigger waits for it (up to `orchestration.night_lock_timeout_s`, naming the holder in the log)
   or gives up; it never curates the same files twice or races for a version id.
@@ -38,8 +39,9 @@ from prefect.exceptions import TerminationSignal
 from flows.curation import curate_into, pending_buffers
 from flows.runtime import StageClock, map_over, new_run_id, night_lock, run_cached
 from flows.training import TrainRequest, run_training
-from lib.config import ConsolidationConfig
+from lib.config import ConsolidationConfig, run_form
 from lib.faults import fault_point
+from lib.preflight import ensure_ready
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
 from tasks.data import adopt_outputs, commit_dedup_index, plan_tokenization, prepare_data, token_budget, tokenize_file
@@ -47,6 +49,9 @@ from tasks.evaluation import evaluate_versions, gate_and_promote, record_candida
 from tasks.training import TrainingStopped
 
 DATA_OUTPUTS = ["manifest.parquet", "data.json", "shards", "heldout"]
+# The run form: the sections a night reads (the architecture comes from the champion, so no `model`).
+NightlyConfig = run_form("workspace", "buffer", "curation", "sampling", "tokenizer", "training", "checkpoints",
+                         "eval", "gate", "orchestration")
 
 
 def _curated_docs(run: RunDir) -> int:
@@ -150,9 +155,13 @@ def trained_version(version_dir: Path, run_id: str | None = None) -> dict[str, A
 
 
 @flow(name="nightly-consolidation", log_prints=True)
-def nightly_consolidation(cfg: ConsolidationConfig) -> dict[str, Any]:
+def nightly_consolidation(cfg: NightlyConfig) -> dict[str, Any]:
     """One night: curate the memory buffer, replay-mix, continue pre-training the champion,
-    evaluate, gate, promote, record lineage."""
+    evaluate, gate, promote, record lineage.
+
+    Args:
+        cfg: The consolidation config. Pick the preset the pool runs (tiny on CPU, default on GPU).
+    """
     ws = Workspace(cfg.workspace.root).ensure()
     with night_lock(cfg, "nightly consolidation") as lock:
         return _night(cfg, ws, lock)
@@ -174,6 +183,7 @@ def _night(cfg: ConsolidationConfig, ws: Workspace, lock) -> dict[str, Any]:
         raise ValueError(f"no champion in {ws.lineage_db}: adopt your model with `consolidate init --model DIR --replay ...` "
                          f"(or the bootstrap flow's adopt parameter), or pre-train the demo's with `consolidate bootstrap`")
     cfg = with_replay_corpus(ws, cfg)
+    ensure_ready(cfg, lin.get_version(champion)["path"])  # fail in the first second, with the reason
     finished = finish_decided_nights(cfg, lin, log)
     resumed = resumable_night(lin, champion, log)
     if resumed is not None:  # a night that died: same run id, same parent, same inputs

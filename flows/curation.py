@@ -25,7 +25,7 @@ from typing import Any
 from prefect import flow, unmapped
 
 from flows.runtime import StageClock, map_over, new_run_id, night_lock
-from lib.config import ConsolidationConfig
+from lib.config import ConsolidationConfig, run_form
 from lib.curation import DEDUP_OUTPUTS, shard_count, shard_outputs
 from lib.faults import fault_point
 from lib.lineage import Lineage
@@ -94,9 +94,17 @@ def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, A
         return curation_report(here, shards, dedup["stats"], [f["stats"] for f in filtered])
 
 
+# The run form of curation alone: where the buffer is, how to curate it, threads or Ray.
+CurateConfig = run_form("workspace", "buffer", "curation", "orchestration")
+
+
 @flow(name="curate", log_prints=True)
-def curate(cfg: ConsolidationConfig) -> dict[str, Any]:
-    """Curate the pending memory buffer into a new run folder (no training)."""
+def curate(cfg: CurateConfig) -> dict[str, Any]:
+    """Curate the pending memory buffer into a new run folder (no training; nothing is consumed).
+
+    Args:
+        cfg: The consolidation config (workspace, buffer, curation and orchestration apply).
+    """
     ws = Workspace(cfg.workspace.root).ensure()
     run = ws.run(new_run_id("curate")).ensure()
     clock = StageClock()

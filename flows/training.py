@@ -8,6 +8,9 @@
   runs inline as a subflow on this machine.
 - The version folder lands in the shared workspace either way; the caller reads its meta.json,
   so no result has to travel back through the API.
+- The caller's own flow run gets the "training-curve" table (loss at points of the run,
+  throughput) from the shared metrics.jsonl, so the night shows its training without opening the
+  train subflow or the GPU deployment's run.
 
 Trade-off: `run_deployment` polls the API every 10 s, so a remote training reports completion up
 to 10 s late; against trainings of minutes to hours that is the price of not holding a socket.
@@ -21,17 +24,21 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from lib.config import ConsolidationConfig
+from lib.config import run_form
+from tasks.reporting import publish_training_curve
 from tasks.training import train_checkpoint
+
+# The run form of one training: the sections the trainer reads.
+TrainConfig = run_form("workspace", "tokenizer", "model", "training", "checkpoints", "orchestration")
 
 
 class TrainRequest(BaseModel):
     """One training: which data, from which parent (or from scratch), into which version folder."""
 
-    cfg: ConsolidationConfig = Field(description="The consolidation config (training, model and orchestration sections apply).")
+    cfg: TrainConfig = Field(description="The consolidation config (training, model and orchestration sections apply).")
     data_dir: str = Field(description="Prepared data folder: data.json, manifest.parquet, shards/ (a run folder).")
-    out_dir: str = Field(description="Version folder to write, <workspace>/checkpoints/<version>.")
-    train_dir: str = Field(description="Where metrics.jsonl and snapshots/ go, <run>/train.")
+    out_dir: str = Field(description="Version folder to write: checkpoints/VERSION in the workspace.")
+    train_dir: str = Field(description="Where metrics.jsonl and snapshots/ go: train/ in the run folder.")
     parent: str | None = Field(None, description="Version folder to continue from; none with init=true.")
     init: bool = Field(False, description="Pre-train a new model from scratch (v0) instead of continuing a parent.")
     resume: bool = Field(False, description="Continue from the newest complete snapshot in train_dir.")
@@ -49,7 +56,15 @@ def train(request: TrainRequest) -> dict[str, Any]:
 
 
 def run_training(request: TrainRequest) -> dict[str, Any]:
-    """Train on the configured GPU deployment, or inline."""
+    """Train on the configured GPU deployment, or inline; the caller's flow run (the night, the
+    bootstrap) gets the "training-curve" artifact either way."""
+    trained = _train_here_or_there(request)
+    publish_training_curve(Path(request.train_dir) / "metrics.jsonl", trained.get("final_metrics") or {},
+                           Path(request.out_dir).name)
+    return trained
+
+
+def _train_here_or_there(request: TrainRequest) -> dict[str, Any]:
     deployment = request.cfg.orchestration.train_deployment
     if not deployment:
         return train(request)

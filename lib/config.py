@@ -13,17 +13,22 @@
 
 Trade-off: one model for everything makes the UI form long, but there is exactly one place where
 a knob is defined, validated and documented.
+- `run_form(*sections)` is how a flow takes the config as its parameter: the same model, with the
+  JSON schema the Prefect UI renders cut to the sections that flow uses and a `preset` select
+  on top (see the end of this module).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, model_validator
 
 
 class _Section(BaseModel):
@@ -237,6 +242,19 @@ class ConsolidationConfig(_Section):
     capture: CaptureConfig = Field(default_factory=CaptureConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _start_from_preset(cls, data: Any) -> Any:
+        """`{"preset": "tiny", "training": {...}}`: the preset's values under the given ones (what
+        a run form or a config file that names a preset means)."""
+        if isinstance(data, dict) and "preset" in data:
+            data = dict(data)
+            name = data.pop("preset")
+            if name not in PRESETS:
+                raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+            data = _deep_merge(PRESETS[name], data)
+        return data
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict with secrets masked: safe for lineage, logs and artifacts."""
         return json.loads(self.model_dump_json())
@@ -354,3 +372,126 @@ def load_config(
     if overrides:
         data = _deep_merge(data, parse_overrides(overrides))
     return build_config(data)
+
+
+# -- the run form ---------------------------------------------------------------------------------
+# A flow declares `cfg: run_form("workspace", "curation", ...)`: validation is ConsolidationConfig's
+# own (a CLI caller still passes the whole tree), only the JSON schema the Prefect UI renders as
+# the run form is a view of it:
+# - a `preset` select on top; a field some preset changes has no default in the form, so a field
+#   left empty takes the chosen preset's value and a field filled in wins (the UI submits every
+#   default it shows, which would otherwise override the preset);
+# - only the sections the flow reads;
+# - `X | None` shown as an X input that may stay empty (the UI renders the null branch of anyOf
+#   as "Property is type None"), defaults made by a factory written out, labels = field names,
+#   `<workspace>` kept as text (as a code span: V1 renders descriptions as markdown with HTML,
+#   V2 as plain text).
+
+PRESET_HELP = ("Sizes to start from: `tiny` for a CPU pool (a 3 M-parameter model, 256-token rows, a night in "
+               "minutes), `default` for a GPU pool (the design's sizes: 1000 steps of 524,288 tokens at 2048). "
+               "A field below left empty takes the preset's value; a field filled in wins.")
+
+
+def _preset_values(section: str, field: str) -> dict[str, Any]:
+    """The value of `section.field` under each preset, where any preset changes it."""
+    default = ConsolidationConfig.model_fields[section].default_factory().model_dump(mode="json")[field]
+    values = {name: p.get(section, {}).get(field, default) for name, p in PRESETS.items()}
+    return values if any(v != default for v in values.values()) else {}
+
+
+def _form_value(value: Any) -> str:
+    return "none" if value is None else json.dumps(value)
+
+
+_PLACEHOLDER = re.compile(r"[^\s`]*<[A-Za-z_][\w-]*>[^\s`]*")
+
+
+def _as_markdown(text: str) -> str:
+    """Prefect's V1 UI renders descriptions as markdown with HTML, where `<workspace>/corpora/`
+    would be taken for a tag and vanish; its V2 UI shows them as plain text, where an entity
+    would show as `&lt;`. A code span reads right in both."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # outside code spans
+        parts[i] = _PLACEHOLDER.sub(lambda m: f"`{m.group(0)}`", parts[i])
+    return "`".join(parts)
+
+
+_NONE_MEANS = re.compile(r"\b([Nn])one( with [^:;]*)?:")
+
+
+def _form_field(prop: dict[str, Any], name: str, model: type[BaseModel], section: str | None) -> dict[str, Any]:
+    prop = copy.deepcopy(prop)
+    prop["title"] = name
+    field = model.model_fields[name]
+    if field.default_factory is not None and "default" not in prop:
+        prop["default"] = json.loads(json.dumps(field.default_factory(), default=str))
+    notes, nullable = [], False
+    options = prop.get("anyOf")
+    if options and {"type": "null"} in options:
+        rest = [o for o in options if o != {"type": "null"}]
+        if len(rest) == 1:  # X | None -> an X input that may stay empty (not sent: the default None)
+            del prop["anyOf"]
+            prop.update(rest[0])
+            if prop.get("default", "x") is None:
+                del prop["default"]
+                nullable = True
+    if "prefixItems" in prop:  # a fixed-length tuple -> an array of its one item type
+        kinds = prop.pop("prefixItems")
+        if all(k == kinds[0] for k in kinds):
+            prop["items"] = kinds[0]
+    description = prop.get("description", "")
+    per_preset = _preset_values(section, name) if section is not None else {}
+    if per_preset:
+        prop.pop("default", None)
+        notes.append("Empty: the preset's value (" + "; ".join(f"{p}: {_form_value(v)}" for p, v in per_preset.items()) + ").")
+    elif nullable:  # "none: all cores" reads "empty: all cores" in a form
+        description, found = _NONE_MEANS.subn(lambda m: ("E" if m.group(1) == "N" else "e") + "mpty" + (m.group(2) or "") + ":", description)
+        if not found:
+            notes.append("Empty: none.")
+    prop["description"] = _as_markdown(" ".join([description, *notes]).strip())
+    return prop
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            return _inline(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        return {k: _inline(v, defs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_inline(v, defs) for v in node]
+    return node
+
+
+def _section_form(model: type[BaseModel], defs: dict[str, Any], section: str | None) -> dict[str, Any]:
+    schema = _inline(model.model_json_schema(), defs)
+    schema["properties"] = {name: _form_field(prop, name, model, section) for name, prop in schema["properties"].items()}
+    for prop in schema["properties"].values():  # nested models (sampling.sources items)
+        items = prop.get("items")
+        if isinstance(items, dict) and items.get("type") == "object" and "properties" in items:
+            item_model = model.model_fields[prop["title"]].annotation.__args__[0]
+            prop["items"] = _section_form(item_model, defs, None)
+    schema.pop("$defs", None)
+    return schema
+
+
+def form_schema(*sections: str) -> dict[str, Any]:
+    """The run-form JSON schema of ConsolidationConfig cut to `sections` (see `run_form`)."""
+    unknown = [s for s in sections if s not in ConsolidationConfig.model_fields or s == "preset"]
+    if unknown:
+        raise ValueError(f"unknown config section(s) {unknown}; sections are {', '.join(ConsolidationConfig.model_fields)}")
+    defs = ConsolidationConfig.model_json_schema()["$defs"]
+    properties: dict[str, Any] = {"preset": {"title": "preset", "type": "string", "enum": list(PRESETS),
+                                             "default": "default", "description": PRESET_HELP, "position": 0}}
+    for position, name in enumerate(sections, start=1):
+        model = ConsolidationConfig.model_fields[name].annotation
+        section = _section_form(model, defs, name)
+        section.update(title=name, position=position)
+        properties[name] = section
+    return {"type": "object", "title": "ConsolidationConfig", "properties": properties,
+            "description": "The consolidation config: the sections this flow reads (lib/config.py documents every field)."}
+
+
+def run_form(*sections: str) -> Any:
+    """`ConsolidationConfig` as a flow parameter whose UI form shows `sections` under a preset
+    select. Validation is unchanged: a caller may pass a whole ConsolidationConfig."""
+    return Annotated[ConsolidationConfig, WithJsonSchema(form_schema(*sections))]

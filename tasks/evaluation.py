@@ -3,8 +3,10 @@
 - `record_candidate`: the version row, the buffer files its run trained on and its manifest, in
   one lineage transaction (status candidate).
 - `evaluate_versions`: lib.evaluate.evaluate_candidate on the run's sets (old_val for
-  forgetting, new_heldout and new_train for acquisition); both sides' metrics go to lineage under
-  the run; the table is the "eval-before-after" artifact.
+  forgetting, new_heldout and new_train for acquisition, every earlier night's retention set),
+  logging each set's progress; both sides' metrics go to lineage under the run; the table is the
+  "eval-before-after" artifact and `<run>/night.png` (training loss, bits per byte before/after)
+  the "night-plot" artifact.
 - `gate_and_promote`: lib.promotion.gate_version, then conclude: pass -> champion + consumed
   buffers, fail -> rejected, buffers stay pending; the decision with every rule's reason is the
   "gate-decision" markdown artifact.
@@ -32,7 +34,7 @@ from prefect.cache_policies import NO_CACHE
 from lib.config import ConsolidationConfig
 from lib.workspace import RunDir, Workspace
 from tasks.data import IO_RETRIES
-from tasks.reporting import own_time, publish_markdown, publish_table, stage_logger
+from tasks.reporting import EvalProgress, gate_markdown, own_time, publish_image, publish_markdown, publish_table, stage_logger
 
 
 def _lineage(cfg: ConsolidationConfig):
@@ -58,18 +60,55 @@ def record_candidate(cfg: ConsolidationConfig, run_id: str, version: str, versio
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
-def evaluate_versions(cfg: ConsolidationConfig, run_dir: str, run_id: str, version: str, parent: str) -> list[dict[str, Any]]:
-    """BPB of parent and candidate on the same sets; recorded in lineage; returns the rows."""
-    from lib.evaluate import evaluate_and_record
+def evaluate_versions(cfg: ConsolidationConfig, run_dir: str | None, run_id: str | None, version: str, parent: str,
+                      record: bool = True) -> list[dict[str, Any]]:
+    """BPB of parent and candidate on the same sets; recorded in lineage under `run_id` (unless
+    record=False); returns the rows. Logs each set's progress; publishes the table and a plot of
+    the run's training loss and the bits per byte before and after."""
+    from lib.evaluate import evaluate_and_record, evaluate_candidate
 
+    progress = EvalProgress(f"{parent} -> {version}")
     with own_time():
         ws, lin = Workspace(cfg.workspace.root), _lineage(cfg)
-        table = evaluate_and_record(ws, cfg, lin, version, parent, run_id, RunDir(Path(run_dir)))
+        run = RunDir(Path(run_dir)) if run_dir else None
+        if record:
+            table = evaluate_and_record(ws, cfg, lin, version, parent, run_id, run, on_progress=progress)
+        else:
+            table = evaluate_candidate(ws, cfg, lin.get_version(version)["path"], lin.get_version(parent)["path"], run,
+                                       on_progress=progress, lineage=lin)
         rows = table.rows()
     publish_table("eval-before-after", [{**r, "parent_version": parent, "candidate_version": version} for r in rows],
                   f"Bits per byte of {parent} (before) and {version} (after) on the same data")
     stage_logger().info("evaluation %s -> %s:\n%s", parent, version, table.to_markdown())
+    if run is not None:
+        _publish_plot(run, parent, version, rows)
     return rows
+
+
+def _publish_plot(run: RunDir, parent: str, version: str, rows: list[dict[str, Any]]) -> None:
+    """`<run>/night.png`: the run's training loss and bits per byte before/after, as the
+    "night-plot" artifact."""
+    from lib.demo_plot import plot_story
+
+    bpb = {r["dataset"]: (r["parent"], r["candidate"]) for r in rows if r["metric"] == "bpb"}
+    png = plot_story({version: run.train / "metrics.jsonl"}, bpb, run.path / "night.png", labels=(parent, version),
+                     title=f"{run.run_id}: {parent} -> {version}")
+    publish_image("night-plot", png, f"Training loss of {version} and bits per byte of {parent} vs {version}")
+
+
+@task(name="preview-gate", cache_policy=NO_CACHE)
+def preview_gate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
+    """What the gate would decide on `version` from its recorded metrics, not applied: the
+    "gate-preview" artifact."""
+    from lib.promotion import gate_version
+
+    with own_time():
+        decision, status = gate_version(_lineage(cfg), cfg.gate, version, apply=False)
+    verdict = "would pass" if decision.passed else "would be rejected"
+    publish_markdown("gate-preview", gate_markdown(decision, f"Gate on {version} (preview, not applied): {verdict}"),
+                     f"What the gate would decide on {version}; its status stays {status}")
+    stage_logger().info("gate preview on %s: %s (status stays %s)", version, decision.summary(), status)
+    return {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary()}
 
 
 @task(name="gate-and-promote", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -83,7 +122,7 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
         decision, _ = gate_version(lin, cfg.gate, version, apply=False)
         fault_point("gate")  # decided, not applied: the next trigger decides again, the same way
         status = conclude(lin, version, decision)
-    publish_markdown("gate-decision", decision.to_markdown(f"Regression gate on {version}: {status}"),
+    publish_markdown("gate-decision", gate_markdown(decision, f"Regression gate on {version}: {status}"),
                      f"Gate decision on {version} with the reason of every rule")
     out = {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary(),
            "champion": lin.alias("champion"), "rules": decision.to_dict().get("rules", [])}

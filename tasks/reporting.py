@@ -6,7 +6,12 @@
 - Outside a flow or task run (a task called as `task.fn(...)` from CI or the CLI) there is no
   run to attach artifacts to: publishing is skipped and logs go to the `tasks` logger, so the
   same code runs with and without an orchestrator.
-- Training progress is one progress artifact per run, created at 0 % and updated in place.
+- Training progress is one progress artifact per run, created at 0 % and updated in place;
+  evaluation logs each set's progress and republishes an "eval-progress" table as sets finish.
+- Images (the night's loss and bits-per-byte plot) are markdown artifacts with the PNG inlined as
+  a data: URL, so the UI shows them without reaching the worker's disk.
+- The gate's decision is a short table of numbers plus one line per rule with its full reason:
+  a long reason in a table column is cut off in the UI's artifact pane.
 - `own_time()` wraps a task's lib call; its seconds add up per stage in the flow's `StageClock`
   (flows/runtime.py, via a context variable that Prefect copies into task threads), so a run
   reports both the flow-side stage time and the work inside it.
@@ -23,6 +28,7 @@ import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 _fallback = logging.getLogger("tasks")
@@ -72,6 +78,35 @@ def publish_markdown(key: str, markdown: str, description: str) -> None:
     create_markdown_artifact(markdown=markdown, key=key, description=description)
 
 
+def publish_image(key: str, png_path: str | Path, description: str) -> None:
+    """A PNG as a markdown artifact: the picture inlined as a data: URL (a file in a workspace on
+    a worker is no URL the browser can reach), then the file's path. Prefect's image artifact
+    takes a URL too, but its page prints that URL in full beside the picture: ~100 kB of base64
+    running off the page."""
+    if not in_run():
+        return
+    import base64
+
+    from prefect.artifacts import create_markdown_artifact
+
+    data = base64.b64encode(Path(png_path).read_bytes()).decode("ascii")
+    create_markdown_artifact(markdown=f"![{key}](data:image/png;base64,{data})\n\nIn the workspace: `{png_path}`",
+                             key=key, description=description)
+
+
+def gate_markdown(decision, title: str) -> str:
+    """The gate's decision for a narrow UI pane: a short table of the numbers, then each rule's
+    full reason as its own paragraph (a reason column in the table is cut off)."""
+    lines = [f"### {title}", "", "| rule | measured | limit | result |", "|---|---|---|---|"]
+    for r in decision.rules:
+        measured = "n/a" if r.measured is None else f"{r.measured:+.2%}"
+        lines.append(f"| {r.name} | {measured} | {r.limit:+.2%} | {'pass' if r.passed else '**FAIL**'} |")
+    lines.append("")
+    for r in decision.rules:
+        lines += [f"- **{r.name}** ({'pass' if r.passed else 'FAIL'}): {r.reason}"]
+    return "\n".join(lines)
+
+
 class TrainingProgress:
     """A progress artifact (0-100 %) updated as training reports steps."""
 
@@ -91,6 +126,30 @@ class TrainingProgress:
 
         update_progress_artifact(artifact_id=self.artifact_id, progress=percent)
         self.last = percent
+
+
+class EvalProgress:
+    """The `on_progress(dataset, done, total)` of lib.evaluate: a log line per set at every
+    tenth of it (and when it is done), and an "eval-progress" table of every set's counts,
+    published again each time a set is finished."""
+
+    def __init__(self, label: str, every: float = 0.1):
+        self.label, self.every = label, every
+        self.sets: dict[str, tuple[int, int]] = {}
+        self.logged: dict[str, float] = {}
+        self.t0 = time.perf_counter()
+
+    def __call__(self, dataset: str, done: int, total: int) -> None:
+        self.sets[dataset] = (done, total)
+        fraction = done / total if total else 1.0
+        if fraction >= 1.0 or fraction - self.logged.get(dataset, 0.0) >= self.every:
+            self.logged[dataset] = fraction
+            stage_logger().info("evaluation %s: %s %d/%d (%.0f%%), %.0f s", self.label, dataset, done, total,
+                                100 * fraction, time.perf_counter() - self.t0)
+        if fraction >= 1.0:
+            publish_table("eval-progress", [{"dataset": d, "done": a, "total": b, "percent": round(100 * a / b, 1) if b else 100.0}
+                                            for d, (a, b) in self.sets.items()],
+                          f"Evaluation of {self.label}: sets scored so far")
 
 
 # -- own time: the seconds of the lib work inside each stage --------------------------------------
@@ -124,3 +183,27 @@ def own_time() -> Iterator[None]:
             seconds, name = entry
             with _ledger_lock:
                 seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - t0
+
+
+def training_curve(metrics_jsonl: str | Path, final: Mapping[str, Any], points: int = 5) -> list[dict[str, Any]]:
+    """The loss at `points` evenly spaced steps of a training (first and last included), with the
+    run's throughput and time: the numbers of its loss curve as table rows."""
+    from lib.demo_plot import read_losses
+
+    losses = read_losses(metrics_jsonl)
+    rows: list[dict[str, Any]] = []
+    if losses:
+        picks = sorted({round(i * (len(losses) - 1) / max(points - 1, 1)) for i in range(points)})
+        rows += [{"what": f"loss at step {losses[i][0]}", "value": round(losses[i][1], 4)} for i in picks]
+    for key in ("mean_loss_last_10", "steps", "tokens", "tokens_per_s", "elapsed_s"):
+        if final.get(key) is not None:
+            value = final[key]
+            rows.append({"what": key, "value": round(value, 4) if isinstance(value, float) else value})
+    return rows
+
+
+def publish_training_curve(metrics_jsonl: str | Path, final: Mapping[str, Any], version: str) -> None:
+    """The "training-curve" table of the flow run this is called from (the night, the bootstrap)."""
+    rows = training_curve(metrics_jsonl, final)
+    if rows:
+        publish_table("training-curve", rows, f"Training of {version}: loss along the run, tokens, tokens/s, seconds")

@@ -93,3 +93,80 @@ def test_workspace_refuses_paths_outside(tmp_path):
     with pytest.raises(WorkspaceError, match="not valid"):
         ws.checkpoint("../v1")
     assert ws.run("night-1").manifest == ws.runs / "night-1" / "manifest.parquet"
+
+
+# -- presets by name and the run form ------------------------------------------------------------
+
+NIGHTLY = ("workspace", "buffer", "curation", "sampling", "tokenizer", "training", "checkpoints", "eval", "gate", "orchestration")
+
+
+def test_a_preset_named_in_the_data_lies_under_the_given_values():
+    from lib.config import build_config
+
+    cfg = build_config({"preset": "tiny", "training": {"num_iterations": 5}})
+    assert cfg.training.seq_len == 256 and cfg.training.num_iterations == 5 and cfg.model.hidden_size == 128
+    assert build_config({"preset": "default"}) == ConsolidationConfig()
+    with pytest.raises(ConfigError, match="unknown preset 'huge'; choose one of default, tiny"):
+        build_config({"preset": "huge"})
+
+
+def _walk(node, path=""):
+    yield path, node
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _walk(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _walk(value, f"{path}/{i}")
+
+
+def _submitted(schema, values):
+    """What the Prefect UI's run form submits: the deployment's values, and every default the form
+    shows for a field that has none."""
+    out = dict(values)
+    for name, prop in schema["properties"].items():
+        if prop.get("type") == "object" and "properties" in prop:
+            out[name] = _submitted(prop, values.get(name, {}))
+        elif name not in out and "default" in prop:
+            out[name] = prop["default"]
+    return out
+
+
+def test_the_run_form_shows_a_preset_and_the_sections_of_its_flow_without_glitches():
+    from lib.config import PRESETS, form_schema
+
+    schema = form_schema(*NIGHTLY)
+    assert list(schema["properties"]) == ["preset", *NIGHTLY]  # the preset on top, no serve or model
+    assert schema["properties"]["preset"]["enum"] == list(PRESETS)
+    for path, node in _walk(schema):
+        assert not (isinstance(node, dict) and ("$ref" in node or "anyOf" in node or node.get("type") == "null")), path
+    training = schema["properties"]["training"]["properties"]
+    assert "default" not in training["seq_len"] and "(default: 2048; tiny: 256)" in training["seq_len"]["description"]
+    assert training["weight_decay"]["default"] == 0.1 and training["seq_len"]["title"] == "seq_len"
+    assert training["time_limit_s"]["type"] == "number" and "Empty: none." in training["time_limit_s"]["description"]
+    workers = schema["properties"]["curation"]["properties"]["workers"]
+    assert workers["type"] == "integer" and workers["description"].endswith("; empty: all cores.")
+    assert "under `<workspace>/corpora/` used" in schema["properties"]["workspace"]["properties"]["corpus"]["description"]
+    assert training["adam_betas"]["items"] == {"type": "number"}
+    assert schema["properties"]["curation"]["properties"]["languages"]["default"] == ["en"]
+    with pytest.raises(ValueError, match="unknown config section"):
+        form_schema("training", "trainig")
+
+
+def test_what_the_form_submits_is_the_preset_the_deployment_names(tmp_path):
+    from prefect.utilities.schema_tools.validation import is_valid_schema, validate
+
+    from lib.config import build_config, form_schema
+
+    schema = form_schema(*NIGHTLY)
+    deployed = {"preset": "tiny", "workspace": {"root": str(tmp_path)}}
+    sent = _submitted(schema, deployed)
+    assert build_config(sent) == load_config(preset="tiny", overrides=[f"workspace.root={tmp_path}"])
+    sent["training"]["num_iterations"] = 7  # a field typed into the form wins over the preset
+    assert build_config(sent).training.num_iterations == 7 and build_config(sent).training.seq_len == 256
+    # Prefect's server validates run parameters against the form; a CLI caller's whole config passes too
+    wrapped = {"type": "object", "properties": {"cfg": schema}, "required": ["cfg"]}
+    is_valid_schema(wrapped)
+    assert validate({"cfg": sent}, wrapped) == []
+    assert validate({"cfg": load_config(preset="tiny").to_dict()}, wrapped) == []
+    assert validate({"cfg": {**sent, "training": {"num_iterations": "many"}}}, wrapped)

@@ -24,7 +24,7 @@ def _hadolint() -> str:
     return found
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda", "Dockerfile.server"])
 def test_dockerfiles_pass_hadolint(dockerfile):
     proc = subprocess.run([_hadolint(), str(DOCKER / dockerfile)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -36,6 +36,20 @@ def test_cuda_image_is_built_on_a_cuda_base_and_installs_with_constraints():
     for name in ("Dockerfile.cpu", "Dockerfile.cuda"):
         text = (DOCKER / name).read_text()
         assert "-c constraints.txt" in text and "COPY pyproject.toml constraints.txt" in text
+
+
+def test_server_image_pins_what_constraints_pin():
+    """The stack's Prefect server runs the server set of constraints.txt (a scheduler that
+    schedules, a CLI that lists), not whatever the upstream image resolved."""
+    import re
+
+    pinned = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M))
+    server = dict(re.findall(r"\b([A-Za-z0-9_.-]+)==(\S+)", (DOCKER / "Dockerfile.server").read_text()))
+    assert {"SQLAlchemy", "fastapi", "starlette", "pydantic"} <= set(server)
+    assert {k: pinned.get(k) for k in server} == server
+    spec = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    assert spec["prefect-server"]["build"]["dockerfile"] == "docker/Dockerfile.server"
+    assert spec["prefect-services"]["image"] == spec["prefect-server"]["image"]
 
 
 def test_compose_stack_structure():
@@ -82,9 +96,10 @@ def test_prefect_yaml_deployments(monkeypatch):
     raw = yaml.safe_load((DEPLOY / "prefect.yaml").read_text())
     model = PrefectYamlModel.model_validate(raw)
     by_name = {d.name: d for d in model.deployments}
-    assert set(by_name) >= {"nightly", "manual", "train"}
+    assert set(by_name) == {"nightly", "nightly-gpu", "manual", "bootstrap", "curate", "evaluate", "train"}
     nightly = by_name["nightly"]
-    assert nightly.schedules[0].cron == "0 2 * * *" and nightly.schedules[0].timezone
+    assert nightly.schedules[0].cron == "0 2 * * *" and nightly.schedules[0].timezone and nightly.schedules[0].active
+    assert by_name["nightly-gpu"].schedules[0].cron == "0 2 * * *" and not by_name["nightly-gpu"].schedules[0].active
     assert not by_name["manual"].schedules and not by_name["manual"].schedule
     for d in by_name.values():
         assert d.concurrency_limit.limit == 1 and d.concurrency_limit.collision_strategy == "ENQUEUE"
@@ -92,6 +107,31 @@ def test_prefect_yaml_deployments(monkeypatch):
         assert (ROOT / module).is_file(), d.entrypoint
     assert by_name["train"].work_pool.name == "consolidation-gpu"
     assert by_name["nightly"].entrypoint == "flows/consolidate.py:nightly_consolidation"
+
+
+def test_each_deployment_sends_parameters_its_flow_accepts_at_a_size_its_pool_runs(tmp_path):
+    """What `prefect deploy` would store, validated as the server validates a run of it, and the
+    config each one resolves to: tiny where the flow trains on the CPU pool, the design's sizes
+    where training goes to the GPU pool."""
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools.validation import validate
+
+    from lib.config import build_config, load_config
+
+    raw = (DEPLOY / "prefect.yaml").read_text().replace("{{ $CONSOLIDATION_WORKSPACE }}", str(tmp_path))
+    for d in yaml.safe_load(raw)["deployments"]:
+        if d["name"] == "train":  # its parameter comes from the nightly flow (run_deployment)
+            assert "parameters" not in d
+            continue
+        schema = parameter_schema(load_flow_from_entrypoint(str(ROOT / d["entrypoint"]))).model_dump()
+        assert validate(d["parameters"], schema) == [], d["name"]
+        cfg = build_config(d["parameters"]["cfg"])
+        assert cfg.workspace.root == tmp_path, d["name"]
+        on_gpu = cfg.orchestration.train_deployment == "train/train"
+        expected = load_config(preset="default" if on_gpu else "tiny", overrides=[f"workspace.root={tmp_path}"])
+        assert cfg.training == expected.training and cfg.model == expected.model, d["name"]
+        assert on_gpu == (d["name"] == "nightly-gpu"), d["name"]
 
 
 def _placeholders(obj) -> set[str]:

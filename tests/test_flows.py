@@ -107,6 +107,29 @@ def test_nightly_refuses_without_a_champion(tmp_path, prefect_harness):
         state.result()
 
 
+def test_a_night_that_cannot_fit_the_champion_fails_first_with_the_reason(tmp_path, prefect_harness):
+    """The design's full sizes against a tiny champion: the state message names the field, before
+    any stage (no task run, no lineage run)."""
+    import json
+
+    from flows.consolidate import nightly_consolidation
+    from lib.config import load_config
+    from lib.lineage import Lineage
+    from lib.workspace import Workspace
+
+    ws = Workspace(tmp_path / "ws").ensure()
+    (ws.checkpoints / "v0").mkdir(parents=True)
+    (ws.checkpoints / "v0" / "config.json").write_text(json.dumps({"max_position_embeddings": 256}))
+    (ws.checkpoints / "v0" / "tokenizer.json").write_text("{}")
+    lin = Lineage(ws.lineage_db)
+    lin.record_version("v0", ws.checkpoints / "v0", status="accepted")
+    lin.set_alias("champion", "v0", actor="test")
+    state = nightly_consolidation(load_config(overrides=[f"workspace.root={ws.root}"]), return_state=True)
+    assert state.is_failed()
+    assert "training.seq_len=2048 exceeds max_position_embeddings=256" in state.message, state.message
+    assert not _task_states(state.state_details.flow_run_id) and not lin.incomplete_runs("nightly")
+
+
 def test_dead_nights_are_resumed_or_closed(workspace):
     """Under the night lock every night lineage calls running is dead: the oldest undecided one
     whose parent is still the champion is resumed; one whose champion moved is closed failed."""
@@ -174,9 +197,23 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
 
     assert lin.get_version("v1")["storage"] == "delta" and is_delta(lin.get_version("v1")["path"])
     assert verify(lin.get_version("v1")["path"]) == lin.get_version("v1")["digest"]
-    for key in ("buffer-files", "curation-counts", "manifest-stats", "eval-before-after", "gate-decision", "training-progress"):
+    for key in ("buffer-files", "curation-counts", "manifest-stats", "eval-before-after", "gate-decision", "training-progress",
+                "eval-progress"):
         assert _artifact(key) is not None, key
     assert "acquisition" in _artifact("gate-decision")["data"]
+    # the night's own flow run carries its training curve and its plot (not only the train subflow)
+    own = {a["key"]: a for a in _api("artifacts/filter", {"flow_runs": {"id": {"any_": [str(state.state_details.flow_run_id)]}}})}
+    assert {"training-curve", "night-plot"} <= set(own), sorted(own)
+    assert "loss at step 0" in own["training-curve"]["data"] and "tokens_per_s" in own["training-curve"]["data"]
+    assert "](data:image/png;base64," in own["night-plot"]["data"] and (ws.run(night["run_id"]).path / "night.png").is_file()
+
+    # the evaluation stage alone (the `evaluate` deployment): v1 against its parent, gate not applied
+    from flows.evaluation import evaluate_version
+
+    alone = evaluate_version(cfg, version="v1")
+    assert alone["parent"] == "v0" and {r["dataset"] for r in alone["rows"]} >= {"old_val", "new_heldout"}
+    assert alone["gate"]["passed"] is False and lin.get_version("v1")["status"] == "rejected"
+    assert "not applied" in _artifact("gate-preview")["data"]
 
     again = nightly_consolidation(cfg, return_state=True)
     assert again.is_completed(), again
