@@ -47,7 +47,7 @@ from lib.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurr
 from lib.fasttext_filters import identify_languages, quality_scores
 from lib.ingest import DeferredRegistry, apply_registry_events, atomic_write_table, buffer_files, flush_buffer, ingest
 from lib.lineage import Lineage
-from lib.minhash import estimated_jaccard, normalize_text
+from lib.minhash import TextBuffer, estimated_jaccard, normalize_texts
 from lib.textfilters import Doc, length_filter
 from lib.workspace import RunDir, Workspace
 
@@ -109,14 +109,14 @@ def ingest_shard(
     c = cfg.curation
     registry = DeferredRegistry(statuses)
     got = ingest(ws, registry, rank, world_size, flush=False, files=files)
-    norm = [normalize_text(t) for t in got.texts]
+    norm = normalize_texts(got.texts, workers or 1)
     out = shard_outputs(rank)
     atomic_write_table(pa.table({"id": pa.array(got.ids, pa.string()), "text": pa.array(got.texts, pa.string()),
                                  "order": pa.array(got.order, pa.uint64())}), run_dir.path / out["docs"])
-    sig = (compute_signatures(norm, c.num_perm, c.ngram, c.shingle, _SEED, workers) if c.near_dedup and norm
+    sig = (compute_signatures(norm, c.num_perm, c.ngram, c.shingle, _SEED, workers) if c.near_dedup and len(norm)
            else np.zeros((len(norm), c.num_perm), np.uint32))
     tmp = run_dir.path / f"curation/shards/.dedup-{rank:05d}.tmp.npz"
-    np.savez(tmp, exact=exact_hashes(norm, normalized=True), signatures=sig)
+    np.savez(tmp, exact=exact_hashes(norm), signatures=sig)
     os.replace(tmp, run_dir.path / out["dedup"])
     info = {"rank": rank, "counts": got.counts, "file_hashes": got.file_hashes, "registry_events": registry.events}
     _write_json(run_dir.path / out["ingest"], info)
@@ -208,20 +208,20 @@ def dedup_shards(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, world
 
 
 class _NightTexts:
-    """Normalised text of night position i (alive[i] in night order), read from the shards once
-    and normalised only when asked: verification touches the candidates, not the whole night."""
+    """The texts of the night's surviving documents (position i: alive[i] in night order), read
+    from the shards; `take` normalises only the documents asked for (verification touches the
+    candidates, not the whole night)."""
 
     def __init__(self, run_dir: RunDir, world_size: int, perm: np.ndarray, alive: np.ndarray):
-        texts: list[str] = []
-        for r in range(world_size):
-            texts += pq.read_table(run_dir.path / shard_outputs(r)["docs"], columns=["text"]).column("text").to_pylist()
-        self._texts, self._rows = texts, perm[alive]
+        self._texts = pa.chunked_array([chunk for r in range(world_size) for chunk in pq.read_table(
+            run_dir.path / shard_outputs(r)["docs"], columns=["text"]).column("text").chunks], type=pa.string())
+        self._rows = perm[alive]
 
     def __len__(self) -> int:
         return len(self._rows)
 
-    def __getitem__(self, i: int) -> str:
-        return normalize_text(self._texts[self._rows[i]])
+    def take(self, idx: np.ndarray) -> TextBuffer:
+        return normalize_texts(self._texts.take(pa.array(self._rows[idx])))
 
 
 def filter_shard(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, rank: int) -> dict[str, Any]:

@@ -61,8 +61,11 @@ def test_char_shingles_are_utf8_characters():
     tokyo = _doc_hashes("東京", 2, "char")
     assert len(tokyo) == 1 and tokyo[0] in _doc_hashes("in 東京 today", 2, "char")
     assert tokyo[0] in _doc_hashes("東京", 2, "char")
-    # spaces are characters in char mode but never words
-    assert len(_doc_hashes("   ", 2, "char")) == 2 and len(_doc_hashes("   ", 2, "word")) == 0
+    # a whitespace run inside a text is one space character in char mode, never a word; the
+    # kernel reads the normalised text (runs collapsed, ends stripped), whatever spacing it is given
+    assert len(_doc_hashes("a \t\u3000 b", 1, "char")) == 3 and np.array_equal(
+        _doc_hashes("a \t\u3000 b", 1, "char"), _doc_hashes("a b", 1, "char"))
+    assert len(_doc_hashes("   ", 2, "char")) == 0 and len(_doc_hashes("   ", 2, "word")) == 0
 
 
 def test_short_and_empty_documents():
@@ -85,9 +88,9 @@ def test_one_pass_kernel_equals_the_two_step_path_and_normalises():
     hasher = MinHasher(128, seed=9)
     norm = [normalize_text(t) for t in raw]
     assert np.array_equal(hasher.signatures(raw), hasher.signatures(norm, normalized=True))
-    # both min orders of the kernel (few shingles: per shingle; many: per permutation)
-    words = [f"w{i}" for i in range(minhash._SHORT_DOC + 10)]
-    norm += [" ".join(words[: minhash._SHORT_DOC + k]) for k in (3, 4, 5, 6)]
+    # the kernel takes shingles four at a time: every remainder, short and long documents
+    words = [f"w{i}" for i in range(300)]
+    norm += [" ".join(words[:k]) for k in (5, 6, 7, 8, 9, 131, 132, 133, 134, 300)]
     for ngram, shingle in ((5, "word"), (3, "char"), (1, "word")):
         hashes, offsets = shingle_hashes(norm, ngram, shingle)
         assert np.array_equal(hasher.signatures(norm, ngram, shingle, normalized=True), hasher.signatures_from_hashes(hashes, offsets))
@@ -127,11 +130,16 @@ def test_text_chunks_cover_the_texts_in_order():
 
 def test_uncachable_kernel_compiles_in_memory(monkeypatch, caplog):
     """Numba refuses cache=True where no cache directory is writable (here: source without a
-    file); `_compiled` then compiles without the cache and says so once, instead of failing."""
+    file); a kernel then compiles without the cache and says so once, instead of failing."""
+    from numba import types
+
     monkeypatch.setattr(minhash, "_uncached", [])
+    monkeypatch.setattr(minhash, "_KERNELS", [])
     ns: dict = {}
     exec("def twice(x):\n    return 2 * x\n", ns)  # noqa: S102
+    fn = minhash._compiled(types.int64(types.int64))(ns["twice"])
     with caplog.at_level("WARNING", logger="lib.minhash"):
-        fn = minhash._compiled(ns["twice"])
-    assert fn(21) == 42
+        assert fn(21) == 42
     assert minhash._uncached == ["twice"] and "NUMBA_CACHE_DIR" in caplog.text
+    with pytest.raises(TypeError, match="No matching definition"):  # one signature, no silent recompilation
+        fn(np.arange(3))
