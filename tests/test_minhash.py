@@ -3,11 +3,17 @@ and empty documents), position independence, estimates against exact Jaccard, th
 
 from __future__ import annotations
 
+import random
+import subprocess
+import sys
+
 import numpy as np
+import pyarrow as pa
 import pytest
 
+from conftest import ROOT, stdlib_texts
 from lib import minhash
-from lib.minhash import MAX_HASH, MinHasher, estimated_jaccard, normalize_text, shingle_hashes, text_chunks
+from lib.minhash import MAX_HASH, MinHasher, estimated_jaccard, normalize_text, normalize_texts, shingle_hashes, text_chunks
 
 FOX = "the quick brown fox jumps over the lazy dog"
 
@@ -143,3 +149,36 @@ def test_uncachable_kernel_compiles_in_memory(monkeypatch, caplog):
     assert minhash._uncached == ["twice"] and "NUMBA_CACHE_DIR" in caplog.text
     with pytest.raises(TypeError, match="No matching definition"):  # one signature, no silent recompilation
         fn(np.arange(3))
+
+
+def test_compiled_normalisation_gives_the_reference_bytes():
+    """normalize_texts (Python only for the NFKC + lower of non-ASCII texts, the rest one compiled
+    pass) gives normalize_text's bytes: every whitespace character Python knows, compatibility
+    characters, combining marks, a lone surrogate, real files; from a list and from an Arrow
+    column (chunked, sliced, with a null). Signatures of raw texts equal those of normalised ones."""
+    rng = random.Random(0)
+    pool = [chr(c) for c in range(0x110000) if chr(c).isspace()] + list("aZ09 ,.-_QW") + \
+        ["\ufb01", "\uff21", "\u00c9", "\u00df", "\u0130", "\u03a3", "\u6771", "\U0001f642", "\u0301", "\x00"]
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 40))) for _ in range(2000)]
+    texts += stdlib_texts(20) + ["a\ud800b", "  MiXeD\tCase \u3000end "]
+    want = [normalize_text(t).encode("utf-8", "surrogatepass") for t in texts]
+    got = normalize_texts(texts, workers=2)
+    assert [got.bytes(i) for i in range(len(texts))] == want and got.normalized
+    clean = texts[:-2]
+    column = pa.chunked_array([pa.array(clean[:700]), pa.array(clean[700:] + [None])]).slice(3)
+    from_arrow = normalize_texts(column)
+    assert [from_arrow.bytes(i) for i in range(len(column))] == want[3 : len(clean)] + [b""]
+    hasher = MinHasher(32, seed=4)
+    for ngram, shingle in ((5, "word"), (3, "char")):
+        assert np.array_equal(hasher.signatures(texts, ngram, shingle, workers=2),
+                              hasher.signatures([normalize_text(t) for t in texts], ngram, shingle, normalized=True))
+
+
+def test_every_kernel_has_one_signature_and_the_install_step_builds_them():
+    took = minhash.compile_kernels()
+    assert set(took) == {"_normalize_kernel", "_non_ascii_kernel", "_shingle_kernel", "_signature_kernel",
+                         "_union_min", "_sort_segments", "_pair_jaccard"}
+    assert all(len(k.jit.signatures) == 1 for k in minhash._KERNELS)
+    # what `make install` and the worker images run (the kernels are in numba's cache by now)
+    proc = subprocess.run([sys.executable, "-m", "lib.minhash"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "numba kernels ready" in proc.stderr, proc.stderr
