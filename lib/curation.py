@@ -2,17 +2,20 @@
 
 Three steps, so the per-shard work can run as mapped tasks (threads, processes, a Ray cluster):
 
-1. `ingest_shard(rank)`: this rank's share of the buffer files → documents, their exact hashes and
-   MinHash signatures (`curation/shards/`); registry changes are recorded, not written.
+1. `ingest_shard(rank)`: this rank's share of the buffer files → documents (with their declared
+   kind, if any), the normalised texts' exact hashes and MinHash signatures (`curation/shards/`);
+   registry changes are recorded, not written.
 2. `dedup_shards` (one reduce over every shard): apply the registry changes, exact dedup and
    MinHash-LSH near dedup over the whole night (the earliest copy by file then row survives, so the
    survivors do not depend on the number of shards), then against earlier nights; a keep mask per
    shard, `curation/duplicates.parquet`, and the night's dedup state.
-3. `filter_shard(rank)`: length filter and concatenation, language and quality filters →
-   `curated/part-<rank>.parquet`.
+3. `filter_shard(rank)`: kinds, length filter and concatenation, then the language and quality
+   rules for prose and the code rule for code → `curated/part-<rank>.parquet`, and every drop
+   with its reason (`curation/shards/dropped-<rank>.parquet`).
 
 `curate` runs the three in one process; `merge_stats` folds the per-step counts into
-`curated/stats.json`.
+`curated/stats.json`: each stage's counts, `dropped_by_reason` for the whole night, and a warning
+for each filter that dropped more than `curation.max_drop_share` of what it saw.
 
 - ingest (lib.ingest): pending buffer files, bad files and rows quarantined, registered by hash.
 - exact dedup: xxh3-64 of the normalised text; the earliest copy survives; a hash kept on an
@@ -20,15 +23,21 @@ Three steps, so the per-shard work can run as mapped tasks (threads, processes, 
 - near dedup: MinHash-LSH within the night (lib.dedup), then tonight's signatures against the
   signatures earlier nights kept (`workspace.index/minhash/`), matches confirmed by the estimated
   Jaccard ≥ threshold.
-- length filter and concatenation of short documents (lib.textfilters), then the fastText language
-  filter and, when a model is configured, the quality filter (lib.fasttext_filters).
+- kinds (lib.textfilters): a buffer file's `kind` column, else `curation.source_kinds` on the
+  record's `source`, else detected from the document's lines (code or prose).
+- length filter and concatenation of short documents (within a kind), then for prose the fastText
+  language rule on its prose paragraphs and, when a model is configured, the quality rule
+  (lib.fasttext_filters); for code the code rule (line lengths, alphanumeric share, generated).
 - Output: `run_dir.curated/part-<rank>.parquet` (id, text, source_ids, lang, lang_score,
-  quality_score), `stats.json`, `curation/duplicates.parquet` (id, duplicate_of, kind, jaccard),
+  quality_score, kind; code has no lang), `stats.json`, `curation/duplicates.parquet` (id,
+  duplicate_of, kind, jaccard), `curation/shards/dropped-<rank>.parquet` (id, reason, kind),
   and the night's dedup state, committed to the persisted index only by `commit_index` when the
   night is promoted (a rejected night must not make its documents look "seen" to the next one).
 
-Trade-off: the history is matched on signatures, not texts, so an earlier night's document can't
+Trade-offs: the history is matched on signatures, not texts, so an earlier night's document can't
 be verified exactly; the estimate from 128 permutations has a standard error of ~0.035 at J=0.8.
+The column work over documents (line features) is polars, in lib.textfilters; counts by reason
+are a few dict entries per shard, where polars would add a dependency edge and no speed.
 """
 
 from __future__ import annotations

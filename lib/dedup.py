@@ -1,5 +1,8 @@
 """Exact and near (MinHash-LSH) deduplication, within one batch and against earlier nights.
 
+- Texts are normalised once into one UTF-8 buffer (lib.minhash's `normalize_texts`, compiled;
+  `prepare_texts` when only shingles are needed: the kernels fold case and whitespace as they
+  read), and every later pass reads that buffer: no Python string per document in between.
 - Exact: xxh3-64 of the normalised text (NFKC, lower case, collapsed whitespace); the earliest
   document of each hash survives, and a hash already in the persisted index drops the document.
 - Near: MinHash signatures (lib.minhash; threads over text chunks), LSH bands chosen for the
@@ -14,8 +17,8 @@
   earlier nights kept; band keys are rebuilt from signatures, so a new threshold needs no rehash.
   Earlier nights keep no texts, so they are matched on the estimated Jaccard (not verified).
 
-Trade-off: verification reads the texts of every candidate again and costs ~1 us per pair after
-hashing their shingles; it buys what banding alone cannot: at t=0.8 the (9 bands, 13 rows) curve
+Trade-off: verification hashes the shingles of every candidate again (from the buffer, only the
+documents in a pair) and costs ~1 us per pair after that; it buys what banding alone cannot: at t=0.8 the (9 bands, 13 rows) curve
 finds a pair at exactly 0.8 only ~50% of the time and admits pairs at 0.75 ~20% of the time
 (bench/bench_dedup_quality.py: precision 0.53, recall 0.57 on real package sources, the same as
 datasketch), where candidates at 0.6 plus the exact check give precision 1.0 and recall ~0.997.
@@ -31,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import xxhash
-
 from numba import types
 
 from lib.minhash import (
@@ -45,8 +47,8 @@ from lib.minhash import (
     encode_texts,
     estimated_jaccard,
     normalize_texts,
-    prepare_texts,
     optimal_bands,
+    prepare_texts,
     s_curve,
     shingle_hashes,
 )
