@@ -197,8 +197,12 @@ def main() -> None:
                   f"{kept_en:.1%} of {len(english_clusters)} kept (one copy each)")
         print(f"  warnings: {stats.get('warnings')}")
 
-    from lib.textfilters import line_features
+    from lib.textfilters import detect_kinds, line_features
 
+    kinds = detect_kinds(line_features([t for _, t, _ in pkg]))
+    for group, want in (("py", "code"), ("doc", "prose")):
+        mine = [k for k, (_, _, g) in zip(kinds, pkg) if g == group]
+        print(f"kind detection: {mine.count(want) / max(len(mine), 1):.1%} of the {len(mine)} sampled {group} files read as {want}")
     texts = [t for _, t, _ in records]
     timings = {}
     for name, fn in (("polars", line_features), ("python", python_line_features)):

@@ -406,7 +406,7 @@ def _signature_kernel(buf, starts, ends, ngram, char_mode, a, b, out):
 
 @dataclass(frozen=True)
 class TextBuffer:
-    """Texts as one UTF-8 buffer: text i is buf[starts[i]:ends[i]] (ranges in order, gaps allowed).
+    """Texts as one UTF-8 buffer: text i is buf[starts[i]:ends[i]] (ranges in any order, gaps allowed).
 
     `normalized`: the bytes are `normalize_text`'s output (`normalize_texts`, or `encode_texts`
     of texts the caller normalised). Otherwise they are prepared (`prepare_texts`): the Unicode
@@ -464,8 +464,8 @@ def _arrow_buffer(arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     nulls read as empty texts."""
     import pyarrow as pa
 
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if isinstance(arr, pa.ChunkedArray):  # one buffer: 64-bit offsets, so nights over 2 GB fit
+        arr = arr.chunk(0) if arr.num_chunks == 1 else arr.cast(pa.large_string()).combine_chunks()
     if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         raise TypeError(f"expected an Arrow string column, got {arr.type}")
     _, off_buf, data = arr.buffers()
