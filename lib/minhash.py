@@ -53,6 +53,7 @@ from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
 from numba import njit, types
 
 log = logging.getLogger(__name__)
@@ -462,8 +463,6 @@ def text_chunks(texts: Sequence[str], chunk_bytes: int = _TEXT_CHUNK) -> list[tu
 def _arrow_buffer(arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes, starts, ends) of an Arrow string / large_string array, without copying the bytes;
     nulls read as empty texts."""
-    import pyarrow as pa
-
     if isinstance(arr, pa.ChunkedArray):  # one buffer: 64-bit offsets, so nights over 2 GB fit
         arr = arr.chunk(0) if arr.num_chunks == 1 else arr.cast(pa.large_string()).combine_chunks()
     if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
@@ -481,8 +480,6 @@ def _arrow_buffer(arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _utf8(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """UTF-8 bytes of the texts back to back, and each text's [start, end)."""
-    import pyarrow as pa
-
     try:  # Arrow encodes in C (ASCII strings are a copy); the system allocator gives the memory back
         return _arrow_buffer(pa.array(texts, type=pa.large_string(), memory_pool=pa.system_memory_pool()))
     except (UnicodeEncodeError, pa.ArrowException):  # lone surrogates: Python's surrogatepass
@@ -533,8 +530,6 @@ def prepare_texts(texts) -> TextBuffer:
     object per ASCII text). ASCII case and whitespace are left to the compiled passes."""
     if isinstance(texts, TextBuffer):
         return texts
-    import pyarrow as pa
-
     if not isinstance(texts, (pa.Array, pa.ChunkedArray)):
         return TextBuffer(*_utf8([t if t.isascii() else _nfkc_lower(t) for t in texts]), normalized=False)
     buf, starts, ends = _arrow_buffer(texts)
@@ -558,8 +553,6 @@ def normalize_texts(texts, workers: int = 1) -> TextBuffer:
     place, so the night's text is held once more in UTF-8, not twice."""
     if isinstance(texts, TextBuffer) and texts.normalized:
         return texts
-    import pyarrow as pa
-
     if isinstance(texts, (TextBuffer, pa.Array, pa.ChunkedArray)):
         src = prepare_texts(texts)
         return _normalize_chunks(src.ends - src.starts, lambda lo, hi: (src.buf, src.starts[lo:hi], src.ends[lo:hi]), workers)
