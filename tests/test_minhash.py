@@ -154,11 +154,13 @@ def test_uncachable_kernel_compiles_in_memory(monkeypatch, caplog):
 def test_compiled_normalisation_gives_the_reference_bytes():
     """normalize_texts (Python only for the NFKC + lower of non-ASCII texts, the rest one compiled
     pass) gives normalize_text's bytes: every whitespace character Python knows, compatibility
-    characters, combining marks, a lone surrogate, real files; from a list and from an Arrow
+    characters, combining marks, Hangul jamo, a lone surrogate, real files (texts whose characters
+    all pass the compiled check skip NFKC and lower); from a list and from an Arrow
     column (chunked, sliced, with a null). Signatures of raw texts equal those of normalised ones."""
     rng = random.Random(0)
     pool = [chr(c) for c in range(0x110000) if chr(c).isspace()] + list("aZ09 ,.-_QW") + \
-        ["\ufb01", "\uff21", "\u00c9", "\u00df", "\u0130", "\u03a3", "\u6771", "\U0001f642", "\u0301", "\x00"]
+        ["\ufb01", "\uff21", "\u00c9", "\u00e9", "\u00df", "\u0130", "\u03a3", "\u6771", "\U0001f642", "\u0301", "\x00",
+         "\u1100", "\u1161", "\u2026", "\u2014", "\ufdfa", "\u3300"]  # Hangul jamo compose; ligatures expand
     texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 40))) for _ in range(2000)]
     texts += stdlib_texts(20) + ["a\ud800b", "  MiXeD\tCase \u3000end "]
     want = [normalize_text(t).encode("utf-8", "surrogatepass") for t in texts]
@@ -176,7 +178,7 @@ def test_compiled_normalisation_gives_the_reference_bytes():
 
 def test_every_kernel_has_one_signature_and_the_install_step_builds_them():
     took = minhash.compile_kernels()
-    assert set(took) == {"_normalize_kernel", "_non_ascii_kernel", "_shingle_kernel", "_signature_kernel",
+    assert set(took) == {"_normalize_kernel", "_unicode_kernel", "_shingle_kernel", "_signature_kernel",
                          "_union_min", "_sort_segments", "_pair_jaccard"}
     assert all(len(k.jit.signatures) == 1 for k in minhash._KERNELS)
     # what `make install` and the worker images run (the kernels are in numba's cache by now)
