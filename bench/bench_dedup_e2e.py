@@ -203,11 +203,10 @@ def main() -> None:
         compare(kind, documents(kind, n), args.rounds, args.workers)
 
     print("\nfirst call in a fresh process (import lib.dedup, then near_duplicate_clusters on the same documents):")
-    runs = [("numba cache as installed", None)]
-    if not args.no_cold:
-        runs.append(("empty NUMBA_CACHE_DIR (no warm-up)", tempfile.mkdtemp(prefix="numba-cold-")))
+    runs = ["numba cache as installed"] + ([] if args.no_cold else ["empty NUMBA_CACHE_DIR (no warm-up)"])
     for kind, n in kinds:
-        for label, cache in runs:
+        for label in runs:
+            cache = tempfile.mkdtemp(prefix="numba-cold-") if label.startswith("empty") else None
             r = run_fresh(kind, n, args.workers, cache)
             extra = r["first_s"] - r["steady_s"]
             verdict = "met" if extra <= 2.0 else "NOT MET"

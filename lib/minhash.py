@@ -602,30 +602,24 @@ def normalize_texts(texts, workers: int = 1) -> TextBuffer:
     """`normalize_text` of every text (a list of str, an Arrow string column or a prepared
     `TextBuffer`), byte for byte, as one buffer: the Unicode part where a text needs it
     (`prepare_texts`), then one compiled pass that lower-cases ASCII and collapses whitespace, in
-    `workers` threads over ~4 MB chunks. A list is prepared chunk by chunk twice, once for the
-    sizes and once into the output's place (encoding is a copy, the Python fixes are kept), so
-    the night's text is held once more in UTF-8, not twice."""
+    `workers` threads over ~4 MB chunks. A list is encoded chunk by chunk into the output's
+    place, so the night's text is held once more in UTF-8, not twice."""
     if isinstance(texts, TextBuffer) and texts.normalized:
         return texts
     if isinstance(texts, (TextBuffer, pa.Array, pa.ChunkedArray)):
         src = prepare_texts(texts)
         return _normalize_chunks(src.ends - src.starts, lambda lo, hi: (src.buf, src.starts[lo:hi], src.ends[lo:hi]), workers)
     texts = list(texts)
-    room = np.empty(len(texts), np.int64)
-    fixes: dict[int, str] = {}
-    chars = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-    for lo, hi in _size_chunks(chars, _TEXT_CHUNK):
-        buf, starts, ends = _utf8(texts[lo:hi])
-        room[lo:hi] = ends - starts
-        for i, fixed in _unicode_fixes(buf, starts, ends, lambda i: texts[lo + i]).items():
-            fixes[lo + i] = fixed
-            room[lo + i] = len(fixed.encode("utf-8", "surrogatepass"))
-
-    def source(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        buf, starts, ends = _utf8(texts[lo:hi])
-        return _spliced(buf, starts, ends, {i - lo: fixes[i] for i in range(lo, hi) if i in fixes})
-
-    return _normalize_chunks(room, source, workers)
+    # the Unicode part first, for the texts with a non-ASCII character only; with it the exact
+    # UTF-8 size of every text is known, so chunks can be encoded straight into their place
+    room = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    wide = [i for i, t in enumerate(texts) if not t.isascii()]
+    buf, starts, ends = _utf8([texts[i] for i in wide])
+    room[wide] = ends - starts
+    fixes = {wide[k]: fixed for k, fixed in _unicode_fixes(buf, starts, ends, lambda k: texts[wide[k]]).items()}
+    for i, fixed in fixes.items():
+        room[i] = len(fixed.encode("utf-8", "surrogatepass"))
+    return _normalize_chunks(room, lambda lo, hi: _utf8([fixes[i] if i in fixes else texts[i] for i in range(lo, hi)]), workers)
 
 
 def _normalize_chunks(room: np.ndarray, source: Callable, workers: int) -> TextBuffer:
@@ -748,18 +742,23 @@ def _optimal_bands(threshold: float, num_perm: int, fp_weight: float, fn_weight:
     return best
 
 
-def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
-    """uint64[n, bands]: each band's `rows` signature values folded into one key."""
-    n = sig.shape[0]
-    keys = np.empty((n, bands), dtype=np.uint64)
-    with np.errstate(over="ignore"):
+@_compiled(types.void(_arr(types.uint32, 2, readonly=True), types.int64, types.int64, _arr(types.uint64, 2)))
+def _band_keys_kernel(sig, bands, rows, out):
+    for i in range(sig.shape[0]):
         for band in range(bands):
-            h = np.full(n, np.uint64(band) * np.uint64(0x9E3779B97F4A7C15), dtype=np.uint64)
+            h = np.uint64(band) * _GOLD
             for j in range(rows):
-                h ^= sig[:, band * rows + j].astype(np.uint64)
-                h *= np.uint64(0x100000001B3)
-                h = _fmix64(h) if j == rows - 1 else h
-            keys[:, band] = h
+                h = (h ^ np.uint64(sig[i, band * rows + j])) * _FNV_PRIME
+            out[i, band] = _fmix(h)
+
+
+def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """uint64[n, bands]: each band's `rows` signature values folded into one key (FNV-style
+    multiply per value, fmix64 at the end), in one compiled pass over the signatures."""
+    if bands * rows > sig.shape[1]:
+        raise ValueError(f"{bands} bands x {rows} rows need {bands * rows} permutations, the signatures have {sig.shape[1]}")
+    keys = np.empty((sig.shape[0], bands), dtype=np.uint64)
+    _band_keys_kernel(np.ascontiguousarray(sig, dtype=np.uint32), bands, rows, keys)
     return keys
 
 

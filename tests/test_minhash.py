@@ -178,9 +178,26 @@ def test_compiled_normalisation_gives_the_reference_bytes():
 
 def test_every_kernel_has_one_signature_and_the_install_step_builds_them():
     took = minhash.compile_kernels()
-    assert set(took) == {"_normalize_kernel", "_unicode_kernel", "_shingle_kernel", "_signature_kernel",
+    assert set(took) == {"_normalize_kernel", "_unicode_kernel", "_shingle_kernel", "_signature_kernel", "_band_keys_kernel",
                          "_union_min", "_sort_segments", "_pair_jaccard"}
     assert all(len(k.jit.signatures) == 1 for k in minhash._KERNELS)
     # what `make install` and the worker images run (the kernels are in numba's cache by now)
     proc = subprocess.run([sys.executable, "-m", "lib.minhash"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "numba kernels ready" in proc.stderr, proc.stderr
+
+
+def test_band_keys_fold_each_band_into_one_key():
+    """Key of a band = fmix64 of the FNV-style fold of its values, seeded by the band number (the
+    compiled pass computes exactly this numpy definition)."""
+    sig = np.random.default_rng(0).integers(0, 2**32, (300, 128), dtype=np.uint64).astype(np.uint32)
+    want = np.empty((300, 18), np.uint64)
+    with np.errstate(over="ignore"):
+        for band in range(18):
+            h = np.full(300, np.uint64(band) * np.uint64(0x9E3779B97F4A7C15), dtype=np.uint64)
+            for j in range(7):
+                h = (h ^ sig[:, band * 7 + j].astype(np.uint64)) * np.uint64(0x100000001B3)
+            want[:, band] = minhash._fmix64(h)
+    assert np.array_equal(minhash.band_keys(sig, 18, 7), want)
+    assert np.array_equal(minhash.band_keys(sig[::3], 18, 7), want[::3])  # any layout
+    with pytest.raises(ValueError, match="permutations"):
+        minhash.band_keys(sig, 20, 7)
