@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ import numpy as np
 from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lib.dedup import candidate_threshold, components_min_index, lsh_params, near_dedup  # noqa: E402
 from lib.minhash import (  # noqa: E402
@@ -57,13 +57,11 @@ EXTS = (".py", ".txt", ".rst", ".md")
 # -- documents --------------------------------------------------------------------------------
 
 def source_files() -> list[Path]:
-    """Standard library (without the interpreter's own site-packages) and the venv's packages."""
-    paths = sysconfig.get_paths()
-    stdlib, purelib = Path(paths["stdlib"]), Path(paths["purelib"])
-    out = [p for p in stdlib.rglob("*") if p.suffix in EXTS and "site-packages" not in p.relative_to(stdlib).parts]
-    if purelib != stdlib:
-        out += [p for p in purelib.rglob("*") if p.suffix in EXTS]
-    return sorted(p for p in out if p.is_file())
+    """Standard library (without the interpreter's own site-packages) and the installed packages
+    (every site-packages folder on sys.path: bench/real_text.py)."""
+    from real_text import files
+
+    return files(EXTS)
 
 
 def sample_docs(limit: int, max_bytes: int, seed: int) -> tuple[list[Path], list[str], dict]:

@@ -81,8 +81,8 @@ def register(app: typer.Typer) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from lib.dedup import exact_hashes, first_occurrence, near_dedup
-        from lib.minhash import estimated_jaccard, normalize_text
+        from lib.dedup import deduplicate
+        from lib.minhash import estimated_jaccard
 
         if not 0 < threshold < 1:
             raise ValueError(f"--threshold must be between 0 and 1, got {threshold}")
@@ -95,12 +95,9 @@ def register(app: typer.Typer) -> None:
             i, t = _read_texts(path)
             ids += i
             texts += t
-        norm = [normalize_text(t) for t in texts]
-        rep = first_occurrence(exact_hashes(norm, normalized=True))
-        n = len(texts)
-        rows = [{"id": ids[i], "duplicate_of": ids[rep[i]], "kind": "exact", "jaccard": 1.0} for i in np.flatnonzero(rep != np.arange(n))]
-        alive = np.flatnonzero(rep == np.arange(n))
-        res = near_dedup([norm[i] for i in alive], threshold, num_perm, ngram, shingle, verify, workers=workers)
+        result = deduplicate(texts, threshold, num_perm, ngram, shingle, verify, workers)
+        n, rep, alive, res = len(texts), result.representative, result.alive, result.near
+        rows = [{"id": ids[i], "duplicate_of": ids[rep[i]], "kind": "exact", "jaccard": 1.0} for i in np.flatnonzero(result.exact)]
         near = np.flatnonzero(res.representative != np.arange(len(alive)))
         est = estimated_jaccard(res.signatures[near], res.signatures[res.representative[near]]) if len(near) else []
         rows += [{"id": ids[alive[j]], "duplicate_of": ids[alive[res.representative[j]]], "kind": "near", "jaccard": float(e)}

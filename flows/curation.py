@@ -89,9 +89,9 @@ def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, A
         dedup_files = DEDUP_OUTPUTS + [shard_outputs(k)["keep"] for k in ranks]
         [dedup] = _adopted(dedup_shards, cfg, here, lambda r: dedup_files,
                            [on_workspace(dedup_shards, ws)(**params)], [params])
-        filtered = _map_cached(filter_shard, cfg, here, lambda r: _files(r["rank"], ("part", "filter")),
+        filtered = _map_cached(filter_shard, cfg, here, lambda r: _files(r["rank"], ("part", "filter", "dropped")),
                                dict(cfg=cfg, run_dir=here), ranks)
-        return curation_report(here, shards, dedup["stats"], [f["stats"] for f in filtered])
+        return curation_report(here, shards, dedup["stats"], [f["stats"] for f in filtered], cfg.curation.max_drop_share)
 
 
 # The run form of curation alone: where the buffer is, how to curate it, threads or Ray.

@@ -1,10 +1,13 @@
 """Exact and near (MinHash-LSH) deduplication, within one batch and against earlier nights.
 
+- Texts are normalised once into one UTF-8 buffer (lib.minhash's `normalize_texts`, compiled;
+  `prepare_texts` when only shingles are needed: the kernels fold case and whitespace as they
+  read), and every later pass reads that buffer: no Python string per document in between.
 - Exact: xxh3-64 of the normalised text (NFKC, lower case, collapsed whitespace); the earliest
   document of each hash survives, and a hash already in the persisted index drops the document.
 - Near: MinHash signatures (lib.minhash; threads over text chunks), LSH bands chosen for the
   threshold, candidate pairs = documents sharing a band bucket, connected components with
-  scipy's union-find equivalent (`connected_components`), survivor = smallest index.
+  a compiled union-find whose roots are the smallest indices, survivor = smallest index.
 - Verification (`curation.verify_jaccard`, on by default): the LSH is banded for a lower
   candidate threshold (`candidate_threshold`: 0.6 for 0.8), every pair sharing a bucket is checked
   with the exact Jaccard of the same shingle sets (a compiled merge of sorted hashes), and only
@@ -14,8 +17,8 @@
   earlier nights kept; band keys are rebuilt from signatures, so a new threshold needs no rehash.
   Earlier nights keep no texts, so they are matched on the estimated Jaccard (not verified).
 
-Trade-off: verification reads the texts of every candidate again and costs ~1 us per pair after
-hashing their shingles; it buys what banding alone cannot: at t=0.8 the (9 bands, 13 rows) curve
+Trade-off: verification hashes the shingles of every candidate again (from the buffer, only the
+documents in a pair) and costs ~1 us per pair after that; it buys what banding alone cannot: at t=0.8 the (9 bands, 13 rows) curve
 finds a pair at exactly 0.8 only ~50% of the time and admits pairs at 0.75 ~20% of the time
 (bench/bench_dedup_quality.py: precision 0.53, recall 0.57 on real package sources, the same as
 datasketch), where candidates at 0.6 plus the exact check give precision 1.0 and recall ~0.997.
@@ -26,24 +29,28 @@ from __future__ import annotations
 import json
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import xxhash
+from numba import types
 
 from lib.minhash import (
+    _INTS,
     HASH_VERSION,
-    _compiled,
     MinHasher,
+    TextBuffer,
+    _arr,
+    _compiled,
     band_keys,
+    encode_texts,
     estimated_jaccard,
-    normalize_text,
+    normalize_texts,
     optimal_bands,
+    prepare_texts,
     s_curve,
     shingle_hashes,
-    text_chunks,
 )
 
 log = logging.getLogger(__name__)
@@ -51,11 +58,12 @@ log = logging.getLogger(__name__)
 
 # -- exact ------------------------------------------------------------------------------------
 
-def exact_hashes(texts: list[str], normalized: bool = False) -> np.ndarray:
-    """uint64 xxh3-64 of each normalised text."""
-    h = xxhash.xxh3_64_intdigest
-    norm = texts if normalized else (normalize_text(t) for t in texts)
-    return np.fromiter((h(t.encode("utf-8", "surrogatepass")) for t in norm), dtype=np.uint64, count=len(texts))
+def exact_hashes(texts, normalized: bool = False) -> np.ndarray:
+    """uint64 xxh3-64 of each normalised text's UTF-8 bytes (raw texts are normalised here unless
+    `normalized`; a normalised `TextBuffer` is hashed straight from its buffer)."""
+    norm = encode_texts(texts) if normalized and not isinstance(texts, TextBuffer) else normalize_texts(texts)
+    h, mv = xxhash.xxh3_64_intdigest, memoryview(norm.buf)
+    return np.fromiter((h(mv[s:e]) for s, e in zip(norm.starts.tolist(), norm.ends.tolist())), dtype=np.uint64, count=len(norm))
 
 
 def first_occurrence(keys: np.ndarray) -> np.ndarray:
@@ -82,25 +90,13 @@ def resolve_workers(workers: int | None) -> int:
 
 
 def compute_signatures(
-    norm_texts: list[str], num_perm: int = 128, ngram: int = 5, shingle: str = "word", seed: int = 1,
+    norm_texts, num_perm: int = 128, ngram: int = 5, shingle: str = "word", seed: int = 1,
     workers: int | None = None,
 ) -> np.ndarray:
-    """uint32[n, num_perm] for normalised texts; chunks of ~4 MB of text go to `workers` threads
-    (the compiled kernel releases the GIL, so threads scale without copying texts to processes)."""
-    workers = resolve_workers(workers)
-    hasher = MinHasher(num_perm, seed)
-    chunks = text_chunks(norm_texts)
-    if workers == 1 or len(chunks) < 2:
-        return hasher.signatures(norm_texts, ngram, shingle, normalized=True)
-    out = np.empty((len(norm_texts), num_perm), dtype=np.uint32)
-
-    def one(chunk: tuple[int, int]) -> None:
-        lo, hi = chunk
-        out[lo:hi] = hasher.signatures(norm_texts[lo:hi], ngram, shingle, normalized=True)
-
-    with ThreadPoolExecutor(min(workers, len(chunks))) as pool:
-        list(pool.map(one, chunks))
-    return out
+    """uint32[n, num_perm] for normalised texts (a `TextBuffer` or a list of str); chunks of
+    ~4 MB of text go to `workers` threads (the compiled kernel releases the GIL, so threads scale
+    without copying texts to processes)."""
+    return MinHasher(num_perm, seed).signatures(norm_texts, ngram, shingle, normalized=True, workers=resolve_workers(workers))
 
 
 # -- LSH --------------------------------------------------------------------------------------
@@ -149,20 +145,32 @@ def candidate_pairs(keys: np.ndarray, all_pairs: bool = False, max_bucket: int =
     return pairs // n, pairs % n
 
 
+@_compiled(types.void(_INTS, _INTS, _arr(types.int64)))
+def _union_min(u, v, parent):
+    """Union-find over the edges (u[i], v[i]); every root is the smallest index of its set, so
+    after the final pass parent[x] is the smallest index of x's component."""
+    for i in range(u.shape[0]):
+        a, b = u[i], v[i]
+        while parent[a] != a:  # find with path halving
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a < b:
+            parent[b] = a
+        elif b < a:
+            parent[a] = b
+    for x in range(parent.shape[0]):  # parents are smaller than their children: one pass resolves all
+        parent[x] = parent[parent[x]]
+
+
 def components_min_index(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Union of the edges; each node maps to the smallest index of its component."""
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    if len(u) == 0:
-        return np.arange(n, dtype=np.int64)
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    graph = coo_matrix((np.ones(len(u), dtype=np.int8), (u, v)), shape=(n, n))
-    _, labels = connected_components(graph, directed=False)
-    rep = np.full(labels.max() + 1, n, dtype=np.int64)
-    np.minimum.at(rep, labels, np.arange(n, dtype=np.int64))
-    return rep[labels]
+    parent = np.arange(n, dtype=np.int64)
+    if n and len(u):
+        _union_min(np.ascontiguousarray(u, np.int64), np.ascontiguousarray(v, np.int64), parent)
+    return parent
 
 
 def exact_jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -173,7 +181,7 @@ def exact_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return inter / (len(a) + len(b) - inter)
 
 
-@_compiled
+@_compiled(types.void(_arr(types.uint64), _INTS))
 def _sort_segments(values, offsets):
     """Sort each segment values[offsets[k]:offsets[k+1]] in place."""
     for k in range(offsets.shape[0] - 1):
@@ -182,7 +190,7 @@ def _sort_segments(values, offsets):
             values[a:b] = np.sort(values[a:b])
 
 
-@_compiled
+@_compiled(types.void(_arr(types.uint64, readonly=True), _INTS, _INTS, _INTS, _arr(types.float64)))
 def _pair_jaccard(values, offsets, u, v, out):
     """Exact Jaccard of the sets of sorted segments u[i] and v[i] (duplicates counted once)."""
     for i in range(u.shape[0]):
@@ -215,11 +223,16 @@ def _pair_jaccard(values, offsets, u, v, out):
 
 def pair_jaccards(norm_texts, u: np.ndarray, v: np.ndarray, ngram: int, shingle: str) -> np.ndarray:
     """Exact Jaccard of each pair (u[i], v[i]) on the same shingles as the signatures.
-    `norm_texts` is anything indexable by document number (only the documents in a pair are read)."""
+    `norm_texts`: a `TextBuffer`, anything with `take(indices) -> TextBuffer` (only the
+    documents in a pair are read), or a list of normalised str."""
     if len(u) == 0:
         return np.zeros(0, dtype=np.float64)
     involved = np.unique(np.concatenate([u, v]))
-    hashes, offsets = shingle_hashes([norm_texts[int(i)] for i in involved], ngram, shingle)
+    if hasattr(norm_texts, "take"):
+        sub = norm_texts.take(involved)
+    else:
+        sub = encode_texts([norm_texts[int(i)] for i in involved])
+    hashes, offsets = shingle_hashes(sub, ngram, shingle)
     _sort_segments(hashes, offsets)
     out = np.empty(len(u), dtype=np.float64)
     _pair_jaccard(hashes, offsets, np.searchsorted(involved, u), np.searchsorted(involved, v), out)
@@ -284,13 +297,38 @@ def near_dedup(
 
 
 def near_duplicate_clusters(
-    texts: list[str], threshold: float = 0.8, num_perm: int = 128, ngram: int = 5, workers: int | None = None,
+    texts, threshold: float = 0.8, num_perm: int = 128, ngram: int = 5, workers: int | None = None,
     shingle: str = "word", verify: bool = True,
 ) -> np.ndarray:
-    """Index of each document's kept representative among its near-duplicates (MinHash-LSH
-    candidates, verified with the exact Jaccard unless verify=False)."""
-    norm = [normalize_text(t) for t in texts]
-    return near_dedup(norm, threshold, num_perm, ngram, shingle, verify, workers).representative
+    """Index of each document's kept representative among its near-duplicates, end to end from raw
+    texts: Unicode normalisation where a text needs it (`prepare_texts`), then compiled passes
+    that fold case and whitespace as they shingle: signatures, LSH candidates, verification with
+    the exact Jaccard unless verify=False."""
+    return near_dedup(prepare_texts(texts), threshold, num_perm, ngram, shingle, verify, workers).representative
+
+
+@dataclass
+class DedupResult:
+    representative: np.ndarray  # index of each document's kept copy (itself if kept)
+    exact: np.ndarray  # bool: dropped as an exact copy (of an earlier document)
+    near: NearDedupResult  # the near dedup of the exact survivors (`alive`)
+    alive: np.ndarray  # indices of the exact survivors, in order
+
+
+def deduplicate(
+    texts, threshold: float = 0.8, num_perm: int = 128, ngram: int = 5, shingle: str = "word",
+    verify: bool = True, workers: int | None = None, seed: int = 1,
+) -> DedupResult:
+    """Exact then near dedup of one batch of raw texts (what `consolidate dedup` runs): normalised
+    once (compiled), exact copies by xxh3 of the normalised bytes, near copies among the rest."""
+    norm = normalize_texts(texts, resolve_workers(workers))
+    rep = first_occurrence(exact_hashes(norm))
+    alive = np.flatnonzero(rep == np.arange(len(rep)))
+    near = near_dedup(norm.take(alive), threshold, num_perm, ngram, shingle, verify, workers, seed=seed)
+    exact = np.ones(len(rep), dtype=bool)
+    exact[alive] = False
+    rep[alive] = alive[near.representative]
+    return DedupResult(rep, exact, near, alive)
 
 
 def signature_params(num_perm: int, ngram: int, shingle: str, seed: int) -> dict:

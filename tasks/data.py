@@ -206,15 +206,21 @@ def record_ingest(workspace_root: str, shards: list[dict[str, Any]]) -> int:
 
 
 @task(name="curation-report", **IO_RETRIES)
-def curation_report(run_dir: str, shards: list[dict[str, Any]], dedup: dict[str, Any], filtered: list[dict[str, Any]]) -> dict[str, Any]:
-    """The night's curation counts (curated/stats.json) and their table artifact."""
+def curation_report(run_dir: str, shards: list[dict[str, Any]], dedup: dict[str, Any], filtered: list[dict[str, Any]],
+                    max_drop_share: float = 0.5) -> dict[str, Any]:
+    """The night's curation counts (curated/stats.json) and their table artifact, dropped
+    documents by reason included; a warning naming every filter that dropped more than
+    `max_drop_share` of the documents it saw."""
     from lib.curation import merge_stats
 
     run = RunDir(Path(run_dir))
     with own_time():
-        stats = merge_stats(run, shards, dedup, filtered)
+        stats = merge_stats(run, shards, dedup, filtered, max_drop_share)
     stats["curated_dir"] = str(run.curated)
-    publish_table("curation-counts", _flat_counts(stats), "Documents in, dropped by each filter, kept")
+    warnings = {f"warning {i + 1}": w for i, w in enumerate(stats["warnings"])}
+    publish_table("curation-counts", _flat_counts(stats) | warnings, "Documents in, dropped by each filter and by reason, kept")
+    for w in stats["warnings"]:
+        stage_logger().warning("curation: %s", w)
     stage_logger().info("curation: %s", {k: v for k, v in stats.items() if isinstance(v, (int, float))})
     return stats
 

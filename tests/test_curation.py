@@ -200,6 +200,39 @@ def test_real_language_id_and_filter(workspace):
     assert kept[0]["lang_score"] > 0.65 and kept[0]["quality_score"] is None
 
 
+def test_code_is_kept_and_other_languages_dropped_with_reasons(workspace, caplog):
+    """A night of English prose, real Python sources (lid.176 calls them anything but en), German
+    prose and a buffer file whose `kind` column declares German-commented code: code keeps the
+    code rule, German prose still goes, every drop has its reason in stats.json and in the
+    shard's dropped list, and the language filter's share above max_drop_share is a warning.
+    The same night with the rules of before (no kinds, language ID on whole texts) loses code."""
+    from lib.textfilters import detect_kinds, line_features
+
+    ws = workspace
+    sources = stdlib_texts(8, min_chars=2000)
+    code = [t for t, k in zip(sources, detect_kinds(line_features(sources))) if k == "code"][:3]
+    german = ["Der Speicher des Modells wird jede Nacht in die Gewichte geschrieben und danach gründlich geprüft. " * 3,
+              "Am nächsten Morgen beantwortet der Server die Fragen der Nutzer mit der neuen Version des Modells. " * 3]
+    _add(ws, PROSE[:2] + code + german)
+    declared = "# Die Gewichte werden jede Nacht geprüft und gespeichert\nfor step in range(10):\n    weights = load(step)\n"
+    pq.write_table(pa.table({"id": ["decl"], "text": [declared], "kind": ["code"]}), ws.buffers / "buffer_z_declared.parquet")
+    with caplog.at_level("WARNING", logger="lib.curation"):
+        stats = curate(ws, _cfg(ws, "curation.max_drop_share=0.2", "curation.max_chars=100000"), ws.run("n").ensure())
+    kept = _kept(ws.run("n"))
+    by_kind = {k: [r for r in kept if r["kind"] == k] for k in ("code", "prose")}
+    assert len(by_kind["code"]) == 4 and all(r["lang"] is None for r in by_kind["code"])  # 3 sources + the declared one
+    assert [r["lang"] for r in by_kind["prose"]] == ["en", "en"]
+    assert "decl" in {s for r in by_kind["code"] for s in r["source_ids"]}
+    assert stats["dropped_by_reason"] == {"language": 2} and stats["kinds"] == {"prose": 4, "code": 4, "declared": 1}
+    dropped = pq.read_table(ws.run("n").path / "curation" / "shards" / "dropped-00000.parquet").to_pylist()
+    assert sorted(r["reason"] for r in dropped) == ["language", "language"] and {r["kind"] for r in dropped} == {"prose"}
+    assert len(stats["warnings"]) == 1 and stats["warnings"][0].startswith("the language filter dropped 2 of the 4")
+    assert "language filter dropped" in caplog.text
+    before = curate(ws, _cfg(ws, "curation.detect_kinds=false", "curation.language_min_prose_chars=1000000000",
+                             "curation.max_chars=100000"), ws.run("before").ensure())
+    assert before["dropped_by_reason"]["language"] > 2  # Python sources go with the German prose
+
+
 def test_quality_classifier_round_trip(tmp_path):
     good = [p + " It is documented carefully." for p in PROSE] * 3
     bad = [f"buy cheap pills {i} click here now free free free win money casino" for i in range(24)]

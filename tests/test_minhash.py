@@ -3,11 +3,17 @@ and empty documents), position independence, estimates against exact Jaccard, th
 
 from __future__ import annotations
 
+import random
+import subprocess
+import sys
+
 import numpy as np
+import pyarrow as pa
 import pytest
 
+from conftest import ROOT, stdlib_texts
 from lib import minhash
-from lib.minhash import MAX_HASH, MinHasher, estimated_jaccard, normalize_text, shingle_hashes, text_chunks
+from lib.minhash import MAX_HASH, MinHasher, estimated_jaccard, normalize_text, normalize_texts, shingle_hashes, text_chunks
 
 FOX = "the quick brown fox jumps over the lazy dog"
 
@@ -61,8 +67,11 @@ def test_char_shingles_are_utf8_characters():
     tokyo = _doc_hashes("東京", 2, "char")
     assert len(tokyo) == 1 and tokyo[0] in _doc_hashes("in 東京 today", 2, "char")
     assert tokyo[0] in _doc_hashes("東京", 2, "char")
-    # spaces are characters in char mode but never words
-    assert len(_doc_hashes("   ", 2, "char")) == 2 and len(_doc_hashes("   ", 2, "word")) == 0
+    # a whitespace run inside a text is one space character in char mode, never a word; the
+    # kernel reads the normalised text (runs collapsed, ends stripped), whatever spacing it is given
+    assert len(_doc_hashes("a \t\u3000 b", 1, "char")) == 3 and np.array_equal(
+        _doc_hashes("a \t\u3000 b", 1, "char"), _doc_hashes("a b", 1, "char"))
+    assert len(_doc_hashes("   ", 2, "char")) == 0 and len(_doc_hashes("   ", 2, "word")) == 0
 
 
 def test_short_and_empty_documents():
@@ -85,9 +94,9 @@ def test_one_pass_kernel_equals_the_two_step_path_and_normalises():
     hasher = MinHasher(128, seed=9)
     norm = [normalize_text(t) for t in raw]
     assert np.array_equal(hasher.signatures(raw), hasher.signatures(norm, normalized=True))
-    # both min orders of the kernel (few shingles: per shingle; many: per permutation)
-    words = [f"w{i}" for i in range(minhash._SHORT_DOC + 10)]
-    norm += [" ".join(words[: minhash._SHORT_DOC + k]) for k in (3, 4, 5, 6)]
+    # the kernel takes shingles four at a time: every remainder, short and long documents
+    words = [f"w{i}" for i in range(300)]
+    norm += [" ".join(words[:k]) for k in (5, 6, 7, 8, 9, 131, 132, 133, 134, 300)]
     for ngram, shingle in ((5, "word"), (3, "char"), (1, "word")):
         hashes, offsets = shingle_hashes(norm, ngram, shingle)
         assert np.array_equal(hasher.signatures(norm, ngram, shingle, normalized=True), hasher.signatures_from_hashes(hashes, offsets))
@@ -127,11 +136,68 @@ def test_text_chunks_cover_the_texts_in_order():
 
 def test_uncachable_kernel_compiles_in_memory(monkeypatch, caplog):
     """Numba refuses cache=True where no cache directory is writable (here: source without a
-    file); `_compiled` then compiles without the cache and says so once, instead of failing."""
+    file); a kernel then compiles without the cache and says so once, instead of failing."""
+    from numba import types
+
     monkeypatch.setattr(minhash, "_uncached", [])
+    monkeypatch.setattr(minhash, "_KERNELS", [])
     ns: dict = {}
     exec("def twice(x):\n    return 2 * x\n", ns)  # noqa: S102
+    fn = minhash._compiled(types.int64(types.int64))(ns["twice"])
     with caplog.at_level("WARNING", logger="lib.minhash"):
-        fn = minhash._compiled(ns["twice"])
-    assert fn(21) == 42
+        assert fn(21) == 42
     assert minhash._uncached == ["twice"] and "NUMBA_CACHE_DIR" in caplog.text
+    with pytest.raises(TypeError, match="No matching definition"):  # one signature, no silent recompilation
+        fn(np.arange(3))
+
+
+def test_compiled_normalisation_gives_the_reference_bytes():
+    """normalize_texts (Python only for the NFKC + lower of non-ASCII texts, the rest one compiled
+    pass) gives normalize_text's bytes: every whitespace character Python knows, compatibility
+    characters, combining marks, Hangul jamo, a lone surrogate, real files (texts whose characters
+    all pass the compiled check skip NFKC and lower); from a list and from an Arrow
+    column (chunked, sliced, with a null). Signatures of raw texts equal those of normalised ones."""
+    rng = random.Random(0)
+    pool = [chr(c) for c in range(0x110000) if chr(c).isspace()] + list("aZ09 ,.-_QW") + \
+        ["\ufb01", "\uff21", "\u00c9", "\u00e9", "\u00df", "\u0130", "\u03a3", "\u6771", "\U0001f642", "\u0301", "\x00",
+         "\u1100", "\u1161", "\u2026", "\u2014", "\ufdfa", "\u3300"]  # Hangul jamo compose; ligatures expand
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 40))) for _ in range(2000)]
+    texts += stdlib_texts(20) + ["a\ud800b", "  MiXeD\tCase \u3000end "]
+    want = [normalize_text(t).encode("utf-8", "surrogatepass") for t in texts]
+    got = normalize_texts(texts, workers=2)
+    assert [got.bytes(i) for i in range(len(texts))] == want and got.normalized
+    clean = texts[:-2]
+    column = pa.chunked_array([pa.array(clean[:700]), pa.array(clean[700:] + [None])]).slice(3)
+    from_arrow = normalize_texts(column)
+    assert [from_arrow.bytes(i) for i in range(len(column))] == want[3 : len(clean)] + [b""]
+    hasher = MinHasher(32, seed=4)
+    for ngram, shingle in ((5, "word"), (3, "char")):
+        assert np.array_equal(hasher.signatures(texts, ngram, shingle, workers=2),
+                              hasher.signatures([normalize_text(t) for t in texts], ngram, shingle, normalized=True))
+
+
+def test_every_kernel_has_one_signature_and_the_install_step_builds_them():
+    took = minhash.compile_kernels()
+    assert set(took) == {"_lower_stable", "_normalize_kernel", "_unicode_kernel", "_shingle_kernel", "_signature_kernel", "_band_keys_kernel",
+                         "_union_min", "_sort_segments", "_pair_jaccard"}
+    assert all(len(k.jit.signatures) == 1 for k in minhash._KERNELS)
+    # what `make install` and the worker images run (the kernels are in numba's cache by now)
+    proc = subprocess.run([sys.executable, "-m", "lib.minhash"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "numba kernels ready" in proc.stderr, proc.stderr
+
+
+def test_band_keys_fold_each_band_into_one_key():
+    """Key of a band = fmix64 of the FNV-style fold of its values, seeded by the band number (the
+    compiled pass computes exactly this numpy definition)."""
+    sig = np.random.default_rng(0).integers(0, 2**32, (300, 128), dtype=np.uint64).astype(np.uint32)
+    want = np.empty((300, 18), np.uint64)
+    with np.errstate(over="ignore"):
+        for band in range(18):
+            h = np.full(300, np.uint64(band) * np.uint64(0x9E3779B97F4A7C15), dtype=np.uint64)
+            for j in range(7):
+                h = (h ^ sig[:, band * 7 + j].astype(np.uint64)) * np.uint64(0x100000001B3)
+            want[:, band] = minhash._fmix64(h)
+    assert np.array_equal(minhash.band_keys(sig, 18, 7), want)
+    assert np.array_equal(minhash.band_keys(sig[::3], 18, 7), want[::3])  # any layout
+    with pytest.raises(ValueError, match="permutations"):
+        minhash.band_keys(sig, 20, 7)
