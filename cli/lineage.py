@@ -1,4 +1,4 @@
-"""`consolidate lineage ls|show|diff`, `consolidate promote VERSION`, `consolidate rollback`.
+"""`consolidate lineage ls|show|diff|retention`, `consolidate promote VERSION`, `consolidate rollback`.
 
 Tables for a terminal (rich), `--json` for scripts. Versions may be named by id (`v3`) or alias
 (`champion`, `latest`).
@@ -74,6 +74,18 @@ def _metrics_text(metrics: dict[str, dict[str, float]], parent: dict[str, dict[s
                 text += f" ({_pct((value - before) / abs(before))})"
             parts.append(text)
     return "\n".join(parts)
+
+
+def retention_table(matrix, title: str):
+    """The retention matrix (lib/retention.py) as a rich table: a row per version, a column per set."""
+    from rich.table import Table
+
+    table = Table(title=title, caption=matrix.legend() if matrix.versions else None, caption_justify="left")
+    for col in ("version", "status", *matrix.sets):
+        table.add_column(col)
+    for row in matrix.table_rows():
+        table.add_row(*(str(row[c]) for c in ("version", "status", *matrix.sets)))
+    return table
 
 
 def register(app: typer.Typer) -> None:
@@ -156,6 +168,34 @@ def register(app: typer.Typer) -> None:
         out.print(table)
         i = d["inputs"]
         out.print(f"buffer files: {len(i['only_a'])} only in {d['a']}, {len(i['only_b'])} only in {d['b']}, {i['both']} in both")
+
+    @group.command("retention")
+    @user_errors
+    def retention(version: Annotated[str, typer.Argument(help="The newest row: a version id or alias; a candidate "
+                                                          "(even rejected) adds its own night as a column.")] = "champion",
+                  png: Annotated[str, typer.Option("--png", help="Also draw the matrix as a heat map into this PNG, a path "
+                                                                  "inside the workspace (relative to its root).")] = "",
+                  config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+                  as_json: JsonOpt = False) -> None:
+        """Retention matrix: every version's bits per byte on old_val and on each night's held-out set,
+        against the version that learnt it, and the share of each night's gain still kept."""
+        from lib.retention import retention_matrix
+
+        lin, ws = open_lineage(config, preset, set_, workspace)
+        top = lin.resolve_version(version)
+        matrix = retention_matrix(lin, candidate=None if top == lin.alias("champion") else top, workspace=ws)
+        if png:
+            from lib.demo_plot import plot_retention
+
+            png = str(plot_retention(matrix, ws.resolve(png)))
+        if as_json:
+            return echo_json({**matrix.to_dict(), **({"png": png} if png else {})})
+        console().print(retention_table(matrix, f"retention in {lin.db_path}"))
+        for ref in matrix.references.values():
+            if ref.note:
+                typer.echo(f"note: {ref.set}: {ref.note}")
+        if png:
+            typer.echo(f"heat map: {png}")
 
     app.add_typer(group, name="lineage")
 
