@@ -136,15 +136,30 @@ def test_curate_flow_quarantines_every_bad_file_and_the_night_goes_on(tmp_path, 
     ws = Workspace(tmp_path / "ws").ensure()
     bad = {kind: write_bad(ws.buffers, kind) for kind in BAD_FILES}
     digests = {kind: content_hash(p) for kind, p in bad.items()}
-    write_good(ws.buffers)
-    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "curation.workers=1", "curation.languages=[]"])
-    out = curate(cfg)
-    assert out["pending_files"] == len(BAD_FILES) + 1 and out["stats"]["docs_out"] > 0
+    write_good(ws.buffers, texts=[*GOOD_TEXTS[:3], GOOD_TEXTS[0]])  # one exact copy: dropped, and counted
+    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "curation.workers=1", "curation.languages=[]",
+                                                "curation.max_drop_share=0.2"])
+    state = curate(cfg, return_state=True)
+    out = state.result()
+    assert out["pending_files"] == len(BAD_FILES) + 1 and out["stats"]["docs_out"] == 3
     lin = {b.content_hash: b for b in Lineage(ws.lineage_db).buffer_files()}
     for kind, digest in digests.items():
         assert lin[digest].status == "quarantined" and BAD_FILES[kind][1] in lin[digest].reason, kind
         assert Path(lin[digest].path).parent == ws.quarantine and Path(lin[digest].path).is_file()
     assert [p.name for p in ws.buffers.glob("*.parquet")] == ["good.parquet"]
+    # the night's curation-counts artifact: the documents dropped by reason, and a warning that
+    # names the filter that dropped more than curation.max_drop_share of what it saw
+    import httpx
+
+    found = httpx.post(f"{_api_url()}/artifacts/filter", timeout=30, json={
+        "artifacts": {"key": {"any_": ["curation-counts"]}},
+        "flow_runs": {"id": {"any_": [str(state.state_details.flow_run_id)]}}}).raise_for_status().json()
+    assert len(found) == 1, found
+    counts = {row["what"]: row["value"] for row in json.loads(found[0]["data"])}
+    assert counts["docs_in"] == 4 and counts["docs_out"] == 3
+    assert {k: v for k, v in counts.items() if k.startswith("dropped_by_reason.")} == {"dropped_by_reason.exact_duplicate": 1}
+    assert counts["warning 1"].startswith("the exact dedup filter dropped 1 of the 4 documents it saw (25%)")
+    assert "curation.max_drop_share=0.2" in counts["warning 1"] and "warning 2" not in counts
 
 
 def test_quarantined_names_never_collide(workspace):
