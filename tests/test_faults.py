@@ -268,6 +268,53 @@ def test_the_lock_is_reentrant_within_a_process(tmp_path):
     assert _taken_elsewhere(path)
 
 
+def test_curate_promote_rollback_and_gate_apply_never_run_beside_a_night(workspace):
+    """The commands that move buffer files or aliases hold the night lock: beside a live holder
+    they change nothing and exit 75 naming it (`curate` waits first, as `run` does; the others
+    give up at once unless --wait); once the holder is gone each goes through."""
+    from cli.main import app
+    from test_lineage import bootstrap, night
+
+    lin = Lineage(workspace.lineage_db)
+    bootstrap(lin, workspace)
+    night(lin, workspace, "n1", ["a"], 1.99, 3.0, 2.0)                # v1: accepted, champion
+    night(lin, workspace, "n2", ["b"], 1.98, 3.0, 2.0, decide=False)  # v2: a candidate
+    bad = write_bad(workspace.buffers, "no-text")
+    write_good(workspace.buffers)
+    curate = ("curate", "--preset", "tiny", "--set", "curation.workers=1", "--set", "curation.languages=[]")
+
+    def cli(*args: str, code: int):
+        result = CliRunner().invoke(app, [*args, "--workspace", str(workspace.root)])
+        assert result.exit_code == code, (args, result.output, result.exception)
+        return result
+
+    holder = _holder(workspace.night_lock)
+    try:
+        for args in (("promote", "v2", "-r", "reviewed"), ("rollback",), ("gate", "v2", "--apply"), (*curate, "--no-wait")):
+            err = cli(*args, code=75).stderr
+            assert f"busy: {workspace.night_lock} is held by pid {holder.pid} on " in err, (args, err)
+            assert "a test holder" in err and "Pass --wait to wait for it." in err, (args, err)
+        err = cli(*curate, "--set", "orchestration.night_lock_timeout_s=1", code=75).stderr  # waits, then gives up
+        assert f"waiting for night.lock: held by pid {holder.pid}" in err and "orchestration.night_lock_timeout_s=1" in err
+        cli("gate", "v2", code=0)  # deciding without acting needs no lock
+        assert lin.alias("champion") == "v1" and lin.get_version("v2")["status"] == "candidate"
+        assert bad.exists() and not list(workspace.quarantine.iterdir())
+        assert {b.content_hash for b in lin.buffer_files()} == {"hash-a", "hash-b"}  # curation registered nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    cli("gate", "v2", "--apply", code=0)
+    assert lin.alias("champion") == "v2"
+    cli("rollback", code=0)
+    assert lin.alias("champion") == "v1"
+    cli("promote", "v2", "--reason", "reviewed", "--wait", code=0)
+    assert lin.alias("champion") == "v2"
+    cli(*curate, code=0)
+    assert not bad.exists() and (workspace.quarantine / bad.name).is_file()
+    assert json.loads(workspace.night_lock.read_text())["purpose"].startswith("consolidate curate curate-")
+    assert _taken_elsewhere(workspace.night_lock)  # and let it go
+
+
 # -- cache -------------------------------------------------------------------------------------
 def test_a_pickled_cache_record_is_never_unpickled(tmp_path, prefect_harness):
     """Records are plain JSON; a record left by the older pickle-based cache (or planted by
