@@ -620,26 +620,31 @@ def _cmdline(pid: int) -> list[str]:
 
 @pytest.mark.slow
 def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
-    """A night runs; a second trigger with --wait waits (naming the holder), a third with
-    --no-wait exits 75 at once; the waiting one then finds nothing left to do. No file is
-    curated twice, no version id is taken twice."""
+    """Both orders of a --no-wait and a --wait trigger. A night started with --no-wait runs; a
+    --wait trigger arriving during it waits (naming the holder), then holds the workspace itself
+    (and finds nothing left to do); a --no-wait trigger arriving then exits 75 at once, naming
+    it. No file is curated twice, no version id is taken twice."""
     from lib.buffer import MemoryBuffer, content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
     pending = MemoryBuffer(ws.buffers).add_file(GOOD_TEXTS, "chat")
-    hold = tmp_path / "hold"
+    hold, hold_waiter = tmp_path / "hold", tmp_path / "hold-waiter"
     hold.touch()
+    hold_waiter.touch()
     first = consolidate(ws, "--no-wait", fault=f"curate:hold={hold}")  # the workspace is free: --no-wait runs
     wait_until(lambda: Path(f"{hold}.reached").exists() or first.poll() is not None, 180, "the first night to reach curation")
     assert first.poll() is None, finish(first)[1][-3000:]
-    waiting = consolidate(ws, "--wait")
-    rc, out = finish(consolidate(ws, "--no-wait"), 180)
-    assert rc == 75, out[-3000:]
-    assert f"busy: {ws.night_lock} is held by pid {first.pid} on " in out and "night night-" in out and "since" in out
+    waiting = consolidate(ws, "--wait", fault=f"night-lock:hold={hold_waiter}")
     wait_until(lambda: "waiting for night.lock" in _log_so_far(waiting), 180, "the second trigger to wait")
     hold.unlink()  # the first night goes on
     rc, first_out = finish(first)
     assert rc == 0, first_out[-3000:]
+    # the other order: the --wait trigger holds the workspace, a --no-wait one arrives
+    wait_until(lambda: Path(f"{hold_waiter}.reached").exists() or waiting.poll() is not None, 60, "the waiter to take the lock")
+    rc, out = finish(consolidate(ws, "--no-wait"), 180)
+    assert rc == 75, out[-3000:]
+    assert f"busy: {ws.night_lock} is held by pid {waiting.pid} on " in out and "nightly consolidation" in out and "since" in out
+    hold_waiter.unlink()
     rc, waited_out = finish(waiting)
     waited_out = waiting.seen + waited_out
     assert rc == 0, waited_out[-3000:]
@@ -681,6 +686,29 @@ def test_a_busy_workspace_exits_75_after_the_timeout(tmp_path, prefect_harness):
         assert f"held by pid {holder.pid}" in out and "a test holder" in out and "gave up after" in out
         assert "orchestration.night_lock_timeout_s=2" in out
         assert time.monotonic() - t0 < 170
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_command_leaves_no_prefect_server_behind(tmp_path):
+    """`consolidate run` SIGKILLed (the process alone, as the OOM killer does) while its own
+    ephemeral Prefect server runs: the watchdog stops the server within seconds. The command is
+    kept waiting for the night lock, so no champion or training is needed."""
+    ws = Workspace(tmp_path / "ws").ensure()
+    holder = _holder(ws.night_lock)
+    try:
+        proc = consolidate(ws, ephemeral=True)
+        wait_until(lambda: "waiting for night.lock" in _log_so_far(proc) or proc.poll() is not None, 180,
+                   "the command to start its server and wait for the lock")
+        family = {p: " ".join(_cmdline(p)) for p in descendants(proc.pid)}
+        [server] = [p for p, c in family.items() if "create_app" in c] or [None]
+        assert server is not None and proc.poll() is None, (family, proc.seen[-3000:])
+        os.kill(proc.pid, signal.SIGKILL)  # not the group: the server and the watchdog have sessions of their own anyway
+        proc.wait()
+        t0 = time.monotonic()
+        wait_until(lambda: not any(alive(p) for p in family), 30, f"{family} to exit")
+        assert time.monotonic() - t0 < 30
     finally:
         holder.kill()
         holder.wait()
