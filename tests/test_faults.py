@@ -621,9 +621,10 @@ def _cmdline(pid: int) -> list[str]:
 @pytest.mark.slow
 def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
     """Both orders of a --no-wait and a --wait trigger. A night started with --no-wait runs; a
-    --wait trigger arriving during it waits (naming the holder), then holds the workspace itself
-    (and finds nothing left to do); a --no-wait trigger arriving then exits 75 at once, naming
-    it. No file is curated twice, no version id is taken twice."""
+    --wait trigger arriving during it waits (naming the holder), then holds the workspace itself;
+    a --no-wait trigger arriving then exits 75 at once, naming it. The first night also stops at
+    training.time_limit_s, so the waiter, as the next trigger, resumes it from its snapshot. One
+    night: no file curated twice, no version id taken twice, trained in one run folder."""
     from lib.buffer import MemoryBuffer, content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
@@ -631,14 +632,17 @@ def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
     hold, hold_waiter = tmp_path / "hold", tmp_path / "hold-waiter"
     hold.touch()
     hold_waiter.touch()
-    first = consolidate(ws, "--no-wait", fault=f"curate:hold={hold}")  # the workspace is free: --no-wait runs
+    first = consolidate(ws, "--no-wait", "--set", "training.time_limit_s=0.001",  # the workspace is free: --no-wait runs
+                        fault=f"curate:hold={hold}")
     wait_until(lambda: Path(f"{hold}.reached").exists() or first.poll() is not None, 180, "the first night to reach curation")
     assert first.poll() is None, finish(first)[1][-3000:]
     waiting = consolidate(ws, "--wait", fault=f"night-lock:hold={hold_waiter}")
     wait_until(lambda: "waiting for night.lock" in _log_so_far(waiting), 180, "the second trigger to wait")
-    hold.unlink()  # the first night goes on
+    hold.unlink()  # the first night goes on, and stops after its first step
     rc, first_out = finish(first)
-    assert rc == 0, first_out[-3000:]
+    assert rc == 1 and "stopped (TrainingStopped); the next trigger resumes it" in first_out, first_out[-3000:]
+    night = the_night(ws)
+    assert night["status"] == "running" and list(ws.run(night["run_id"]).snapshots.glob("step-*"))
     # the other order: the --wait trigger holds the workspace, a --no-wait one arrives
     wait_until(lambda: Path(f"{hold_waiter}.reached").exists() or waiting.poll() is not None, 60, "the waiter to take the lock")
     rc, out = finish(consolidate(ws, "--no-wait"), 180)
@@ -649,12 +653,11 @@ def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
     waited_out = waiting.seen + waited_out
     assert rc == 0, waited_out[-3000:]
     assert f"waiting for night.lock: held by pid {first.pid}" in waited_out and "waiting up to 3600 s" in waited_out
-    assert "nothing to consolidate" in waited_out
+    assert f"resuming night {night['run_id']}" in waited_out and "resumed from" in waited_out
 
     versions = check_invariants(ws, settled=True)
     assert set(versions) == {"v0", "v1"}
-    nights = [r for r in _runs(ws) if r["kind"] == "nightly"]
-    assert [r["version"] for r in nights] == ["v1", None] and all(r["status"] == "completed" for r in nights)
+    assert the_night(ws) == {**night, "status": "completed", "version": "v1"}
     assert [b.consumed_by for b in Lineage(ws.lineage_db).buffer_files() if b.content_hash == content_hash(pending)] == ["v1"]
     assert len(list(ws.runs.glob("night-*/train/metrics.jsonl"))) == 1  # trained once
 
