@@ -2,6 +2,11 @@
 
 Tables for a terminal (rich), `--json` for scripts. Versions may be named by id (`v3`) or alias
 (`champion`, `latest`).
+
+`promote` and `rollback` (and `gate --apply`, cli/eval.py) move the champion and buffer states,
+so they hold the workspace's night lock (cli.common.night_lock): beside a running night they
+exit 75 at once, naming it (that night's own gate may move the champion when it ends, so a
+decision taken now could be stale by then); `--wait` waits for it instead.
 """
 
 from __future__ import annotations
@@ -11,17 +16,21 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, night_lock, resolve_config
 
 
-def open_lineage(config, preset, set_, workspace, must_exist: bool = True):
+def lineage_of(ws, must_exist: bool = True):
     """The workspace's registry; reading commands refuse to create an empty one by accident."""
     from lib.lineage import Lineage
 
-    _, ws = resolve_config(config, preset, set_, workspace)
     if must_exist and not ws.lineage_db.exists():
         raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or pass --workspace")
-    return Lineage(ws.lineage_db), ws
+    return Lineage(ws.lineage_db)
+
+
+def open_lineage(config, preset, set_, workspace, must_exist: bool = True):
+    _, ws = resolve_config(config, preset, set_, workspace)
+    return lineage_of(ws, must_exist), ws
 
 
 def user_errors(fn):
@@ -204,12 +213,14 @@ def register(app: typer.Typer) -> None:
     def promote_cmd(version: Annotated[str, typer.Argument(help="Version id to make champion.")],
                     reason: Annotated[str, typer.Option("--reason", "-r", help="Why the gate is overridden (recorded).")] = "",
                     config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
-                    as_json: JsonOpt = False) -> None:
+                    wait: WaitOpt = False, as_json: JsonOpt = False) -> None:
         """Make VERSION the champion whatever the gate decided; recorded as a person's override."""
         from lib.promotion import promote
 
-        lin, _ = open_lineage(config, preset, set_, workspace)
-        out = promote(lin, lin.resolve_version(version), reason)
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        lin = lineage_of(ws)
+        with night_lock(cfg, ws, f"consolidate promote {version}", wait):
+            out = promote(lin, lin.resolve_version(version), reason)
         if as_json:
             return echo_json(out)
         if not out["changed"]:
@@ -223,12 +234,14 @@ def register(app: typer.Typer) -> None:
     def rollback_cmd(reason: Annotated[str, typer.Option("--reason", "-r", help="Why (recorded).")] = "",
                      requeue: Annotated[bool, typer.Option("--requeue", help="Put the buffer files the rolled-back version consumed back to pending.")] = False,
                      config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
-                     as_json: JsonOpt = False) -> None:
+                     wait: WaitOpt = False, as_json: JsonOpt = False) -> None:
         """Move the champion back to its parent (recorded)."""
         from lib.promotion import rollback
 
-        lin, _ = open_lineage(config, preset, set_, workspace)
-        out = rollback(lin, reason, requeue=requeue)
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        lin = lineage_of(ws)
+        with night_lock(cfg, ws, "consolidate rollback", wait):
+            out = rollback(lin, reason, requeue=requeue)
         if as_json:
             return echo_json(out)
         typer.echo(f"champion: {out['from']} -> {out['to']}" + (f"; {len(out['requeued'])} buffer files pending again" if requeue else ""))
