@@ -305,7 +305,8 @@ def test_curate_promote_rollback_and_gate_apply_never_run_beside_a_night(workspa
 
     holder = _holder(workspace.night_lock)
     try:
-        for args in (("promote", "v2", "-r", "reviewed"), ("rollback",), ("gate", "v2", "--apply"), (*curate, "--no-wait")):
+        for args in (("promote", "v2", "-r", "reviewed"), ("rollback",), ("gate", "v2", "--apply"), (*curate, "--no-wait"),
+                     ("init", "--model", "my-model", "--replay", "corpus/")):
             err = cli(*args, code=75).stderr
             assert f"busy: {workspace.night_lock} is held by pid {holder.pid} on " in err, (args, err)
             assert "a test holder" in err and "Pass --wait to wait for it." in err, (args, err)
