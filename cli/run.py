@@ -137,9 +137,15 @@ def flow_session(ws) -> Iterator[None]:
     except Exception as exc:
         from lib.locks import LockBusy
 
+        from tasks.training import TrainingStopped
+
         if isinstance(exc, LockBusy):
             typer.secho(f"busy: {exc}", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(EXIT_BUSY) from None
+        if isinstance(exc, TrainingStopped):  # the time limit: not a crash, the night is resumable
+            typer.secho(f"stopped: {exc}; the next `consolidate run` resumes the night (raise or unset "
+                        f"training.time_limit_s if it keeps stopping)", fg=typer.colors.YELLOW, err=True)
+            raise typer.Exit(1) from None
         raise
     finally:
         # The server is stopped by Prefect's own exit handler, after its log worker has sent the

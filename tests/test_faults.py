@@ -657,6 +657,7 @@ def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
     hold.unlink()  # the first night goes on, and stops after its first step
     rc, first_out = finish(first)
     assert rc == 1 and "stopped (TrainingStopped); the next trigger resumes it" in first_out, first_out[-3000:]
+    assert "the next `consolidate run` resumes the night" in first_out, first_out[-3000:]
     night = the_night(ws)
     assert night["status"] == "running" and list(ws.run(night["run_id"]).snapshots.glob("step-*"))
     # the other order: the --wait trigger holds the workspace, a --no-wait one arrives
