@@ -21,8 +21,8 @@ def _cfg(ws_root, *extra):
     from lib.config import load_config
 
     return load_config(preset="tiny", overrides=[
-        f"workspace.root={ws_root}", "model.pretrain_iterations=30", "model.num_layers=2", "curation.workers=2",
-        "training.snapshot_every=50", "training.num_iterations=8", "eval.max_docs=16", *extra])
+        f"workspace.root={ws_root}", "model.pretrain_iterations=15", "model.num_layers=2", "curation.workers=2",
+        "training.snapshot_every=50", "training.num_iterations=8", "eval.max_docs=8", *extra])
 
 
 def _package_texts(name: str, limit: int) -> list[str]:
