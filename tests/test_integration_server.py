@@ -17,8 +17,8 @@ process worker per pool, runs triggered through the API, the CLI and the schedul
   (registered pending, its copy dropped) and quarantines a torn one, with the reason in lineage;
 - a short interval schedule added to the nightly deployment becomes a run the worker executes to
   Completed with the deployment's own parameters (tiny preset);
-- SIGTERM to the GPU worker mid-training stops it in seconds: the run Crashed, torchrun gone,
-  its snapshot written.
+- SIGTERM to the GPU worker mid-training stops it in seconds (under 20 s): the run Crashed,
+  torchrun gone, its snapshot written.
 """
 
 from __future__ import annotations
@@ -401,7 +401,8 @@ def test_deployment_on_a_real_server(server, tmp_path):
             time.sleep(1)
         took = _stop(gpu_worker, timeout=120)
         state = _get(api, f"flow_runs/{stopped}")["state"]
-        assert took < 60 and state["type"] == "CRASHED", (took, state, _worker_log(tmp_path, "gpu-worker.log")[-3000:])
+        # measured: 7-8 s for the tiny model's snapshot on the 2 loaded cores (load 9-10)
+        assert took < 20 and state["type"] == "CRASHED", (took, state, _worker_log(tmp_path, "gpu-worker.log")[-3000:])
         assert list((train_dir / "snapshots").glob("step-*")), "no snapshot written on the way out"
         alive = subprocess.run(["pgrep", "-f", str(out_dir)], capture_output=True, text=True).stdout.split()
         assert not alive, f"training processes left running: {alive}"
