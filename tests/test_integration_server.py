@@ -68,6 +68,9 @@ def server(tmp_path_factory):
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false",
            "PREFECT_SERVER_API_HOST": "127.0.0.1", "PREFECT_SERVER_API_PORT": str(port),
            "TOKENIZERS_PARALLELISM": "false", "COLUMNS": "200",
+           # the workers' logs are read below (submissions, "Aborted submission"): INFO, whatever
+           # level other test modules set for their in-process flows (tests/prefect_fixtures.py)
+           "PREFECT_LOGGING_LEVEL": "INFO",
            # the scheduler looks for due schedules every 5 s instead of 60 (the test's short schedule)
            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5"}
     env.pop("PREFECT_PROFILES_PATH", None)
