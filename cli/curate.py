@@ -1,4 +1,8 @@
-"""`consolidate curate`, `consolidate dedup`, `consolidate quality train`: curation stages alone."""
+"""`consolidate curate`, `consolidate dedup`, `consolidate quality train`: curation stages alone.
+
+`consolidate curate` moves bad buffer files to quarantine/ and registers the others in lineage,
+as a night does, so it holds the workspace's night lock (cli.common.night_lock): it waits for a
+running night (`--no-wait`: exits 75 at once) and a night waits for it."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, night_lock, resolve_config
 
 
 def _read_texts(path: Path) -> tuple[list[str], list[str]]:
@@ -48,15 +52,16 @@ def register(app: typer.Typer) -> None:
     def curate_cmd(
         run_id: Annotated[Optional[str], typer.Option("--run-id", help="Run folder name (default: curate-<time>).")] = None,
         config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
-        json_: JsonOpt = False,
+        wait: WaitOpt = True, json_: JsonOpt = False,
     ) -> None:
         """Curate the pending memory buffer files into <workspace>/runs/<run-id>/curated (no training)."""
         from lib.curation import curate
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         ws.ensure()
-        run = ws.run(run_id or time.strftime("curate-%Y%m%d-%H%M%S")).ensure()
-        stats = curate(ws, cfg, run)
+        run = ws.run(run_id or time.strftime("curate-%Y%m%d-%H%M%S"))
+        with night_lock(cfg, ws, f"consolidate curate {run.run_id}", wait):
+            stats = curate(ws, cfg, run.ensure())
         if json_:
             typer.echo(json.dumps(stats, indent=1))
             return

@@ -3,7 +3,8 @@
 Stage 1: make sure the stdlib corpus and the demo memory buffer exist and print their
 statistics (`lib.corpus.ensure_embedded_default`, `show_embedded`). Stage 2: the story itself,
 `flows.demo.demo_story` on the Prefect ephemeral API: bootstrap v0 if there is no champion, one
-night → v1, evaluation before/after, gate, lineage, and `<workspace>/demo.png`.
+night → v1, evaluation before/after, gate, lineage, and `<workspace>/demo.png`; then the retention
+matrix (lib/retention.py) as a table and as a heat map, `<workspace>/retention.png`.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def _stored(path: str | None) -> str:
     return f"delta, {info['ratio']:.0%} of full" if info["storage"] == "delta" else "full"
 
 
-def show_story(console, ws, story: dict) -> None:
-    """The night in three tables (before/after, gate, lineage) and where to look."""
+def show_story(console, ws, story: dict, retention=None) -> None:
+    """The night in three tables (before/after, gate, lineage), the retention matrix (a
+    lib.retention.RetentionMatrix) when given, and where to look."""
     from rich.table import Table
 
     from lib.lineage import Lineage
@@ -91,9 +93,28 @@ def show_story(console, ws, story: dict) -> None:
     timings = night.get("timings", {})
     # two decimals: most data stages of the demo take well under a second (whole seconds printed 0)
     console.print("stage seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()))
+    if retention is not None:
+        from cli.lineage import retention_table
+
+        console.print(retention_table(retention, "retention: each version on old_val and each night's held-out set"))
+    retention_png = (story.get("retention") or {}).get("png")
     console.print(f"\n[bold]where to look[/bold]\n  plot:       {story['figures'].get('png', '(no new version)')}"
-                  f"\n  workspace:  {ws.root}\n  lineage:    consolidate lineage ls --workspace {ws.root}"
+                  + (f"\n  retention:  {retention_png} (consolidate lineage retention --workspace {ws.root})" if retention_png else "")
+                  + f"\n  workspace:  {ws.root}\n  lineage:    consolidate lineage ls --workspace {ws.root}"
                   f"\n  run folder: {ws.run(night['run_id']).path}")
+
+
+def demo_retention(ws, night: dict):
+    """The retention matrix up to the night's candidate (lib/retention.py), drawn as a heat map
+    into `<workspace>/retention.png`: old_val and each remembered night's held-out set, every
+    version against the one that learnt it."""
+    from lib.demo_plot import plot_retention
+    from lib.lineage import Lineage
+    from lib.retention import retention_matrix
+
+    matrix = retention_matrix(Lineage(ws.lineage_db), candidate=night.get("version"), workspace=ws)
+    png = plot_retention(matrix, ws.root / "retention.png")
+    return matrix, png
 
 
 def register(app: typer.Typer) -> None:
@@ -127,7 +148,9 @@ def register(app: typer.Typer) -> None:
             from flows.demo import demo_story
 
             story = demo_story(cfg)
+        matrix, png = demo_retention(ws, story["night"])
+        story["retention"] = {**matrix.to_dict(), "png": str(png)}
         if json_:
             typer.echo(json.dumps({"embedded": stats, **story}, indent=2, default=str))
         else:
-            show_story(console, ws, story)
+            show_story(console, ws, story, matrix)

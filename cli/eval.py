@@ -13,8 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
-from cli.lineage import console, echo_json, user_errors
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, night_lock, resolve_config
+from cli.lineage import console, echo_json, lineage_of, user_errors
 
 
 def _version_dir(ws, row: dict) -> Path:
@@ -74,17 +74,18 @@ def register(app: typer.Typer) -> None:
         version: Annotated[str, typer.Argument(help="Candidate version id (its metrics come from `consolidate eval`).")],
         apply: Annotated[bool, typer.Option("--apply", help="Act on the decision: promote on pass, mark rejected on fail.")] = False,
         config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
-        as_json: JsonOpt = False,
+        wait: WaitOpt = False, as_json: JsonOpt = False,
     ) -> None:
         """Run the regression gate on VERSION's recorded metrics; exit 1 if it is rejected."""
-        from lib.lineage import Lineage
+        from contextlib import nullcontext
+
         from lib.promotion import gate_version
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
-        if not ws.lineage_db.exists():
-            raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or pass --workspace")
-        lin = Lineage(ws.lineage_db)
-        decision, status = gate_version(lin, cfg.gate, lin.resolve_version(version), apply=apply)
+        lin = lineage_of(ws)
+        # only acting on the decision needs the workspace to itself
+        with night_lock(cfg, ws, f"consolidate gate {version} --apply", wait) if apply else nullcontext():
+            decision, status = gate_version(lin, cfg.gate, lin.resolve_version(version), apply=apply)
         if as_json:
             echo_json({"version": version, "status": status, "applied": apply, **decision.to_dict()})
         else:

@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, night_lock, resolve_config
 
 
 def register(app: typer.Typer) -> None:
@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         preset: PresetOpt = "default",
         set_: SetOpt = None,
         workspace: WorkspaceOpt = None,
+        wait: WaitOpt = False,
         json_: JsonOpt = False,
     ) -> None:
         """Adopt your Hugging Face causal LM as v0 of a workspace, with your replay corpus."""
@@ -54,8 +55,9 @@ def register(app: typer.Typer) -> None:
         logging.getLogger("lib").setLevel(logging.WARNING)
         cfg, ws = resolve_config(config, preset, set_, workspace)
         console = Console(stderr=json_)
-        out = adopt(ws, cfg, model, list(replay), replay_val=list(replay_val or []), original_lr_value=original_lr,
-                    text_column=text_column, corpus=corpus, warm=not no_warm, say=lambda m: console.print(m, highlight=False))
+        with night_lock(cfg, ws, "consolidate init", wait):  # never beside a bootstrap or a night
+            out = adopt(ws, cfg, model, list(replay), replay_val=list(replay_val or []), original_lr_value=original_lr,
+                        text_column=text_column, corpus=corpus, warm=not no_warm, say=lambda m: console.print(m, highlight=False))
         if json_:
             typer.echo(json.dumps(out, indent=2, default=str))
             return

@@ -1,7 +1,12 @@
-"""`consolidate lineage ls|show|diff`, `consolidate promote VERSION`, `consolidate rollback`.
+"""`consolidate lineage ls|show|diff|retention`, `consolidate promote VERSION`, `consolidate rollback`.
 
 Tables for a terminal (rich), `--json` for scripts. Versions may be named by id (`v3`) or alias
 (`champion`, `latest`).
+
+`promote` and `rollback` (and `gate --apply`, cli/eval.py) move the champion and buffer states,
+so they hold the workspace's night lock (cli.common.night_lock): beside a running night they
+exit 75 at once, naming it (that night's own gate may move the champion when it ends, so a
+decision taken now could be stale by then); `--wait` waits for it instead.
 """
 
 from __future__ import annotations
@@ -11,17 +16,21 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, night_lock, resolve_config
 
 
-def open_lineage(config, preset, set_, workspace, must_exist: bool = True):
+def lineage_of(ws, must_exist: bool = True):
     """The workspace's registry; reading commands refuse to create an empty one by accident."""
     from lib.lineage import Lineage
 
-    _, ws = resolve_config(config, preset, set_, workspace)
     if must_exist and not ws.lineage_db.exists():
         raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or pass --workspace")
-    return Lineage(ws.lineage_db), ws
+    return Lineage(ws.lineage_db)
+
+
+def open_lineage(config, preset, set_, workspace, must_exist: bool = True):
+    _, ws = resolve_config(config, preset, set_, workspace)
+    return lineage_of(ws, must_exist), ws
 
 
 def user_errors(fn):
@@ -74,6 +83,18 @@ def _metrics_text(metrics: dict[str, dict[str, float]], parent: dict[str, dict[s
                 text += f" ({_pct((value - before) / abs(before))})"
             parts.append(text)
     return "\n".join(parts)
+
+
+def retention_table(matrix, title: str):
+    """The retention matrix (lib/retention.py) as a rich table: a row per version, a column per set."""
+    from rich.table import Table
+
+    table = Table(title=title, caption=matrix.legend() if matrix.versions else None, caption_justify="left")
+    for col in ("version", "status", *matrix.sets):
+        table.add_column(col)
+    for row in matrix.table_rows():
+        table.add_row(*(str(row[c]) for c in ("version", "status", *matrix.sets)))
+    return table
 
 
 def register(app: typer.Typer) -> None:
@@ -157,6 +178,34 @@ def register(app: typer.Typer) -> None:
         i = d["inputs"]
         out.print(f"buffer files: {len(i['only_a'])} only in {d['a']}, {len(i['only_b'])} only in {d['b']}, {i['both']} in both")
 
+    @group.command("retention")
+    @user_errors
+    def retention(version: Annotated[str, typer.Argument(help="The newest row: a version id or alias; a candidate "
+                                                          "(even rejected) adds its own night as a column.")] = "champion",
+                  png: Annotated[str, typer.Option("--png", help="Also draw the matrix as a heat map into this PNG, a path "
+                                                                  "inside the workspace (relative to its root).")] = "",
+                  config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
+                  as_json: JsonOpt = False) -> None:
+        """Retention matrix: every version's bits per byte on old_val and on each night's held-out set,
+        against the version that learnt it, and the share of each night's gain still kept."""
+        from lib.retention import retention_matrix
+
+        lin, ws = open_lineage(config, preset, set_, workspace)
+        top = lin.resolve_version(version)
+        matrix = retention_matrix(lin, candidate=None if top == lin.alias("champion") else top, workspace=ws)
+        if png:
+            from lib.demo_plot import plot_retention
+
+            png = str(plot_retention(matrix, ws.resolve(png)))
+        if as_json:
+            return echo_json({**matrix.to_dict(), **({"png": png} if png else {})})
+        console().print(retention_table(matrix, f"retention in {lin.db_path}"))
+        for ref in matrix.references.values():
+            if ref.note:
+                typer.echo(f"note: {ref.set}: {ref.note}")
+        if png:
+            typer.echo(f"heat map: {png}")
+
     app.add_typer(group, name="lineage")
 
     @app.command("promote")
@@ -164,12 +213,14 @@ def register(app: typer.Typer) -> None:
     def promote_cmd(version: Annotated[str, typer.Argument(help="Version id to make champion.")],
                     reason: Annotated[str, typer.Option("--reason", "-r", help="Why the gate is overridden (recorded).")] = "",
                     config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
-                    as_json: JsonOpt = False) -> None:
+                    wait: WaitOpt = False, as_json: JsonOpt = False) -> None:
         """Make VERSION the champion whatever the gate decided; recorded as a person's override."""
         from lib.promotion import promote
 
-        lin, _ = open_lineage(config, preset, set_, workspace)
-        out = promote(lin, lin.resolve_version(version), reason)
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        lin = lineage_of(ws)
+        with night_lock(cfg, ws, f"consolidate promote {version}", wait):
+            out = promote(lin, lin.resolve_version(version), reason)
         if as_json:
             return echo_json(out)
         if not out["changed"]:
@@ -183,12 +234,14 @@ def register(app: typer.Typer) -> None:
     def rollback_cmd(reason: Annotated[str, typer.Option("--reason", "-r", help="Why (recorded).")] = "",
                      requeue: Annotated[bool, typer.Option("--requeue", help="Put the buffer files the rolled-back version consumed back to pending.")] = False,
                      config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
-                     as_json: JsonOpt = False) -> None:
+                     wait: WaitOpt = False, as_json: JsonOpt = False) -> None:
         """Move the champion back to its parent (recorded)."""
         from lib.promotion import rollback
 
-        lin, _ = open_lineage(config, preset, set_, workspace)
-        out = rollback(lin, reason, requeue=requeue)
+        cfg, ws = resolve_config(config, preset, set_, workspace)
+        lin = lineage_of(ws)
+        with night_lock(cfg, ws, "consolidate rollback", wait):
+            out = rollback(lin, reason, requeue=requeue)
         if as_json:
             return echo_json(out)
         typer.echo(f"champion: {out['from']} -> {out['to']}" + (f"; {len(out['requeued'])} buffer files pending again" if requeue else ""))

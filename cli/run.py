@@ -28,13 +28,11 @@ import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Iterator
+from typing import Iterator
 
 import typer
 
-from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
-
-EXIT_BUSY = 75  # EX_TEMPFAIL: another night holds the workspace; try again later
+from cli.common import EXIT_BUSY, ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, resolve_config
 
 # The watchdog: waits until its parent (this command) is gone, however it ended, then stops the
 # server if it still runs and is still the same process (its start time in /proc matches).
@@ -139,9 +137,15 @@ def flow_session(ws) -> Iterator[None]:
     except Exception as exc:
         from lib.locks import LockBusy
 
+        from tasks.training import TrainingStopped
+
         if isinstance(exc, LockBusy):
             typer.secho(f"busy: {exc}", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(EXIT_BUSY) from None
+        if isinstance(exc, TrainingStopped):  # the time limit: not a crash, the night is resumable
+            typer.secho(f"stopped: {exc}; the next `consolidate run` resumes the night (raise or unset "
+                        f"training.time_limit_s if it keeps stopping)", fg=typer.colors.YELLOW, err=True)
+            raise typer.Exit(1) from None
         raise
     finally:
         # The server is stopped by Prefect's own exit handler, after its log worker has sent the
@@ -155,12 +159,6 @@ def _summary(result: dict) -> str:
         keep["gate"] = result["gate"]["summary"]
         keep["champion"] = result["gate"]["champion"]
     return json.dumps(keep, indent=2, default=str)
-
-
-WaitOpt = Annotated[bool, typer.Option(
-    "--wait/--no-wait",
-    help="If another night or bootstrap holds this workspace: wait for it (up to orchestration.night_lock_timeout_s) "
-         "or exit at once with code 75.")]
 
 
 def register(app: typer.Typer) -> None:

@@ -20,6 +20,9 @@ delta, optimizer-state pruning).
     from its last snapshot (or skipped if its version folder is complete), the gate applied once;
   - not decided, the champion moved since: closed as failed, a fresh night starts.
 - A night that fails with an error is closed as failed; the next trigger starts a fresh one.
+- A night the gate rejects for forgetting is retried once, with `gate.retry_on_forgetting`, as run
+  `<run>-retry1` on the same curated documents with lib.gate.safer_settings; buffers are consumed
+  only by an accepted attempt.
 - Nothing to do is not an error: no pending buffer files, or nothing left after curation, ends
   the run as completed without training.
 
@@ -29,6 +32,7 @@ so a night can never train a model on token ids it was not pre-trained with.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from flows.runtime import StageClock, map_over, new_run_id, night_lock, run_cach
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, run_form
 from lib.faults import fault_point
+from lib.gate import RETRY_SUFFIX, rejected_for_forgetting, safer_settings
 from lib.preflight import ensure_ready
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import on_workspace
@@ -154,6 +159,88 @@ def trained_version(version_dir: Path, run_id: str | None = None) -> dict[str, A
     return {"version_dir": str(version_dir), "final_metrics": meta["final_metrics"], "reused": True}
 
 
+def _attempt(cfg: ConsolidationConfig, ws: Workspace, lin, run: RunDir, champion: str, inputs: list[str], resume: bool,
+             clock: StageClock) -> dict[str, Any]:
+    """Tokenize and mix the curated data of `run`, continue `champion` on it, record, evaluate,
+    gate, remember and store: one attempt at the night (the first, or its safer retry)."""
+    from lib.checkpoint import materialize
+    from lib.sampling import default_sources
+
+    result: dict[str, Any] = {}
+    champion_dir = lin.get_version(champion)["path"]
+    tokenizer_dir = str(cfg.tokenizer.path or materialize(champion_dir))
+    data = prepare(cfg, run, tokenizer_dir, default_sources(ws, cfg, run.curated), token_budget(cfg), clock)
+
+    version = claim_version(ws, lin, run.run_id)
+    with clock.stage("train"):
+        trained = trained_version(ws.checkpoint(version), run.run_id) or run_training(TrainRequest(
+            cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
+            parent=champion_dir, resume=resume,
+            meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
+                  "replay_corpus": cfg.workspace.corpus}))
+    manifest = {"hash": data["manifest_hash"], "path": str(run.manifest),
+                "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
+    with clock.stage("record"):
+        record_candidate(cfg, run.run_id, version, trained["version_dir"], champion, inputs, manifest)
+        fault_point("record")
+    with clock.stage("evaluate"):
+        result["eval"] = evaluate_versions(cfg, str(run.path), run.run_id, version, champion)
+        fault_point("evaluate")
+    with clock.stage("gate"):
+        result["gate"] = gate_and_promote(cfg, version)
+        fault_point("promote")
+    with clock.stage("store"):
+        if result["gate"]["passed"]:
+            commit_dedup_index(cfg, str(run.path))
+            result["memory"] = remember_night(cfg, version)
+        result["storage"] = store_candidate(cfg, version)
+    result.update(version=version, status=result["gate"]["status"], final_metrics=trained["final_metrics"])
+    return result
+
+
+def _retry(cfg: ConsolidationConfig, ws: Workspace, lin, first: RunDir, champion: str, inputs: list[str], log) -> dict[str, Any]:
+    """The gate rejected the night for forgetting and `gate.retry_on_forgetting` is on: the same
+    curated documents again, under run `<run>-retry1`, with `lib.gate.safer_settings`. Both
+    attempts stay in lineage; the buffers are consumed only by an accepted one (the first was
+    rejected, so they are still pending). A retry killed half-way is resumed as a retry."""
+    from prefect.runtime import flow_run
+
+    run = ws.run(first.run_id + RETRY_SUFFIX).ensure()
+    resume = lin.get_run(run.run_id) is not None
+    _link_curated(first, run)
+    safer = safer_settings(cfg)
+    log.warning("night %s was rejected for forgetting; retrying as %s with lr_scale %.3g, new_data_ratio %.3g, memory_ratio %.3g",
+                first.run_id, run.run_id, safer.training.lr_scale, safer.sampling.new_data_ratio, safer.sampling.memory_ratio)
+    lin.start_run(run.run_id, kind="nightly", parent=champion, flow_run_id=flow_run.get_id(), config=safer.to_dict())
+    lin.record_inputs(run.run_id, inputs)
+    clock = StageClock()
+    try:
+        out = {"run_id": run.run_id, **_attempt(safer, ws, lin, run, champion, inputs, resume, clock)}
+    except STOPPED:
+        raise  # stays running: the next trigger resumes the retry
+    except BaseException:
+        lin.finish_run(run.run_id, "failed", None, clock.seconds)
+        raise
+    lin.finish_run(run.run_id, "completed", out["version"], clock.seconds)
+    return out
+
+
+def _link_curated(src: RunDir, dst: RunDir) -> None:
+    """The retry trains on exactly the documents the first attempt curated: hard links (copies
+    across file systems) of its curated files."""
+    import shutil
+
+    dst.curated.mkdir(parents=True, exist_ok=True)
+    for part in sorted(src.curated.glob("*.parquet")):
+        target = dst.curated / part.name
+        if target.exists():
+            continue
+        try:
+            os.link(part, target)
+        except OSError:
+            shutil.copy2(part, target)
+
+
 @flow(name="nightly-consolidation", log_prints=True)
 def nightly_consolidation(cfg: NightlyConfig) -> dict[str, Any]:
     """One night: curate the memory buffer, replay-mix, continue pre-training the champion,
@@ -168,9 +255,7 @@ def nightly_consolidation(cfg: NightlyConfig) -> dict[str, Any]:
 
 
 def _night(cfg: ConsolidationConfig, ws: Workspace, lock) -> dict[str, Any]:
-    from lib.checkpoint import materialize
     from lib.lineage import Lineage
-    from lib.sampling import default_sources
     from prefect.runtime import flow_run
 
     from lib.corpus import with_replay_corpus
@@ -191,8 +276,10 @@ def _night(cfg: ConsolidationConfig, ws: Workspace, lock) -> dict[str, Any]:
         log.warning("resuming night %s, which died before its gate (version %s)", run.run_id, resumed["version"] or "not yet recorded")
     else:
         run = ws.run(new_run_id("night")).ensure()
+    retry = resumed if resumed is not None and resumed["run_id"].endswith(RETRY_SUFFIX) else None
+    if retry is not None:  # the safer second attempt of a night the gate rejected for forgetting
+        cfg = safer_settings(cfg)
     lock.set_purpose(f"night {run.run_id}")
-    champion_dir = lin.get_version(champion)["path"]
     lin.start_run(run.run_id, kind="nightly", parent=champion, flow_run_id=flow_run.get_id(), config=cfg.to_dict())
     clock = StageClock()
     result: dict[str, Any] = {"run_id": run.run_id, "parent": champion, "version": None, "resumed": resumed is not None}
@@ -215,33 +302,11 @@ def _night(cfg: ConsolidationConfig, ws: Workspace, lock) -> dict[str, Any]:
             return result
         lin.record_inputs(run.run_id, inputs)  # pinned from here: a resume trains on the same files
 
-        tokenizer_dir = str(cfg.tokenizer.path or materialize(champion_dir))
-        data = prepare(cfg, run, tokenizer_dir, default_sources(ws, cfg, run.curated), token_budget(cfg), clock)
-
-        version = claim_version(ws, lin, run.run_id)
-        with clock.stage("train"):
-            trained = trained_version(ws.checkpoint(version), run.run_id) or run_training(TrainRequest(
-                cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
-                parent=champion_dir, resume=resumed is not None,
-                meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
-                      "replay_corpus": cfg.workspace.corpus}))
-        manifest = {"hash": data["manifest_hash"], "path": str(run.manifest),
-                    "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
-        with clock.stage("record"):
-            record_candidate(cfg, run.run_id, version, trained["version_dir"], champion, inputs, manifest)
-            fault_point("record")
-        with clock.stage("evaluate"):
-            result["eval"] = evaluate_versions(cfg, str(run.path), run.run_id, version, champion)
-            fault_point("evaluate")
-        with clock.stage("gate"):
-            result["gate"] = gate_and_promote(cfg, version)
-            fault_point("promote")
-        with clock.stage("store"):
-            if result["gate"]["passed"]:
-                commit_dedup_index(cfg, str(run.path))
-                result["memory"] = remember_night(cfg, version)
-            result["storage"] = store_candidate(cfg, version)
-        result.update(version=version, status=result["gate"]["status"], final_metrics=trained["final_metrics"])
+        result.update(_attempt(cfg, ws, lin, run, champion, inputs, resumed is not None, clock))
+        if retry is None and rejected_for_forgetting(result["gate"]["rules"]) and cfg.gate.retry_on_forgetting:
+            lin.finish_run(run.run_id, "completed", result["version"], clock.seconds)  # the first attempt: rejected
+            result["retry"] = _retry(cfg, ws, lin, run, champion, inputs, log)
+            result.update(version=result["retry"]["version"], status=result["retry"]["status"])
         return result
     except STOPPED as exc:
         # stopped from outside (SIGTERM, Ctrl-C, the training time limit): like a kill, the run
@@ -249,7 +314,8 @@ def _night(cfg: ConsolidationConfig, ws: Workspace, lock) -> dict[str, Any]:
         log.warning("night %s stopped (%s); the next trigger resumes it", run.run_id, type(exc).__name__)
         raise
     except BaseException:
-        lin.finish_run(run.run_id, "failed", result.get("version"), clock.seconds)
+        if lin.get_run(run.run_id)["status"] == "running":  # (a failed retry leaves the first attempt as it was)
+            lin.finish_run(run.run_id, "failed", result.get("version"), clock.seconds)
         raise
     finally:
         result["timings"], result["own_timings"] = clock.seconds, clock.own

@@ -8,9 +8,10 @@ nightly flow.
   its process was killed;
 - curate (lib.curation's three steps): per shard of the pending files, ingest + exact hashes +
   MinHash signatures (mapped tasks); one reduce for exact dedup → near dedup (MinHash-LSH, also
-  against earlier nights); per shard, length filter and concatenation → fastText language and
-  quality filters (mapped tasks). Each step is cached on the content it reads and the curation
-  config; a cache hit hard-links the earlier run's files into this run folder.
+  against earlier nights); per shard, each document's kind (code or prose), length filter and
+  concatenation → fastText language and quality filters on prose, the code rule on code (mapped
+  tasks). Each step is cached on the content it reads and the curation config; a cache hit
+  hard-links the earlier run's files into this run folder.
 
 Trade-off: hashing every file on every run costs one read of the buffer (~2 GB/s) but makes
 "same input" mean the same bytes, whatever the file names or times.

@@ -105,6 +105,7 @@ def night_lock(cfg, purpose: str) -> Iterator[Any]:
     a time on a workspace. A busy lock is waited for up to `orchestration.night_lock_timeout_s`,
     the holder named in the run log (and so in the UI) when the wait starts and every minute;
     past the timeout the flow fails with `LockBusy` naming the holder."""
+    from lib.faults import fault_point
     from lib.locks import WorkspaceLock
     from lib.workspace import Workspace
     from tasks.reporting import stage_logger
@@ -113,6 +114,7 @@ def night_lock(cfg, purpose: str) -> Iterator[Any]:
     lock = WorkspaceLock(Workspace(cfg.workspace.root).night_lock, purpose)
     lock.acquire(cfg.orchestration.night_lock_timeout_s, log=log.warning, what="orchestration.night_lock_timeout_s")
     try:
+        fault_point("night-lock")  # the lock just taken, nothing done yet
         yield lock
     finally:
         lock.release()

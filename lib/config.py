@@ -37,7 +37,7 @@ class _Section(BaseModel):
 
 class WorkspaceConfig(_Section):
     root: Path = Field(Path("workspace"), description="Folder that holds all state: buffers, corpora, runs, checkpoints, lineage.duckdb.")
-    corpus: str | None = Field(None, description="Replay corpus under the workspace's corpora/ folder, replayed every night and the forgetting gate's old_val; none: the one the workspace was started with (consolidate init --replay, or the demo's stdlib).")
+    corpus: str | None = Field(None, description="Name of the replay corpus under <workspace>/corpora/ that every night replays and whose old_val the forgetting gate measures; none: the one the workspace was started with (consolidate init --replay, or the demo's stdlib).")
 
 
 class BufferConfig(_Section):

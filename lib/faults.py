@@ -7,7 +7,8 @@ a stage.
   `CONSOLIDATION_FAULT=<name>:hold=<file>`: it touches `<file>.reached` and waits while `<file>`
   exists, so a test can act while a night sits inside a stage (a second trigger arriving).
 - The points sit where a kill leaves the most half-done state (tests/test_faults.py uses them):
-  `curate` (bad files moved to quarantine, lineage not told yet), `tokenize` (token cache
+  `night-lock` (the workspace's night lock just taken, nothing done: a night that holds still
+  while a second trigger arrives), `curate` (bad files moved to quarantine, lineage not told yet), `tokenize` (token cache
   written, no manifest), `train` (torchrun running, a snapshot on disk), `record` (candidate in
   lineage), `evaluate` (metrics recorded), `gate` (decision taken, not applied), `promote`
   (champion moved, dedup index and storage not done), `store` (delta written, lineage not told).

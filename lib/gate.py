@@ -167,3 +167,26 @@ class RegressionGate:
         reason = (f"probe exact match {p:.1%} -> {c:.1%} (drop {max(drop, 0.0):.1%}); "
                   f"{'within' if ok else 'over'} the tolerance of {tol:.1%} (gate.probe_tolerance)")
         return RuleResult("probes", drop, tol, ok, reason)
+
+
+# Rules whose failure means the candidate forgot something (what a safer retry can fix); a night
+# rejected only for learning too little is not retried: gentler settings would learn less still.
+FORGETTING_RULES = ("forgetting", "retention", "cumulative")
+RETRY_SUFFIX = "-retry1"
+
+
+def rejected_for_forgetting(rules: list[dict[str, Any]]) -> list[str]:
+    """The forgetting rules that failed, from a decision's `to_dict()["rules"]`."""
+    return [r["name"] for r in rules if not r["passed"] and r["name"] in FORGETTING_RULES]
+
+
+def safer_settings(cfg):
+    """The retry's configuration (seed 000 section 6): half the learning rate and half the new
+    data, twice the memory replay (at most what leaves the corpus a share), the rest as it was."""
+    s = cfg.sampling
+    new = s.new_data_ratio / 2
+    memory = min(s.memory_ratio * 2, max(0.0, 1.0 - new - 0.05)) if s.memory_ratio else 0.0
+    return cfg.model_copy(update={
+        "training": cfg.training.model_copy(update={"lr_scale": cfg.training.lr_scale / 2}),
+        "sampling": s.model_copy(update={"new_data_ratio": new, "memory_ratio": memory}),
+    }, deep=True)

@@ -10,7 +10,8 @@ evaluation, and draw the sampling manifest (seed 000 section 4, seed 004 section
   same id). When that leaves fewer than `heldout_min_docs` and the night has at least twice as
   many documents, the cut is raised to the `heldout_min_docs` lowest hashes, so the acquisition
   rule always has documents it never trained on; a night with fewer documents keeps what the
-  fraction gives and says so in data.json's warnings (the gate then falls back to new_train).
+  fraction gives, and when that is nothing data.json's warnings say so (the gate then falls back
+  to new_train).
   Documents with identical text inside a source are kept once (seed 004 11.5: dedup before
   resampling). Shards hold documents without separators: the loader adds the document
   separator (data.json `separator_id`, lib/tokenizer.py) when it packs rows.

@@ -10,6 +10,9 @@
 - `gate_and_promote`: lib.promotion.gate_version, then conclude: pass -> champion + consumed
   buffers, fail -> rejected, buffers stay pending; the decision with every rule's reason is the
   "gate-decision" markdown artifact.
+- After the gate (applied or previewed), the "retention-matrix" table: bits per byte of every
+  version of the lineage, tonight's candidate included, on old_val and on each remembered night's
+  held-out set, each against the version that learnt it (lib/retention.py).
 - `remember_night`: an accepted night's documents join the long-term memory (lib.memory.remember),
   its held-out set becomes a retention set.
 - `store_candidate`: lib.promotion.apply_storage_policy: the champion and `latest` stay plain
@@ -108,6 +111,7 @@ def preview_gate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     publish_markdown("gate-preview", gate_markdown(decision, f"Gate on {version} (preview, not applied): {verdict}"),
                      f"What the gate would decide on {version}; its status stays {status}")
     stage_logger().info("gate preview on %s: %s (status stays %s)", version, decision.summary(), status)
+    publish_retention(cfg, version)
     return {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary()}
 
 
@@ -127,7 +131,21 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     out = {"version": version, "passed": decision.passed, "status": status, "summary": decision.summary(),
            "champion": lin.alias("champion"), "rules": decision.to_dict().get("rules", [])}
     stage_logger().info("gate on %s: %s (%s); champion is %s", version, status, decision.summary(), out["champion"])
+    publish_retention(cfg, version)
     return out
+
+
+def publish_retention(cfg: ConsolidationConfig, candidate: str) -> None:
+    """The "retention-matrix" table artifact: the lineage up to `candidate`, every version on
+    old_val and each night's held-out set against the version that learnt it; logged as well."""
+    from lib.retention import retention_matrix
+
+    with own_time():
+        matrix = retention_matrix(_lineage(cfg), candidate=candidate, workspace=Workspace(cfg.workspace.root))
+    publish_table("retention-matrix", matrix.table_rows(),
+                  f"Retention up to {candidate}: bits per byte per version and set, change vs the version that learnt it. "
+                  + matrix.legend())
+    stage_logger().info("retention matrix up to %s:\n%s", candidate, matrix.to_markdown())
 
 
 @task(name="remember-night", cache_policy=NO_CACHE, **IO_RETRIES)

@@ -172,6 +172,8 @@ def test_corpus_and_demo_commands(tmp_path):
     versions = {v["version"]: v for v in Lineage(ws / "lineage.duckdb").versions()}
     assert set(versions) == {"v0", "v1"} and versions["v1"]["parent"] == "v0"
     assert "where to look" in demo.stdout and (ws / "demo.png").stat().st_size > 10_000
+    # and the retention matrix up to v1: printed, and drawn as a heat map
+    assert "retention: each version" in demo.stdout and (ws / "retention.png").stat().st_size > 10_000
     assert "original corpus 'small' (already there)" in demo.stdout  # built above: not rebuilt
     assert "demo memory buffer (built)" not in demo.stdout  # the buffer has records: not rebuilt
     assert f"{info['records']}" in demo.stdout

@@ -146,7 +146,7 @@ def test_the_run_form_shows_a_preset_and_the_sections_of_its_flow_without_glitch
     assert training["time_limit_s"]["type"] == "number" and "Empty: none." in training["time_limit_s"]["description"]
     workers = schema["properties"]["curation"]["properties"]["workers"]
     assert workers["type"] == "integer" and workers["description"].endswith("; empty: all cores.")
-    assert "under `<workspace>/corpora/` used" in schema["properties"]["workspace"]["properties"]["corpus"]["description"]
+    assert "replay corpus under `<workspace>/corpora/` that every night replays" in schema["properties"]["workspace"]["properties"]["corpus"]["description"]
     assert training["adam_betas"]["items"] == {"type": "number"}
     assert schema["properties"]["curation"]["properties"]["languages"]["default"] == ["en"]
     with pytest.raises(ValueError, match="unknown config section"):

@@ -136,15 +136,30 @@ def test_curate_flow_quarantines_every_bad_file_and_the_night_goes_on(tmp_path, 
     ws = Workspace(tmp_path / "ws").ensure()
     bad = {kind: write_bad(ws.buffers, kind) for kind in BAD_FILES}
     digests = {kind: content_hash(p) for kind, p in bad.items()}
-    write_good(ws.buffers)
-    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "curation.workers=1", "curation.languages=[]"])
-    out = curate(cfg)
-    assert out["pending_files"] == len(BAD_FILES) + 1 and out["stats"]["docs_out"] > 0
+    write_good(ws.buffers, texts=[*GOOD_TEXTS[:3], GOOD_TEXTS[0]])  # one exact copy: dropped, and counted
+    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "curation.workers=1", "curation.languages=[]",
+                                                "curation.max_drop_share=0.2"])
+    state = curate(cfg, return_state=True)
+    out = state.result()
+    assert out["pending_files"] == len(BAD_FILES) + 1 and out["stats"]["docs_out"] == 3
     lin = {b.content_hash: b for b in Lineage(ws.lineage_db).buffer_files()}
     for kind, digest in digests.items():
         assert lin[digest].status == "quarantined" and BAD_FILES[kind][1] in lin[digest].reason, kind
         assert Path(lin[digest].path).parent == ws.quarantine and Path(lin[digest].path).is_file()
     assert [p.name for p in ws.buffers.glob("*.parquet")] == ["good.parquet"]
+    # the night's curation-counts artifact: the documents dropped by reason, and a warning that
+    # names the filter that dropped more than curation.max_drop_share of what it saw
+    import httpx
+
+    found = httpx.post(f"{_api_url()}/artifacts/filter", timeout=30, json={
+        "artifacts": {"key": {"any_": ["curation-counts"]}},
+        "flow_runs": {"id": {"any_": [str(state.state_details.flow_run_id)]}}}).raise_for_status().json()
+    assert len(found) == 1, found
+    counts = {row["what"]: row["value"] for row in json.loads(found[0]["data"])}
+    assert counts["docs_in"] == 4 and counts["docs_out"] == 3
+    assert {k: v for k, v in counts.items() if k.startswith("dropped_by_reason.")} == {"dropped_by_reason.exact_duplicate": 1}
+    assert counts["warning 1"].startswith("the exact dedup filter dropped 1 of the 4 documents it saw (25%)")
+    assert "curation.max_drop_share=0.2" in counts["warning 1"] and "warning 2" not in counts
 
 
 def test_quarantined_names_never_collide(workspace):
@@ -266,6 +281,54 @@ def test_the_lock_is_reentrant_within_a_process(tmp_path):
     assert not _taken_elsewhere(path)  # still ours after the inner release
     outer.release()
     assert _taken_elsewhere(path)
+
+
+def test_curate_promote_rollback_and_gate_apply_never_run_beside_a_night(workspace):
+    """The commands that move buffer files or aliases hold the night lock: beside a live holder
+    they change nothing and exit 75 naming it (`curate` waits first, as `run` does; the others
+    give up at once unless --wait); once the holder is gone each goes through."""
+    from cli.main import app
+    from test_lineage import bootstrap, night
+
+    lin = Lineage(workspace.lineage_db)
+    bootstrap(lin, workspace)
+    night(lin, workspace, "n1", ["a"], 1.99, 3.0, 2.0)                # v1: accepted, champion
+    night(lin, workspace, "n2", ["b"], 1.98, 3.0, 2.0, decide=False)  # v2: a candidate
+    bad = write_bad(workspace.buffers, "no-text")
+    write_good(workspace.buffers)
+    curate = ("curate", "--preset", "tiny", "--set", "curation.workers=1", "--set", "curation.languages=[]")
+
+    def cli(*args: str, code: int):
+        result = CliRunner().invoke(app, [*args, "--workspace", str(workspace.root)])
+        assert result.exit_code == code, (args, result.output, result.exception)
+        return result
+
+    holder = _holder(workspace.night_lock)
+    try:
+        for args in (("promote", "v2", "-r", "reviewed"), ("rollback",), ("gate", "v2", "--apply"), (*curate, "--no-wait"),
+                     ("init", "--model", "my-model", "--replay", "corpus/")):
+            err = cli(*args, code=75).stderr
+            assert f"busy: {workspace.night_lock} is held by pid {holder.pid} on " in err, (args, err)
+            assert "a test holder" in err and "Pass --wait to wait for it." in err, (args, err)
+        err = cli(*curate, "--set", "orchestration.night_lock_timeout_s=1", code=75).stderr  # waits, then gives up
+        assert f"waiting for night.lock: held by pid {holder.pid}" in err and "orchestration.night_lock_timeout_s=1" in err
+        cli("gate", "v2", code=0)  # deciding without acting needs no lock
+        assert lin.alias("champion") == "v1" and lin.get_version("v2")["status"] == "candidate"
+        assert bad.exists() and not list(workspace.quarantine.iterdir())
+        assert {b.content_hash for b in lin.buffer_files()} == {"hash-a", "hash-b"}  # curation registered nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    cli("gate", "v2", "--apply", code=0)
+    assert lin.alias("champion") == "v2"
+    cli("rollback", code=0)
+    assert lin.alias("champion") == "v1"
+    cli("promote", "v2", "--reason", "reviewed", "--wait", code=0)
+    assert lin.alias("champion") == "v2"
+    cli(*curate, code=0)
+    assert not bad.exists() and (workspace.quarantine / bad.name).is_file()
+    assert json.loads(workspace.night_lock.read_text())["purpose"].startswith("consolidate curate curate-")
+    assert _taken_elsewhere(workspace.night_lock)  # and let it go
 
 
 # -- cache -------------------------------------------------------------------------------------
@@ -573,36 +636,45 @@ def _cmdline(pid: int) -> list[str]:
 
 @pytest.mark.slow
 def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
-    """A night runs; a second trigger with --wait waits (naming the holder), a third with
-    --no-wait exits 75 at once; the waiting one then finds nothing left to do. No file is
-    curated twice, no version id is taken twice."""
+    """Both orders of a --no-wait and a --wait trigger. A night started with --no-wait runs; a
+    --wait trigger arriving during it waits (naming the holder), then holds the workspace itself;
+    a --no-wait trigger arriving then exits 75 at once, naming it. The first night also stops at
+    training.time_limit_s, so the waiter, as the next trigger, resumes it from its snapshot. One
+    night: no file curated twice, no version id taken twice, trained in one run folder."""
     from lib.buffer import MemoryBuffer, content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
     pending = MemoryBuffer(ws.buffers).add_file(GOOD_TEXTS, "chat")
-    hold = tmp_path / "hold"
+    hold, hold_waiter = tmp_path / "hold", tmp_path / "hold-waiter"
     hold.touch()
-    first = consolidate(ws, "--no-wait", fault=f"curate:hold={hold}")  # the workspace is free: --no-wait runs
+    hold_waiter.touch()
+    first = consolidate(ws, "--no-wait", "--set", "training.time_limit_s=0.001",  # the workspace is free: --no-wait runs
+                        fault=f"curate:hold={hold}")
     wait_until(lambda: Path(f"{hold}.reached").exists() or first.poll() is not None, 180, "the first night to reach curation")
     assert first.poll() is None, finish(first)[1][-3000:]
-    waiting = consolidate(ws, "--wait")
+    waiting = consolidate(ws, "--wait", fault=f"night-lock:hold={hold_waiter}")
+    wait_until(lambda: "waiting for night.lock" in _log_so_far(waiting), 180, "the second trigger to wait")
+    hold.unlink()  # the first night goes on, and stops after its first step
+    rc, first_out = finish(first)
+    assert rc == 1 and "stopped (TrainingStopped); the next trigger resumes it" in first_out, first_out[-3000:]
+    assert "the next `consolidate run` resumes the night" in first_out, first_out[-3000:]
+    night = the_night(ws)
+    assert night["status"] == "running" and list(ws.run(night["run_id"]).snapshots.glob("step-*"))
+    # the other order: the --wait trigger holds the workspace, a --no-wait one arrives
+    wait_until(lambda: Path(f"{hold_waiter}.reached").exists() or waiting.poll() is not None, 60, "the waiter to take the lock")
     rc, out = finish(consolidate(ws, "--no-wait"), 180)
     assert rc == 75, out[-3000:]
-    assert f"busy: {ws.night_lock} is held by pid {first.pid} on " in out and "night night-" in out and "since" in out
-    wait_until(lambda: "waiting for night.lock" in _log_so_far(waiting), 180, "the second trigger to wait")
-    hold.unlink()  # the first night goes on
-    rc, first_out = finish(first)
-    assert rc == 0, first_out[-3000:]
+    assert f"busy: {ws.night_lock} is held by pid {waiting.pid} on " in out and "nightly consolidation" in out and "since" in out
+    hold_waiter.unlink()
     rc, waited_out = finish(waiting)
     waited_out = waiting.seen + waited_out
     assert rc == 0, waited_out[-3000:]
     assert f"waiting for night.lock: held by pid {first.pid}" in waited_out and "waiting up to 3600 s" in waited_out
-    assert "nothing to consolidate" in waited_out
+    assert f"resuming night {night['run_id']}" in waited_out and "resumed from" in waited_out
 
     versions = check_invariants(ws, settled=True)
     assert set(versions) == {"v0", "v1"}
-    nights = [r for r in _runs(ws) if r["kind"] == "nightly"]
-    assert [r["version"] for r in nights] == ["v1", None] and all(r["status"] == "completed" for r in nights)
+    assert the_night(ws) == {**night, "status": "completed", "version": "v1"}
     assert [b.consumed_by for b in Lineage(ws.lineage_db).buffer_files() if b.content_hash == content_hash(pending)] == ["v1"]
     assert len(list(ws.runs.glob("night-*/train/metrics.jsonl"))) == 1  # trained once
 
@@ -634,6 +706,29 @@ def test_a_busy_workspace_exits_75_after_the_timeout(tmp_path, prefect_harness):
         assert f"held by pid {holder.pid}" in out and "a test holder" in out and "gave up after" in out
         assert "orchestration.night_lock_timeout_s=2" in out
         assert time.monotonic() - t0 < 170
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_command_leaves_no_prefect_server_behind(tmp_path):
+    """`consolidate run` SIGKILLed (the process alone, as the OOM killer does) while its own
+    ephemeral Prefect server runs: the watchdog stops the server within seconds. The command is
+    kept waiting for the night lock, so no champion or training is needed."""
+    ws = Workspace(tmp_path / "ws").ensure()
+    holder = _holder(ws.night_lock)
+    try:
+        proc = consolidate(ws, ephemeral=True)
+        wait_until(lambda: "waiting for night.lock" in _log_so_far(proc) or proc.poll() is not None, 180,
+                   "the command to start its server and wait for the lock")
+        family = {p: " ".join(_cmdline(p)) for p in descendants(proc.pid)}
+        [server] = [p for p, c in family.items() if "create_app" in c] or [None]
+        assert server is not None and proc.poll() is None, (family, proc.seen[-3000:])
+        os.kill(proc.pid, signal.SIGKILL)  # not the group: the server and the watchdog have sessions of their own anyway
+        proc.wait()
+        t0 = time.monotonic()
+        wait_until(lambda: not any(alive(p) for p in family), 30, f"{family} to exit")
+        assert time.monotonic() - t0 < 30
     finally:
         holder.kill()
         holder.wait()

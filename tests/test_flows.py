@@ -201,6 +201,8 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
                 "eval-progress"):
         assert _artifact(key) is not None, key
     assert "acquisition" in _artifact("gate-decision")["data"]
+    retention = _artifact("retention-matrix")  # the lineage up to tonight's candidate, rejected or not
+    assert retention is not None and '"version": "v1"' in retention["data"] and '"status": "rejected"' in retention["data"]
     # the night's own flow run carries its training curve and its plot (not only the train subflow)
     own = {a["key"]: a for a in _api("artifacts/filter", {"flow_runs": {"id": {"any_": [str(state.state_details.flow_run_id)]}}})}
     assert {"training-curve", "night-plot"} <= set(own), sorted(own)

@@ -84,3 +84,25 @@ def test_decision_round_trips_and_renders_markdown():
     md = d.to_markdown()
     assert "REJECTED" in md and "| forgetting | +25.00% | +2.00% | FAIL |" in md
     assert "| acquisition | -33.33% |" in md
+
+
+def test_the_gate_artifact_keeps_every_reason_whole():
+    """tasks.reporting.gate_markdown (the "gate-decision" artifact): the table holds only the
+    numbers; each rule's full reason, however long, is its own line, verbatim."""
+    from lib.gate import RuleResult
+    from tasks.reporting import gate_markdown
+
+    parent = {**metrics(2.0, heldout=3.0, em=0.8), **{f"night:2026-11-{d:02d}": {"bpb": 2.5} for d in range(1, 21)}}
+    candidate = {**metrics(2.1, heldout=2.9, em=0.5), **{f"night:2026-11-{d:02d}": {"bpb": 2.5 + d / 100} for d in range(1, 21)}}
+    decision = RegressionGate(load_config(preset="tiny").gate).decide(parent, candidate, root=metrics(1.9))
+    long = RuleResult("custom", 0.5, 0.1, False, "a reason of many clauses | with a pipe, " * 20 + "and its end")
+    decision = GateDecision(False, [*decision.rules, long])
+    assert {r.name for r in decision.rules} == {"forgetting", "acquisition", "retention", "cumulative", "probes", "custom"}
+    md = gate_markdown(decision, "Regression gate on v3: rejected")
+    lines = md.splitlines()
+    assert lines[0] == "### Regression gate on v3: rejected"
+    for r in decision.rules:
+        assert f"- **{r.name}** ({'pass' if r.passed else 'FAIL'}): {r.reason}" in lines, r.name
+        [row] = [line for line in lines if line.startswith(f"| {r.name} |")]
+        assert row.count("|") == 5 and r.reason not in row  # four columns of numbers, no reason
+    assert len(long.reason) > 800

@@ -3,6 +3,7 @@ exposure warnings, FIM placement, bad input."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -11,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from data_fixtures import train_tokenizer, two_sources, write_parquet, write_sources
+from data_fixtures import package_texts, train_tokenizer, two_sources, write_parquet, write_sources
 from lib.config import SamplingConfig, SourceConfig, load_config
 from lib.sampling import (NEW_SOURCE, default_sources, prepare_training_data, source_probabilities,
                           temperature_at)
@@ -326,3 +327,55 @@ def test_files_tokenized_one_by_one_into_the_cache_give_the_same_manifest(env, b
     data = _prepare(env, "mapped", cache_dir=cache)
     assert all(f["cached"] for s in data["sources"].values() for f in s["files"])
     assert (env["root"] / "mapped" / "manifest.parquet").read_bytes() == (env["root"] / "base" / "manifest.parquet").read_bytes()
+
+
+def _ids_with_hashes(n: int, *, at_least: float) -> list[str]:
+    """n ids whose salted held-out hash is at or above `at_least` of the range: the fraction
+    below it holds none of them out."""
+    from lib.sampling import _heldout_hash
+
+    return list(itertools.islice((i for i in (f"night/{k}" for k in itertools.count())
+                                  if _heldout_hash(i) >= at_least * 2**64), n))
+
+
+def test_heldout_cut_keeps_a_minimum_when_the_night_has_twice_as_many():
+    from lib.sampling import _heldout_hash, heldout_cut
+
+    def held(ids, cut):
+        return sorted({i for i in ids if _heldout_hash(i) < cut})
+
+    ten = _ids_with_hashes(10, at_least=0.1)
+    assert held(ten, int(0.1 * 2**64)) == []  # the fraction alone would hold out nothing
+    lowest4 = sorted(ten, key=_heldout_hash)[:4]
+    assert held(ten, heldout_cut(ten, 0.1, 4)) == sorted(lowest4)  # 10 >= 2 × 4: the 4 lowest hashes
+    assert held(ten + ten[:3], heldout_cut(ten + ten[:3], 0.1, 4)) == sorted(lowest4)  # repeated ids count once
+    assert held(ten, heldout_cut(ten, 0.0, 4)) == sorted(lowest4)  # fraction 0 alone does not turn it off
+    assert heldout_cut(ten, 0.0, 0) == 0  # both 0: nothing held out
+    assert heldout_cut(ten, 0.1, 0) == int(0.1 * 2**64)
+    # fewer than 2 × min_docs: the fraction alone decides, however few that leaves
+    seven = ten[:7]
+    assert heldout_cut(seven, 0.1, 4) == int(0.1 * 2**64) and held(seven, heldout_cut(seven, 0.1, 4)) == []
+    # the fraction already gives enough: the cut is the fraction's
+    many = [f"night/{k}" for k in range(200)]
+    assert len(held(many, int(0.1 * 2**64))) >= 4 and heldout_cut(many, 0.1, 4) == int(0.1 * 2**64)
+
+
+def test_a_small_night_holds_out_the_minimum_or_warns_that_the_gate_measures_new_train(env, tmp_path):
+    texts = [f"# {name}\n{t}" for name, t in package_texts(10, 800)]  # licence headers alike: made distinct
+    ids = _ids_with_hashes(10, at_least=0.2)  # _prepare's heldout_fraction: none below it
+    ten = write_parquet(tmp_path / "ten" / "part-00000.parquet", list(zip(ids, texts)))
+    data = _prepare(env, "night10", budget=4_000, sources=two_sources(env["corpus"], ten.parent, 0.25))
+    held = pq.read_table(env["root"] / "night10" / "heldout" / "new.parquet").column("id").to_pylist()
+    assert len(held) == 4 and data["sources"]["new"]["heldout_docs"] == 4 and data["sources"]["new"]["docs"] == 6
+    assert not any("no document held out" in w for w in data["warnings"])
+    manifest_ids = set(pq.read_table(env["root"] / "night10" / "manifest.parquet").column("doc_id").to_pylist())
+    assert not manifest_ids & set(held)  # never trained on
+
+    seven = write_parquet(tmp_path / "seven" / "part-00000.parquet", list(zip(ids[:7], texts[:7])))
+    data = _prepare(env, "night7", budget=4_000, sources=two_sources(env["corpus"], seven.parent, 0.25))
+    assert pq.read_table(env["root"] / "night7" / "heldout" / "new.parquet").num_rows == 0
+    assert data["sources"]["new"]["heldout_docs"] == 0 and data["sources"]["new"]["docs"] == 7
+    # an empty new_heldout is skipped by the evaluation, so the gate's acquisition rule reads
+    # new_train (tests/test_gate.py checks that fallback); data.json says so
+    [warning] = [w for w in data["warnings"] if "no document held out" in w]
+    assert "7 documents" in warning and "at least 8" in warning and "measures new_train" in warning

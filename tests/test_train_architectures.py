@@ -31,7 +31,7 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, *, dtype=tor
                      original_lr: float | None = 3e-4) -> Path:
     """A random `kind` causal LM saved as a Hugging Face folder in `dtype`, with the tokenizer's
     files and, unless original_lr is None, a meta.json recording it (as `consolidate init` does)."""
-    from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config
+    from transformers import AutoModelForCausalLM, GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config
 
     from lib.tokenizer import load_tokenizer
 
@@ -47,6 +47,15 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, *, dtype=tor
                           tie_word_embeddings=False, **ids)
     elif kind == "gpt2":
         cfg = GPT2Config(vocab_size=tok.vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=128, **ids)
+    elif kind == "mistral":  # sliding-window attention
+        cfg = MistralConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, sliding_window=64, **ids)
+    elif kind == "gemma":  # tied, embeddings scaled by sqrt(hidden), GeGLU, head_dim apart from hidden/heads
+        cfg = GemmaConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=1, head_dim=16, max_position_embeddings=128, **ids)
+    elif kind == "phi3":  # fused qkv and gate_up projections
+        cfg = Phi3Config(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128, **ids)
     else:
         raise ValueError(kind)
     with torch.random.fork_rng(devices=[]):
@@ -127,6 +136,31 @@ def test_a_bf16_model_is_consolidated_stored_as_an_exact_delta_and_continued_fro
     meta2 = read_meta(v2)
     assert meta2["started_from"] == "fp32 master weights (master/)" and meta2["parent_digest"] == meta["digest"]
     assert meta2["original_lr"] == 3e-4 and meta2["update_kept"]["update_kept"] is not None
+
+
+@pytest.mark.parametrize("kind, cls", [("mistral", "MistralForCausalLM"), ("gemma", "GemmaForCausalLM"),
+                                        ("phi3", "Phi3ForCausalLM")])
+def test_more_families_train_from_bf16_and_load_as_themselves(prepared, tmp_path, kind, cls):
+    """Any causal LM `from_pretrained` loads, not the three above only: a night on each keeps the
+    family, the dtype and the tied weights, and moves the loss."""
+    from transformers import AutoModelForCausalLM
+
+    from lib.train import train
+
+    v0 = build_tiny_model(kind, tmp_path / "v0", prepared["tokenizer"])
+    out = train(_cfg(prepared), prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t1", meta={"version": "v1"})
+    v1 = Path(out["out"])
+    meta = read_meta(v1)
+    assert meta["storage_dtype"] == "bfloat16" and meta["update_kept"]["weights_changed"] > 0
+    served = AutoModelForCausalLM.from_pretrained(v1, dtype="auto")
+    assert type(served).__name__ == cls and next(served.parameters()).dtype == torch.bfloat16
+    before = AutoModelForCausalLM.from_pretrained(v0, dtype="auto").state_dict()
+    assert any(not torch.equal(before[k], w) for k, w in served.state_dict().items())
+    if kind == "gemma":
+        assert served.lm_head.weight is served.model.embed_tokens.weight
+    store_version(v1, v0)  # a delta against the bf16 parent restores exactly
+    shutil.rmtree(v1 / MATERIALIZED, ignore_errors=True)
+    assert sha256_file(materialize(v1) / MODEL_FILE) == meta["digest"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
