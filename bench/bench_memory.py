@@ -36,8 +36,11 @@ costs only its own nights). `--variant mem20=sampling.memory_ratio=0.2` adds a c
 from the same v0. `--jobs N` runs N configurations at once, each in its own process with its own
 ephemeral Prefect API (log in <workdir>/<name>.log), after v0.
 
-Cost: the nightly evaluation dominates (old_val is 478 kB, scored at ~5.7 kB/s on 2 cores:
-bench_bpb.py); ~4.5 min a night on a lightly loaded machine, 8-12 min at load 7-11.
+Cost (2-core machine, 1 torch thread a process): v0 in 203 s, a night in 45-135 s (the nightly
+evaluation of old_val, 478 kB, is most of it), the whole run in 24 min with --jobs 2 at load 3-4.
+With torch's default of 2 threads a process on the loaded machine, the same nights took 265-750 s.
+The buffer records get new ids each run (MemoryBuffer's UUIDs), so another workdir holds out
+other files of each package: a second sample of the split, v0 being the same bit for bit.
 """
 
 from __future__ import annotations
