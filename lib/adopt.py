@@ -484,8 +484,7 @@ def warm_caches(ws, cfg, version_dir: Path, corpus: str, say: Callable[[str], No
 
     t0 = time.perf_counter()
     tok = load_tokenizer(version_dir)
-    r = cfg.sampling.new_data_ratio
-    source = SourceConfig(name=corpus, path=ws.corpus_train(corpus), weight=1 - r, kind="corpus")
+    source = SourceConfig(name=corpus, path=ws.corpus_train(corpus), weight=1.0, kind="corpus")  # (a weight draws nothing here)
     work = ws.runs / f".warm-{uuid.uuid4().hex[:8]}"
     cache = ws.token_cache
     try:

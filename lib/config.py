@@ -83,7 +83,7 @@ class SourceConfig(_Section):
 
 
 class SamplingConfig(_Section):
-    new_data_ratio: float = Field(0.1, gt=0, lt=1, description="Share of training tokens from tonight's new data; the rest is replay of the original corpus (seed default 1:9).")
+    new_data_ratio: float = Field(0.1, gt=0, le=1, description="Share of training tokens from tonight's new data; the rest is replay of the original corpus (seed default 1:9). new_data_ratio + memory_ratio = 1: no corpus replay at all (an ablation; expect forgetting).")
     memory_ratio: float = Field(0.1, ge=0, lt=1, description="Share of training tokens replayed from the memory (the documents earlier accepted nights trained on); the corpus gets 1 - new_data_ratio - memory_ratio. 0: replay the corpus only.")
     memory_recency: float = Field(0.7, gt=0, le=1, description="Weight of a memory document per night of age (the newest night 1, the one before 0.7, ...): recent nights are replayed more.")
     memory_exposure_power: float = Field(1.0, ge=0, description="Weight of a memory document ÷ (1 + times it was trained on)^power: documents seen least are replayed first.")

@@ -84,20 +84,24 @@ MANIFEST_SCHEMA = pa.schema([
 def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Path) -> list[SourceConfig]:
     """The seed's mix: corpus train split (weight 1 - r - m, kind corpus) + tonight's curated data
     (weight r, kind buffer) + the memory of accepted nights (weight m = `sampling.memory_ratio`,
-    kind memory, when there is one), then any extra `sampling.sources` with their own weights."""
+    kind memory, when there is one), then any extra `sampling.sources` with their own weights.
+    r + m = 1 leaves the corpus out: no replay (an ablation, bench/bench_memory.py)."""
     from lib.config import SourceConfig
     from lib.corpus import replay_corpus_name
 
     r, m = cfg.sampling.new_data_ratio, cfg.sampling.memory_ratio
     if not any(workspace.memory.glob(f"*/{MEMORY_NIGHT}")):
         m = 0.0
-    if r + m >= 1:
-        raise ValueError(f"sampling.new_data_ratio {r} + sampling.memory_ratio {m} leave nothing for the corpus: keep their sum below 1")
+    if r + m > 1 + 1e-9:
+        raise ValueError(f"sampling.new_data_ratio {r} + sampling.memory_ratio {m} add up to more than 1: keep their sum at most 1 "
+                         f"(the corpus gets the rest)")
     corpus = replay_corpus_name(workspace, cfg)
-    sources = [
-        SourceConfig(name=corpus, path=workspace.corpus_train(corpus), weight=1 - r - m, kind="corpus"),
-        SourceConfig(name=NEW_SOURCE, path=Path(new_data_dir), weight=r, kind="buffer"),
-    ]
+    sources = []
+    if 1 - r - m > 1e-9:
+        sources.append(SourceConfig(name=corpus, path=workspace.corpus_train(corpus), weight=1 - r - m, kind="corpus"))
+    else:
+        log.warning("sampling.new_data_ratio %g + sampling.memory_ratio %g = 1: no replay of the corpus %r tonight", r, m, corpus)
+    sources.append(SourceConfig(name=NEW_SOURCE, path=Path(new_data_dir), weight=r, kind="buffer"))
     if m > 0:
         sources.append(SourceConfig(name=MEMORY_SOURCE, path=workspace.memory, weight=m, kind="memory"))
     for extra in cfg.sampling.sources:

@@ -48,7 +48,7 @@ def test_file_then_override(tmp_path: Path):
     "override, field, reason",
     [
         ("training.lr_scale=-1", "training.lr_scale", "greater than 0"),
-        ("sampling.new_data_ratio=1.5", "sampling.new_data_ratio", "less than 1"),
+        ("sampling.new_data_ratio=1.5", "sampling.new_data_ratio", "less than or equal to 1"),
         ("training.num_iterations=abc", "training.num_iterations", "integer"),
         ("training.lr_sclae=0.1", "training.lr_sclae", "Extra inputs are not permitted"),
         ("training.warmup_ratio=0.6", "training", "warmup_ratio + warmdown_ratio"),

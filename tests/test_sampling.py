@@ -227,6 +227,14 @@ def test_default_sources_two_source_case(tmp_path):
     extra = load_config(preset="tiny", overrides=["sampling.sources=[{name: old_nights, path: corpora/old, weight: 0.1}]"])
     srcs = default_sources(ws, extra, ws.run("r1").curated)
     assert srcs[2].name == "old_nights" and srcs[2].path == ws.root / "corpora" / "old"
+    # new + memory = 1: the corpus is left out (no replay); more than 1 is refused, naming both knobs
+    none = load_config(preset="tiny", overrides=["sampling.new_data_ratio=1", "sampling.memory_ratio=0"])
+    assert [(s.name, s.weight) for s in default_sources(ws, none, ws.run("r1").curated)] == [("new", 1.0)]
+    over = load_config(preset="tiny", overrides=["sampling.new_data_ratio=0.95", "sampling.memory_ratio=0.1"])
+    (ws.memory / "v1").mkdir(parents=True)
+    (ws.memory / "v1" / "night.json").write_text("{}")  # a memory exists: memory_ratio counts
+    with pytest.raises(ValueError, match="new_data_ratio 0.95 \\+ sampling.memory_ratio 0.1 add up to more than 1"):
+        default_sources(ws, over, ws.run("r1").curated)
 
 
 def test_bad_inputs_name_the_file(env, tmp_path):
