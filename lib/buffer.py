@@ -46,6 +46,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from lib.locks import pid_alive
+
 log = logging.getLogger(__name__)
 
 # The contract every reader of buffer files relies on (curation's ingest validates against it).
@@ -233,16 +235,6 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _open_if_abandoned(path: Path) -> int | None:
@@ -536,7 +528,7 @@ class MemoryBuffer:
                 pid = int(tmp.name.split("-")[1])
             except (IndexError, ValueError):
                 continue
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 tmp.unlink(missing_ok=True)
         # A log that was created but never renamed into place holds no records.
         for new in self.wal_dir.glob(".*.log.new"):

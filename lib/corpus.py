@@ -180,13 +180,18 @@ def build_stdlib_corpus(
         "shards": shards,
     }
     (building / "corpus.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    # swap in: readers see the old corpus or the new one, never a half-written mix
-    old = final.parent / f".{name}.old-{os.getpid()}"
+    swap_in(building, final)
+    return stats
+
+
+def swap_in(building: Path, final: Path) -> None:
+    """Replace the corpus folder `final` by the finished `building`: readers see the old corpus or
+    the new one, never a half-written mix."""
+    old = final.parent / f".{final.name}.old-{os.getpid()}"
     if final.exists():
         os.replace(final, old)
     os.replace(building, final)
     shutil.rmtree(old, ignore_errors=True)
-    return stats
 
 
 def read_corpus_stats(workspace: Workspace, name: str = "stdlib") -> dict | None:

@@ -102,14 +102,11 @@ def count_parameters(hf_config) -> int:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from lib.model import count_parameters as unique_parameters
+
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)
-    seen, total = set(), 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel()
-    return total
+    return unique_parameters(model)
 
 
 def activation_elements_per_token(shape: dict[str, Any], seq_len: int) -> int:

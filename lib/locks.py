@@ -92,12 +92,13 @@ def describe_holder(holder: dict[str, Any] | None) -> str:
     what = f"{holder['purpose']}, " if holder.get("purpose") else ""
     pid, host = holder.get("pid", "?"), holder.get("host", "?")
     gone = ""
-    if host == socket.gethostname() and isinstance(pid, int) and not _alive(pid):
+    if host == socket.gethostname() and isinstance(pid, int) and not pid_alive(pid):
         gone = "; that process has exited, a child it started still holds the lock"
     return f"pid {pid} on {host} ({what}since {since}{ago}{gone})"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from lib.buffer import content_hash
-from lib.corpus import CORPUS_SCHEMA, Document
+from lib.corpus import CORPUS_SCHEMA, Document, swap_in
 from lib.workspace import Workspace, check_name
 
 PARQUET_SUFFIXES = {".parquet"}
@@ -245,11 +245,7 @@ def finish_corpus(building: Path, final: Path, name: str, source: str, train: "S
     }
     stats["content_hash"] = hashlib.sha256("".join(s["hash"] for s in stats["shards"]).encode()).hexdigest()
     (building / "corpus.json").write_text(json.dumps(stats, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    old = final.parent / f".{name}.old-{os.getpid()}"
-    if final.exists():
-        os.replace(final, old)
-    os.replace(building, final)
-    shutil.rmtree(old, ignore_errors=True)
+    swap_in(building, final)
     return stats
 
 
