@@ -1,8 +1,10 @@
 """`consolidate buffer add|flush|ls|stats`: put text into the memory buffer and look at it.
 
-`add` takes plain text / markdown files (one record each), `.jsonl` (a `text` field per line,
-an optional `source`), `.parquet` (a `text` column, optional `source` and `id` columns, checked
-like the nightly ingest checks a file dropped into `buffers/`) and `-` (stdin, one record).
+`add` takes plain text / markdown / source files (one record each), `.jsonl` (a `text` field per
+line, an optional `source`), `.parquet` (a `text` column, optional `source` and `id` columns,
+checked like the nightly ingest checks a file dropped into `buffers/`), folders (the supported
+files under them, recursively, hidden paths left out: the rule of `init --replay`) and `-`
+(stdin, one record).
 
 - A file is imported all or nothing. Anything wrong with it (invalid UTF-8, bad JSON, an empty
   or oversized record, a missing or non-string column, a corrupt parquet page, anything the
@@ -79,8 +81,10 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
     path = Path(name)
     if not path.exists():
         raise FileRejected(f"{name}: no such file")
-    if path.is_dir():
-        raise FileRejected(f"{name}: is a directory; pass the files (e.g. {name}/*.md)")
+    if path.is_dir():  # expand_inputs replaced every folder that has files by its files
+        raise FileRejected(f"{name}: a folder with no text, markdown, source code, JSONL or parquet files")
+    from lib.replay import JSONL_SUFFIXES
+
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         from lib.ingest import BadBufferFile, read_buffer_table
@@ -99,7 +103,7 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
     except OSError as exc:
         raise FileRejected(f"{name}: cannot be read ({exc.strerror or exc})") from None
     text = _decode(data, name)
-    if suffix == ".jsonl":
+    if suffix in JSONL_SUFFIXES:
         for lineno, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -115,6 +119,28 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
         return out
     take(text, f"{name}: text")
     return out
+
+
+def expand_inputs(names: list[str]) -> tuple[list[str], dict[str, int]]:
+    """The inputs with every folder replaced by the supported files under it (recursively,
+    sorted, hidden paths left out: lib.replay.files_under, the rule `init --replay` uses), and
+    per folder how many files of other types were skipped."""
+    from lib.replay import files_under
+
+    out: list[str] = []
+    skipped: dict[str, int] = {}
+    for name in names:
+        path = Path(name)
+        if name != STDIN and path.is_dir():
+            files, unsupported = files_under(path)
+            out += [str(f) for f in files]
+            if unsupported:
+                skipped[name] = unsupported
+            if not files:
+                out.append(name)  # refused by parse_input with a message naming the folder
+        else:
+            out.append(name)
+    return out, skipped
 
 
 def pack_inputs(parsed: list[ParsedInput], flush_size: int) -> list[list[ParsedInput]]:
@@ -145,7 +171,7 @@ def register(app: typer.Typer) -> None:
 
     @group.command("add")
     def add(
-        files: Annotated[list[str], typer.Argument(help="Text/markdown files (one record each), .jsonl (`text` per line), .parquet (`text` column), or - for stdin.")],
+        files: Annotated[list[str], typer.Argument(help="Text/markdown/code files (one record each), .jsonl (`text` per line), .parquet (`text` column), folders (their supported files, recursively), or - for stdin.")],
         source: Annotated[Optional[str], typer.Option("--source", help="Source label for every record (default: the file's `source` field/column, else file:<path> or stdin).")] = None,
         flush: Annotated[bool, typer.Option("--flush/--no-flush", help="Write parquet buffer files now, each input whole or not at all (--no-flush: into the write-ahead log, parquet at the next flush).")] = True,
         config: ConfigOpt = None,
@@ -160,6 +186,7 @@ def register(app: typer.Typer) -> None:
 
         if files.count(STDIN) > 1:
             raise ValueError("stdin (-) can be given only once")
+        files, skipped = expand_inputs(files)
         cfg, ws, buf = open_buffer(config, preset, set_, workspace)
         errors: list[str] = []
         added: dict[str, int] = {}
@@ -201,6 +228,7 @@ def register(app: typer.Typer) -> None:
         result = {
             "added": sum(added.values()),
             "inputs": added,
+            "skipped_in_folders": skipped,
             "errors": errors,
             "flushed": [Path(f).name for f in written],
             "pending_log": buf.pending(),
@@ -211,6 +239,8 @@ def register(app: typer.Typer) -> None:
             where = f"; written to {', '.join(result['flushed'])}" if written else (
                 f"; {buf.pending()} in the write-ahead log" if buf.pending() else "")
             typer.echo(f"added {result['added']} records from {len(added)} of {len(files)} inputs{where}")
+            for folder, n in skipped.items():
+                typer.echo(f"skipped {n} files of other types in {folder} (binaries, unknown suffixes)")
         for message in errors:
             typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
         buf.close(flush=flush)

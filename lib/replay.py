@@ -57,6 +57,21 @@ class ReplayFileError(ValueError):
     """One input file of a replay corpus that cannot be used, and why."""
 
 
+def files_under(folder: Path) -> tuple[list[Path], int]:
+    """The supported files under `folder`, recursively and sorted, leaving out hidden paths (.git,
+    editor files); and how many other files it holds (binaries, unknown types), which are skipped.
+    What `consolidate init --replay` and `consolidate buffer add` take from a folder."""
+    files, unsupported = [], 0
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if any(part.startswith(".") for part in f.relative_to(folder).parts):
+            continue
+        if f.suffix.lower() in SUPPORTED:
+            files.append(f)
+        else:
+            unsupported += 1
+    return files, unsupported
+
+
 def _expand(paths: list[str | Path], skipped: dict[str, int]) -> list[tuple[Path, str]]:
     """(file, id prefix) for every supported file under `paths`, sorted; a named file of an
     unsupported type is an error, unsupported files inside a folder are counted and skipped."""
@@ -69,13 +84,10 @@ def _expand(paths: list[str | Path], skipped: dict[str, int]) -> list[tuple[Path
                                  f"JSONL ({', '.join(sorted(JSONL_SUFFIXES))}) or text files ({', '.join(sorted(PROSE_SUFFIXES))}, source code)")
             out.append((path, path.name))
         elif path.is_dir():
-            for f in sorted(p for p in path.rglob("*") if p.is_file()):
-                if any(part.startswith(".") for part in f.relative_to(path).parts):
-                    continue  # .git, editor files
-                if f.suffix.lower() in SUPPORTED:
-                    out.append((f, f.relative_to(path).as_posix()))
-                else:
-                    skipped["unsupported_files"] = skipped.get("unsupported_files", 0) + 1
+            files, unsupported = files_under(path)
+            out += [(f, f.relative_to(path).as_posix()) for f in files]
+            if unsupported:
+                skipped["unsupported_files"] = skipped.get("unsupported_files", 0) + unsupported
         else:
             raise FileNotFoundError(f"replay path {path} does not exist")
     return out

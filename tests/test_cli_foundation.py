@@ -53,6 +53,28 @@ def test_buffer_add_every_input_kind(tmp_path):
     assert len({r["id"] for r in rows}) == 8
 
 
+def test_buffer_add_takes_folders_like_init_replay(tmp_path):
+    """The README's `consolidate buffer add notes/ chats.jsonl`: a folder brings its supported
+    files, recursively and sorted, without hidden paths or binaries; an empty folder is refused
+    by name while the other inputs proceed."""
+    ws, notes = tmp_path / "ws", tmp_path / "notes"
+    (notes / "sub").mkdir(parents=True)
+    (notes / ".git").mkdir()
+    (notes / "b.md").write_text("second note", encoding="utf-8")
+    (notes / "a.txt").write_text("first note", encoding="utf-8")
+    (notes / "sub" / "c.py").write_text("def third():\n    return 3\n", encoding="utf-8")
+    (notes / "sub" / "d.ndjson").write_text(json.dumps({"text": "fourth, as JSON"}) + "\n", encoding="utf-8")
+    (notes / ".git" / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+    (notes / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    (tmp_path / "empty").mkdir()
+    result = cli(ws, "buffer", "add", str(notes), str(tmp_path / "empty"), "--json")
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert [r["text"] for r in buffer_rows(ws)] == ["first note", "second note", "def third():\n    return 3\n", "fourth, as JSON"]
+    assert report["added"] == 4 and report["skipped_in_folders"] == {str(notes): 1}
+    assert report["errors"] == [f"{tmp_path / 'empty'}: a folder with no text, markdown, source code, JSONL or parquet files"]
+
+
 def test_buffer_add_invalid_utf8_names_the_file_and_others_proceed(tmp_path):
     ws = tmp_path / "ws"
     bad = tmp_path / "latin1.txt"
