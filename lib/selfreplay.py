@@ -18,8 +18,9 @@ samples are drawn once).
   parameters; asking again with the same ones reuses the corpus, anything else regenerates it.
 
 Trade-off: samples of a small or undertrained model are repetitive and drift off-topic, so they
-protect general fluency more than specific knowledge; the README compares them with real-corpus
-replay and with none on the forgetting of v0's own distribution (bench/bench_memory.py).
+protect general fluency more than specific knowledge; docs/benchmarks.md ("Long-term memory") compares
+them with real-corpus replay and with none on the forgetting of v0's own distribution
+(bench/bench_memory.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ concatenation of short documents (seed 001).
 polars: the line features are column work over every line of every document (split, explode,
 regex counts, a running fence count per document, group-by aggregates), so `line_features` is one
 polars query: 1.0 s against 3.5 s for the same rules in a Python loop per line, on the package
-files bench/bench_curation_kept.py reads (it prints both; a loaded 2-core machine, README). The length filter stays a Python loop:
+files bench/bench_curation_kept.py reads (it prints both; a loaded 2-core machine, docs/benchmarks.md). The length filter stays a Python loop:
 it walks documents in order, carrying a group, and sees each document once.
 
 Trade-offs: the line rules are heuristics. On bench/bench_curation_kept.py's sample of installed
