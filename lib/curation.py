@@ -155,7 +155,7 @@ class IngestStep(Step):
     def __init__(self, ws: Workspace):
         self.ws = ws
 
-    def reads(self, input: dict, output: Path, rank: int, world_size: int) -> list[Path]:
+    def reads(self, input: dict, output: Path, rank: int, world_size: int, section: CurationConfig) -> list[Path]:
         return [Path(f["path"]) for f in input["files"][rank::world_size]]
 
     def writes(self, rank: int, world_size: int) -> list[str]:
@@ -225,7 +225,7 @@ class DedupStep(Step):
     def __init__(self, index: DedupIndex):
         self.index = index
 
-    def reads(self, input: Any, output: Path, rank: int, world_size: int) -> list[Path]:
+    def reads(self, input: Any, output: Path, rank: int, world_size: int, section: CurationConfig) -> list[Path]:
         history = [self.index.exact_path] if self.index.exact_path.exists() else []
         history += sorted(self.index.minhash_dir.glob("*.npz")) if self.index.minhash_dir.is_dir() else []
         return [Path(output) / shard_outputs(r)[k] for r in range(world_size) for k in ("docs", "dedup")] + history
@@ -423,9 +423,10 @@ class FilterStep(Step):
     def _quality_model(self, c: CurationConfig) -> Path | None:
         return self.ws.resolve(c.quality_model) if c.quality_model else None
 
-    def reads(self, input: Any, output: Path, rank: int, world_size: int) -> list[Path]:
+    def reads(self, input: Any, output: Path, rank: int, world_size: int, section: CurationConfig) -> list[Path]:
         out = shard_outputs(rank)
-        return [Path(output) / out["docs"], Path(output) / out["keep"]]  # + the quality model, by settings
+        model = self._quality_model(section)
+        return [Path(output) / out["docs"], Path(output) / out["keep"]] + ([model] if model else [])
 
     def writes(self, rank: int, world_size: int) -> list[str]:
         return [shard_outputs(rank)[k] for k in ("part", "filter", "dropped")]

@@ -113,7 +113,7 @@ class Step:
     per_shard = True       # False: a reduce, run once as rank 0 over every rank's files
     cached = True          # an orchestrator may cache it on `reads` + its settings
 
-    def reads(self, input: Any, output: Path, rank: int, world_size: int) -> list[Path]:
+    def reads(self, input: Any, output: Path, rank: int, world_size: int, section: Any) -> list[Path]:
         """Files rank `rank` reads (by content, a cache key's inputs)."""
         return []
 
