@@ -2,9 +2,10 @@
 
 - First the buffer's write-ahead logs of stopped writers are replayed into parquet files
   (`MemoryBuffer.flush`), so records that `add` returned for are part of the night.
-- Every `buffers/*.parquet` file is identified by the xxh3-128 of its bytes. The lineage registry
-  says whether that content was consumed or quarantined already (skipped) or is pending from a
-  night that did not promote (used again). New content is registered as pending.
+- Every `buffers/*.parquet` file is identified by the xxh3-128 of its bytes, taken once per night
+  (`inspect_buffer_file`; ingest and the cache keys reuse it). The lineage registry says whether
+  that content was consumed or quarantined already (skipped: `select_pending`, the one rule) or
+  is pending from a night that did not promote (used again). New content is registered as pending.
 - A file is bad, and moved to `quarantine/` beside a `<name>.reason.json`, whenever reading it
   fully fails for any reason: not parquet, a corrupt footer or page, no `text` column, a `text`,
   `id` or `source` column that is not a string, invalid UTF-8 in any string column, no rows (the
@@ -17,7 +18,8 @@
   it failed, was retried or was killed right after the move (and finish a move a kill cut short).
 - Files are split across `world_size` ranks by position in the sorted list (datatrove style).
   A rank running as its own task records its registry changes in a `DeferredRegistry` instead
-  of writing the DuckDB file (one writing process at a time); the reduce step applies them.
+  of writing the DuckDB file (one writing process at a time); `record_ingest` applies them, the
+  one place they reach lineage.
   A file that is gone when its rank gets to it (a retried task whose first attempt quarantined
   it) is skipped and counted.
 

@@ -1,12 +1,13 @@
 """Data stages of a night as Prefect tasks: find and hash buffer files (mapped over files),
-curate (mapped over shards, one dedup reduce), prepare the training data. Each is a few lines
+curate (lib.curation's steps, mapped over shards), prepare the training data. Each is a few lines
 around lib.
 
 - `inspect_buffer_file` runs once per buffer file (`.map`), on threads or on Ray, and yields the
-  content hash the cache keys and the lineage registry both use.
-- `ingest_shard` and `filter_shard` run once per shard (`.map`), `dedup_shards` once over all;
-  `tokenize_file` once per input file (`.map`) into the token cache, before `prepare_data`
-  draws the manifest from cached shards.
+  content hash the registry, the cache keys and ingest all use (the one hash of a file tonight).
+- `curation_step` runs one rank of one lib.curation step; `step_task` names it after the step
+  (`ingest-shard`, `record-ingest`, `dedup-shards`, `filter-shard`, `curation-report`) and keys a
+  cached step on `Step.reads`; flows/curation.py maps it over the shards. `tokenize_file` runs
+  once per input file (`.map`) into the token cache, before `prepare_data` draws the manifest.
 - The curation steps and `prepare_data` are cached on the content of what they read plus their
   config section and lib code (tasks/cache_keys.py); results persist under `<workspace>/cache/`.
 - A cache hit returns the outputs of the run that computed them; `adopt_outputs` hard-links
