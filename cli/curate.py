@@ -16,37 +16,6 @@ import typer
 from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, night_lock, resolve_config
 
 
-def _read_texts(path: Path) -> tuple[list[str], list[str]]:
-    """(ids, texts) from a parquet file/folder with a `text` column, a JSONL file, or a text file
-    (one document per line)."""
-    import pyarrow.parquet as pq
-
-    if not path.exists():
-        raise FileNotFoundError(f"input {path} does not exist")
-    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
-    ids: list[str] = []
-    texts: list[str] = []
-    for f in files:
-        if f.suffix == ".parquet":
-            table = pq.read_table(f)
-            if "text" not in table.column_names:
-                raise ValueError(f"{f}: no `text` column")
-            col = table.column("text").to_pylist()
-            got = table.column("id").to_pylist() if "id" in table.column_names else [f"{f.name}:{i}" for i in range(len(col))]
-        elif f.suffix == ".jsonl":
-            rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-            col = [r.get("text") for r in rows]
-            got = [str(r.get("id", f"{f.name}:{i}")) for i, r in enumerate(rows)]
-        else:
-            col = [line for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-            got = [f"{f.name}:{i}" for i in range(len(col))]
-        for i, t in zip(got, col):
-            if isinstance(t, str) and t.strip():
-                ids.append(str(i))
-                texts.append(t)
-    return ids, texts
-
-
 def register(app: typer.Typer) -> None:
     @app.command("curate")
     def curate_cmd(
@@ -81,43 +50,21 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[Optional[int], typer.Option("--workers", help="Threads for signatures (default: all cores).")] = None,
         verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Check LSH candidates with the exact Jaccard (candidates banded 0.2 below the threshold).")] = True,
     ) -> None:
-        """Exact + near (MinHash-LSH) deduplication of files, outside any workspace."""
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from lib.dedup import deduplicate
-        from lib.minhash import estimated_jaccard
+        """Exact + near (MinHash-LSH) deduplication of files, outside any workspace (lib.curation's
+        dedup steps, run here)."""
+        from lib.config import CurationConfig
+        from lib.curation import dedup_files
 
         if not 0 < threshold < 1:
             raise ValueError(f"--threshold must be between 0 and 1, got {threshold}")
         if shingle not in ("word", "char"):
             raise ValueError(f"--shingle must be word or char, got {shingle!r}")
         started = time.perf_counter()
-        ids: list[str] = []
-        texts: list[str] = []
-        for path in inputs:
-            i, t = _read_texts(path)
-            ids += i
-            texts += t
-        result = deduplicate(texts, threshold, num_perm, ngram, shingle, verify, workers)
-        n, rep, alive, res = len(texts), result.representative, result.alive, result.near
-        rows = [{"id": ids[i], "duplicate_of": ids[rep[i]], "kind": "exact", "jaccard": 1.0} for i in np.flatnonzero(result.exact)]
-        near = np.flatnonzero(res.representative != np.arange(len(alive)))
-        est = estimated_jaccard(res.signatures[near], res.signatures[res.representative[near]]) if len(near) else []
-        rows += [{"id": ids[alive[j]], "duplicate_of": ids[alive[res.representative[j]]], "kind": "near", "jaccard": float(e)}
-                 for j, e in zip(near, est)]
-        kept = alive[res.representative == np.arange(len(alive))]
-        out.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table({"id": [ids[i] for i in kept], "text": [texts[i] for i in kept]}), out / "kept.parquet")
-        pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.string()), ("duplicate_of", pa.string()),
-                                                                      ("kind", pa.string()), ("jaccard", pa.float64())])),
-                       out / "duplicates.parquet")
-        stats = {"documents": n, "kept": int(len(kept)), "exact_duplicates": int(n - len(alive)),
-                 "near_duplicates": int(len(near)), "bands": res.bands, "rows": res.rows,
-                 "candidate_pairs": res.candidate_pairs, "verified_pairs": res.verified_pairs if verify else None,
-                 "verify": verify, "threshold": threshold, "num_perm": num_perm,
-                 "ngram": ngram, "shingle": shingle, "seconds": round(time.perf_counter() - started, 3)}
+        section = CurationConfig(threshold=threshold, num_perm=num_perm, ngram=ngram, shingle=shingle,
+                                 verify_jaccard=verify, workers=workers)
+        stats = dedup_files(inputs, out, section)
+        stats.update(verify=verify, threshold=threshold, num_perm=num_perm, ngram=ngram, shingle=shingle,
+                     seconds=round(time.perf_counter() - started, 3))
         (out / "stats.json").write_text(json.dumps(stats, indent=1))
         typer.echo(json.dumps(stats))
 
@@ -131,10 +78,11 @@ def register(app: typer.Typer) -> None:
         epoch: Annotated[int, typer.Option("--epoch", help="Training epochs.")] = 25,
     ) -> None:
         """Train the quality classifier; point curation.quality_model at the result."""
+        from lib.curation import read_texts
         from lib.fasttext_filters import train_quality_model
 
-        _, pos = _read_texts(positive)
-        _, neg = _read_texts(negative)
+        _, pos = read_texts(positive)
+        _, neg = read_texts(negative)
         path = train_quality_model(pos, neg, out, epoch=epoch)
         typer.echo(f"quality model -> {path} ({len(pos)} positive, {len(neg)} negative examples)")
 

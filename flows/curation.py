@@ -1,17 +1,14 @@
 """The curation flow: tonight's memory buffer files to curated parquet, on its own or inside the
 nightly flow.
 
-- ingest: list the buffer folder, hash every file (a task per file, on threads or Ray), keep
-  the ones the registry does not know as consumed or quarantined; a file found bad is moved to
-  `quarantine/` with its reason, and `record-ingest` writes every reason file lineage does not
-  know yet, so a quarantine is recorded even when the task that made it failed, was retried, or
-  its process was killed;
-- curate (lib.curation's three steps): per shard of the pending files, ingest + exact hashes +
-  MinHash signatures (mapped tasks); one reduce for exact dedup → near dedup (MinHash-LSH, also
-  against earlier nights); per shard, each document's kind (code or prose), length filter and
-  concatenation → fastText language and quality filters on prose, the code rule on code (mapped
-  tasks). Each step is cached on the content it reads and the curation config; a cache hit
-  hard-links the earlier run's files into this run folder.
+- ingest: list the buffer folder, hash every file once (a task per file, on threads or Ray),
+  keep the ones the registry does not know as consumed or quarantined (lib.ingest.select_pending);
+- curate: the step list of lib.curation (`curation_steps`), each step mapped as tasks: a task per
+  rank for a per-shard step (ingest + signatures, filters), one task for a reduce (registry,
+  dedup, report). The same list `lib.curation.curate` runs in one process (CLI, tests), with the
+  same survivors. A cached step is keyed on the content it reads (`Step.reads`, the buffer files
+  by the hash taken at ingest), the curation config and code; a cache hit hard-links the earlier
+  run's files (`Step.writes`) into this run folder, and a hit whose files are gone runs again.
 
 Trade-off: hashing every file on every run costs one read of the buffer (~2 GB/s) but makes
 "same input" mean the same bytes, whatever the file names or times.
@@ -27,17 +24,14 @@ from prefect import flow, unmapped
 
 from flows.runtime import StageClock, map_over, new_run_id, night_lock
 from lib.config import ConsolidationConfig, run_form
-from lib.curation import DEDUP_OUTPUTS, shard_count, shard_outputs
-from lib.faults import fault_point
-from lib.lineage import Lineage
+from lib.curation import curation_steps, shard_count
+from lib.steps import Step, ranks_of
 from lib.workspace import RunDir, Workspace
-from tasks.cache_keys import on_workspace
-from tasks.data import (adopt_outputs, curation_report, dedup_shards, filter_shard, find_buffer_files, ingest_shard,
-                        inspect_buffer_file, record_ingest, select_pending)
+from tasks.data import adopt_outputs, find_buffer_files, inspect_buffer_file, select_pending, step_task
 
 
 def pending_buffers(cfg: ConsolidationConfig, clock: StageClock) -> list[dict[str, Any]]:
-    """ingest: the buffer files tonight may use, each with its content hash."""
+    """ingest: the buffer files tonight may use, each with its content hash and registry status."""
     root = str(Workspace(cfg.workspace.root).root)
     with clock.stage("ingest"):
         files = find_buffer_files(root)
@@ -45,54 +39,41 @@ def pending_buffers(cfg: ConsolidationConfig, clock: StageClock) -> list[dict[st
         return select_pending(root, inspected)
 
 
-def _files(rank: int, kinds: tuple[str, ...]) -> list[str]:
-    return [shard_outputs(rank)[k] for k in kinds]
-
-
-def _adopted(task, cfg: ConsolidationConfig, here: str, outputs, results: list[dict[str, Any]], params: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Cached step results with their files in run folder `here`: a result whose files are gone
-    (an old run folder deleted) is computed again with the cache refreshed; the files of a result
-    computed by another run are hard-linked in."""
-    cached = on_workspace(task, Workspace(cfg.workspace.root))
+def map_step(step: Step, cfg: ConsolidationConfig, given: Any, here: str, world_size: int, workers: int) -> list[dict[str, Any]]:
+    """`step` as tasks, a task per rank (one for a reduce); a cached result's files are adopted
+    into `here`, and one whose files are gone (an old run folder deleted) is computed again."""
+    task = step_task(step, Workspace(cfg.workspace.root))
+    params = dict(step=step, cfg=cfg, input=given, run_dir=here, world_size=world_size,
+                  workers=workers if step.per_shard else None)
+    ranks = ranks_of(step, world_size)
+    if step.per_shard:
+        results = map_over(task, cfg, **{k: unmapped(v) for k, v in params.items()}, rank=ranks)
+    else:
+        results = [task(**params, rank=0)]
+    if not step.cached:
+        return results
     done = []
-    for r, p in zip(results, params):
-        if not all((Path(r["run_dir"]) / o).exists() for o in outputs(r)):
-            r = cached.with_options(refresh_cache=True)(**p)
-        adopt_outputs(r["run_dir"], here, outputs(r))
+    for r, rank in zip(results, ranks):
+        if not all((Path(r["run_dir"]) / o).exists() for o in step.writes(rank, world_size)):
+            r = task.with_options(refresh_cache=True)(**params, rank=rank)
+        adopt_outputs(r["run_dir"], here, step.writes(rank, world_size))
         done.append(r)
     return done
 
 
-def _map_cached(task, cfg: ConsolidationConfig, here: str, outputs, params: dict[str, Any], ranks: list[int]) -> list[dict[str, Any]]:
-    """`task` mapped over `rank`, cached on content, its files adopted into `here`."""
-    cached = on_workspace(task, Workspace(cfg.workspace.root))
-    results = map_over(cached, cfg, **{k: unmapped(v) for k, v in params.items()}, rank=ranks)
-    return _adopted(task, cfg, here, outputs, results, [{**params, "rank": r} for r in ranks])
-
-
 def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, Any]], clock: StageClock) -> dict[str, Any]:
-    """Curation of `pending` into `run.curated`: ingest and signatures mapped over shards, one
-    dedup over all of them, filters mapped over shards; each step cached on content, and a cached
-    step's files hard-linked from the run that computed them."""
+    """Curation of `pending` into `run.curated`: lib.curation's steps in order, each mapped over
+    the shards; returns the night's counts (curated/stats.json)."""
     ws = Workspace(cfg.workspace.root)
-    files = sorted(p["path"] for p in pending)
-    mine = {p["content_hash"] for p in pending}  # what the registry knows of them (pending or nothing)
-    statuses = {b.content_hash: b.status for b in Lineage(ws.lineage_db).buffer_files() if b.content_hash in mine}
-    n = shard_count(cfg, len(files))
+    n = shard_count(cfg, len(pending))
     workers = max(1, (cfg.curation.workers or os.cpu_count() or 1) // n)
-    here, ranks = str(run.path), list(range(n))
+    given: Any = {"files": sorted(pending, key=lambda p: p["path"]), "already": {}}
+    here = str(run.path)
     with clock.stage("curate"):
-        shards = _map_cached(ingest_shard, cfg, here, lambda r: _files(r["rank"], ("docs", "dedup", "ingest")),
-                             dict(cfg=cfg, run_dir=here, world_size=n, files=files, statuses=statuses, workers=workers), ranks)
-        fault_point("curate")  # bad files moved to quarantine/, lineage not told yet
-        record_ingest(str(ws.root), shards)
-        params = dict(cfg=cfg, run_dir=here, world_size=n)
-        dedup_files = DEDUP_OUTPUTS + [shard_outputs(k)["keep"] for k in ranks]
-        [dedup] = _adopted(dedup_shards, cfg, here, lambda r: dedup_files,
-                           [on_workspace(dedup_shards, ws)(**params)], [params])
-        filtered = _map_cached(filter_shard, cfg, here, lambda r: _files(r["rank"], ("part", "filter", "dropped")),
-                               dict(cfg=cfg, run_dir=here), ranks)
-        return curation_report(here, shards, dedup["stats"], [f["stats"] for f in filtered], cfg.curation.max_drop_share)
+        for step in curation_steps(ws):
+            results = map_step(step, cfg, given, here, n, workers)
+            given = here  # the steps after the first read the run folder
+    return {**results[0]["stats"], "curated_dir": str(run.curated)}
 
 
 # The run form of curation alone: where the buffer is, how to curate it, threads or Ray.

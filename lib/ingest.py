@@ -2,9 +2,10 @@
 
 - First the buffer's write-ahead logs of stopped writers are replayed into parquet files
   (`MemoryBuffer.flush`), so records that `add` returned for are part of the night.
-- Every `buffers/*.parquet` file is identified by the xxh3-128 of its bytes. The lineage registry
-  says whether that content was consumed or quarantined already (skipped) or is pending from a
-  night that did not promote (used again). New content is registered as pending.
+- Every `buffers/*.parquet` file is identified by the xxh3-128 of its bytes, taken once per night
+  (`inspect_buffer_file`; ingest and the cache keys reuse it). The lineage registry says whether
+  that content was consumed or quarantined already (skipped: `select_pending`, the one rule) or
+  is pending from a night that did not promote (used again). New content is registered as pending.
 - A file is bad, and moved to `quarantine/` beside a `<name>.reason.json`, whenever reading it
   fully fails for any reason: not parquet, a corrupt footer or page, no `text` column, a `text`,
   `id` or `source` column that is not a string, invalid UTF-8 in any string column, no rows (the
@@ -17,7 +18,8 @@
   it failed, was retried or was killed right after the move (and finish a move a kill cut short).
 - Files are split across `world_size` ranks by position in the sorted list (datatrove style).
   A rank running as its own task records its registry changes in a `DeferredRegistry` instead
-  of writing the DuckDB file (one writing process at a time); the reduce step applies them.
+  of writing the DuckDB file (one writing process at a time); `record_ingest` applies them, the
+  one place they reach lineage.
   A file that is gone when its rank gets to it (a retried task whose first attempt quarantined
   it) is skipped and counted.
 
@@ -196,16 +198,65 @@ def buffer_files(ws: Workspace) -> list[Path]:
     return sorted(p for p in ws.buffers.glob("*.parquet") if not p.name.startswith(".")) if ws.buffers.is_dir() else []
 
 
+def inspect_buffer_file(path: str | Path) -> dict:
+    """Path, content hash, rows and bytes of one buffer file: the one read that identifies it for
+    the night (registry, cache keys, ingest). An unreadable file is reported (`error`), not
+    raised: ingest quarantines it with the reason."""
+    info: dict = {"path": str(path), "bytes": os.path.getsize(path), "content_hash": content_hash(path)}
+    try:
+        info["rows"], info["error"] = pq.ParquetFile(path).metadata.num_rows, None
+    except Exception as exc:  # a torn or foreign file: counted here, quarantined by ingest
+        info["rows"], info["error"] = None, f"{type(exc).__name__}: {exc}"
+    return info
+
+
+def select_pending(inspected: list[dict], statuses: dict[str, str]) -> tuple[list[dict], dict[str, int]]:
+    """The night's input: the inspected files the registry (`statuses`: content hash → status)
+    does not know as consumed or quarantined (never consume twice), sorted by path, each with its
+    registry `status` (pending, or None: new); and the counts of the choice."""
+    skip = ("consumed", "quarantined")
+    pending = sorted(({**i, "status": statuses.get(i["content_hash"])} for i in inspected
+                      if statuses.get(i["content_hash"]) not in skip), key=lambda i: i["path"])
+    counts = {
+        "files": len(inspected),
+        "pending": len(pending),
+        "already_consumed": sum(1 for i in inspected if statuses.get(i["content_hash"]) == "consumed"),
+        "already_quarantined": sum(1 for i in inspected if statuses.get(i["content_hash"]) == "quarantined"),
+        "unreadable": sum(1 for i in pending if i["error"]),
+        "rows": sum(i["rows"] or 0 for i in pending),
+        "bytes": sum(i["bytes"] for i in pending),
+    }
+    return pending, counts
+
+
+def pending_buffer_files(ws: Workspace, lineage: Lineage) -> tuple[list[dict], dict[str, int]]:
+    """In one process: the buffer's logs flushed, every file inspected (hashed once), the pending
+    ones chosen (`select_pending`). The curation flow runs the same three as tasks."""
+    flush_buffer(ws)
+    inspected = [inspect_buffer_file(p) for p in buffer_files(ws)]
+    return select_pending(inspected, {b.content_hash: b.status for b in lineage.buffer_files()})
+
+
+def record_ingest(ws: Workspace, lineage: Lineage, events: list[dict]) -> int:
+    """The one place registry changes of ingest reach lineage: the events the ranks recorded,
+    then every quarantine lineage does not know yet (made by a rank that failed or was killed
+    before its events were applied). Idempotent; returns how many quarantines were late."""
+    apply_registry_events(lineage, events)
+    return record_quarantine(ws, lineage)
+
+
 def ingest(
     ws: Workspace, lineage: Lineage | DeferredRegistry, rank: int = 0, world_size: int = 1, flush: bool = True,
-    files: list[Path] | None = None,
+    files: list[Path] | None = None, digests: dict[str, str] | None = None,
 ) -> IngestResult:
     """Documents of the pending buffer files of this rank, in file order then row order
-    (`files`: the full sorted list to split, default the buffer folder's files)."""
+    (`files`: the full sorted list to split, default the buffer folder's files; `digests`: the
+    content hashes already known by path, so a file is not hashed again)."""
     if flush:
         flush_buffer(ws)
     files = buffer_files(ws) if files is None else [Path(f) for f in files]
     files = files[rank::world_size]
+    digests = digests or {}
     status = {b.content_hash: b.status for b in lineage.buffer_files()}
     out = IngestResult()
     counts = out.counts
@@ -215,7 +266,7 @@ def ingest(
         if not path.is_file():  # a retried task: its first attempt quarantined it already
             _bump(counts, "files_gone")
             continue
-        digest = content_hash(path)
+        digest = digests.get(str(path)) or content_hash(path)
         known = status.get(digest)
         if known in ("consumed", "quarantined"):
             _bump(counts, f"files_already_{known}")

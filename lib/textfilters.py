@@ -64,10 +64,17 @@ _GENERATED = r"(?i)auto-?generated|automatically generated|generated (by|from|wi
 
 @dataclass
 class Doc:
+    """A document between curation's filters: its kind, its line features (`line_features`, one
+    row as a dict) and what the filters found (language and quality scores)."""
+
     id: str
     text: str
     source_ids: list[str] = field(default_factory=list)
     kind: str = "prose"
+    features: dict = field(default_factory=dict, repr=False)
+    lang: str | None = None
+    lang_score: float | None = None
+    quality_score: float | None = None
 
 
 def line_features(texts: list[str]) -> pl.DataFrame:
@@ -137,17 +144,25 @@ def detect_kinds(features: pl.DataFrame, min_prose_chars: int = 100) -> list[str
     return ["code" if c else "prose" for c in code.to_list()]
 
 
+def code_reason(features: dict, max_line_chars: int, max_mean_line_chars: float, min_alnum_share: float,
+                drop_generated: bool) -> str | None:
+    """The first code rule a document (its `line_features` row) breaks (one of CODE_REASONS), or None."""
+    if features["max_line"] > max_line_chars:
+        return "code_long_line"
+    if features["mean_line"] > max_mean_line_chars:
+        return "code_mean_line"
+    if features["alnum_share"] < min_alnum_share:
+        return "code_alnum"
+    if features["generated"] and drop_generated:
+        return "code_generated"
+    return None
+
+
 def code_rule(features: pl.DataFrame, max_line_chars: int, max_mean_line_chars: float, min_alnum_share: float,
               drop_generated: bool) -> list[str | None]:
-    """For each document, the first code rule it breaks (one of CODE_REASONS), or None."""
-    reason = (
-        pl.when(pl.col("max_line") > max_line_chars).then(pl.lit("code_long_line"))
-        .when(pl.col("mean_line") > max_mean_line_chars).then(pl.lit("code_mean_line"))
-        .when(pl.col("alnum_share") < min_alnum_share).then(pl.lit("code_alnum"))
-        .when(pl.col("generated") & pl.lit(drop_generated)).then(pl.lit("code_generated"))
-        .otherwise(pl.lit(None, dtype=pl.String))
-    )
-    return features.select(reason.alias("reason")).to_series().to_list()
+    """`code_reason` of every row of `features`."""
+    return [code_reason(row, max_line_chars, max_mean_line_chars, min_alnum_share, drop_generated)
+            for row in features.iter_rows(named=True)]
 
 
 def split_text(text: str, max_chars: int) -> list[str]:

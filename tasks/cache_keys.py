@@ -35,11 +35,16 @@ from lib.buffer import content_hash
 from lib.workspace import Workspace
 
 
-def files_digest(files: Iterable[str | Path]) -> list[str]:
-    """Content hashes of `files`, sorted: order and names do not matter, bytes do. A file that is
-    gone (a retried ingest whose first attempt quarantined it) counts as `missing:<name>`."""
+def files_digest(files: Iterable[str | Path], known: dict[str, str] | None = None) -> list[str]:
+    """Content hashes of `files`, sorted: order and names do not matter, bytes do. `known`: hashes
+    already taken tonight, by path (not read again). A file that is gone (a retried ingest whose
+    first attempt quarantined it) counts as `missing:<name>`."""
     out = []
+    known = known or {}
     for f in files:
+        if str(f) in known:
+            out.append(known[str(f)])
+            continue
         try:
             out.append(content_hash(f))
         except FileNotFoundError:
@@ -59,10 +64,11 @@ def module_digest(modules: Iterable[str]) -> str:
     return h.hexdigest()
 
 
-def stage_key(stage: str, files: Iterable[str | Path], config: Any, modules: Iterable[str] = ()) -> str:
+def stage_key(stage: str, files: Iterable[str | Path], config: Any, modules: Iterable[str] = (),
+              known: dict[str, str] | None = None) -> str:
     payload = {
         "stage": stage,
-        "inputs": files_digest(files),
+        "inputs": files_digest(files, known),
         "config": config,
         "code": module_digest(modules),
     }
@@ -74,13 +80,15 @@ def content_cache(
     files: Callable[[dict[str, Any]], Iterable[str | Path]],
     config: Callable[[dict[str, Any]], Any],
     modules: Iterable[str] = (),
+    known: Callable[[dict[str, Any]], dict[str, str]] | None = None,
 ) -> CacheKeyFnPolicy:
     """A Prefect cache policy keyed on `stage_key`. `files` and `config` receive the task's
-    parameters and return its input files and the settings that shape its output."""
+    parameters and return its input files and the settings that shape its output; `known`, the
+    content hashes of input files the parameters carry already (by path)."""
     modules = tuple(modules)
 
     def key(_context, parameters: dict[str, Any]) -> str:
-        return stage_key(stage, files(parameters), config(parameters), modules)
+        return stage_key(stage, files(parameters), config(parameters), modules, known(parameters) if known else None)
 
     return CacheKeyFnPolicy(cache_key_fn=key)
 

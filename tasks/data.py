@@ -1,12 +1,13 @@
 """Data stages of a night as Prefect tasks: find and hash buffer files (mapped over files),
-curate (mapped over shards, one dedup reduce), prepare the training data. Each is a few lines
+curate (lib.curation's steps, mapped over shards), prepare the training data. Each is a few lines
 around lib.
 
 - `inspect_buffer_file` runs once per buffer file (`.map`), on threads or on Ray, and yields the
-  content hash the cache keys and the lineage registry both use.
-- `ingest_shard` and `filter_shard` run once per shard (`.map`), `dedup_shards` once over all;
-  `tokenize_file` once per input file (`.map`) into the token cache, before `prepare_data`
-  draws the manifest from cached shards.
+  content hash the registry, the cache keys and ingest all use (the one hash of a file tonight).
+- `curation_step` runs one rank of one lib.curation step; `step_task` names it after the step
+  (`ingest-shard`, `record-ingest`, `dedup-shards`, `filter-shard`, `curation-report`) and keys a
+  cached step on `Step.reads`; flows/curation.py maps it over the shards. `tokenize_file` runs
+  once per input file (`.map`) into the token cache, before `prepare_data` draws the manifest.
 - The curation steps and `prepare_data` are cached on the content of what they read plus their
   config section and lib code (tasks/cache_keys.py); results persist under `<workspace>/cache/`.
 - A cache hit returns the outputs of the run that computed them; `adopt_outputs` hard-links
@@ -27,14 +28,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from prefect import task
 from prefect.tasks import exponential_backoff
 
-from lib.buffer import content_hash
 from lib.config import ConsolidationConfig
 from lib.workspace import RunDir, Workspace
-from tasks.cache_keys import content_cache, files_digest
+from tasks.cache_keys import content_cache, on_workspace
 from tasks.reporting import own_time, publish_table, stage_logger
 
 IO_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2), retry_jitter_factor=0.5)
@@ -56,173 +55,90 @@ def find_buffer_files(workspace_root: str) -> list[str]:
 
 @task(name="inspect-buffer-file", **IO_RETRIES)
 def inspect_buffer_file(path: str) -> dict[str, Any]:
-    """Content hash, rows and bytes of one buffer file; unreadable files are reported, not raised
-    (curation quarantines them with the reason)."""
+    """Content hash, rows and bytes of one buffer file (lib.ingest.inspect_buffer_file): the one
+    hash of the file tonight; unreadable files are reported, not raised (ingest quarantines them)."""
+    from lib.ingest import inspect_buffer_file as inspect
+
     with own_time():
-        info: dict[str, Any] = {"path": path, "bytes": os.path.getsize(path), "content_hash": content_hash(path)}
-        try:
-            info["rows"] = pq.ParquetFile(path).metadata.num_rows
-            info["error"] = None
-        except Exception as exc:  # a torn or foreign file: counted here, quarantined by curation
-            info["rows"], info["error"] = None, f"{type(exc).__name__}: {exc}"
-    return info
+        return inspect(path)
 
 
 @task(name="select-pending-buffers", **IO_RETRIES)
 def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drop files the registry already knows as consumed or quarantined (never consume twice)."""
+    """The files the registry does not know as consumed or quarantined (lib.ingest.select_pending:
+    never consume twice), each with its registry status."""
+    from lib.ingest import select_pending as choose
     from lib.lineage import Lineage
 
     with own_time():
-        done = {b.content_hash: b.status for b in Lineage(Workspace(workspace_root).lineage_db).buffer_files()
-                if b.status in ("consumed", "quarantined")}
-    pending = [i for i in inspected if i["content_hash"] not in done]
-    counts = {
-        "files": len(inspected),
-        "pending": len(pending),
-        "already_consumed": sum(1 for i in inspected if done.get(i["content_hash"]) == "consumed"),
-        "already_quarantined": sum(1 for i in inspected if done.get(i["content_hash"]) == "quarantined"),
-        "unreadable": sum(1 for i in pending if i["error"]),
-        "rows": sum(i["rows"] or 0 for i in pending),
-        "bytes": sum(i["bytes"] for i in pending),
-    }
+        statuses = {b.content_hash: b.status for b in Lineage(Workspace(workspace_root).lineage_db).buffer_files()}
+        pending, counts = choose(inspected, statuses)
     publish_table("buffer-files", counts, "Memory buffer files found tonight, by registry status")
     stage_logger().info("buffer files: %s", counts)
     return pending
 
 
-# -- curation: per-shard ingest and signatures, one dedup reduce, per-shard filters ----------------
-CURATION_MODULES = ["lib.curation", "lib.ingest", "lib.dedup", "lib.minhash", "lib.buffer", "lib.textfilters",
+# -- curation: the steps of lib.curation as tasks (a task per rank, cached on content) ------------
+CURATION_MODULES = ["lib.curation", "lib.steps", "lib.ingest", "lib.dedup", "lib.minhash", "lib.buffer", "lib.textfilters",
                     "lib.fasttext_filters"]
 
 
-def _curation_settings(p: dict[str, Any]) -> Any:
+def _step_inputs(p: dict[str, Any]) -> list[str]:
+    step, cfg = p["step"], p["cfg"]
+    return [str(f) for f in step.reads(p["input"], Path(p["run_dir"]), p["rank"], p["world_size"], cfg.curation)]
+
+
+def _known_hashes(p: dict[str, Any]) -> dict[str, str]:
+    """Content hashes the pending files came with (hashed once tonight, not again for the key)."""
+    given = p["input"]
+    return {f["path"]: f["content_hash"] for f in given["files"]} if isinstance(given, dict) else {}
+
+
+def _step_settings(p: dict[str, Any]) -> Any:
     cfg: ConsolidationConfig = p["cfg"]
+    given = p["input"]
     return {"curation": cfg.curation.model_dump(mode="json", exclude={"workers", "shards"}),
-            "max_text_bytes": cfg.buffer.max_text_bytes}
+            "max_text_bytes": cfg.buffer.max_text_bytes, "rank": p["rank"], "world_size": p["world_size"],
+            "already": given.get("already") if isinstance(given, dict) and p["rank"] == 0 else None}
 
 
-def _shard_files(p: dict[str, Any]) -> list[str]:
-    return list(p["files"])[p["rank"] :: p["world_size"]]
-
-
-def _shard_settings(p: dict[str, Any]) -> Any:
-    mine = set(files_digest(_shard_files(p)))
-    return {**_curation_settings(p), "rank": p["rank"], "world_size": p["world_size"],
-            # pending and unknown files read the same (registering is recorded, applied idempotently)
-            "skipped": sorted(h for h, s in p["statuses"].items() if h in mine and s in ("consumed", "quarantined"))}
-
-
-@task(
-    name="ingest-shard",
-    cache_policy=content_cache("ingest-shard", _shard_files, _shard_settings, modules=CURATION_MODULES),
-    persist_result=True,
-    **IO_RETRIES,
-)
-def ingest_shard(cfg: ConsolidationConfig, run_dir: str, rank: int, world_size: int, files: list[str],
-                 statuses: dict[str, str], workers: int | None = 1) -> dict[str, Any]:
-    """Curation step 1 for one shard: its buffer files → documents, exact hashes, signatures."""
-    from lib.curation import ingest_shard as run_step
-
+@task(**IO_RETRIES)
+def curation_step(step, cfg: ConsolidationConfig, input: Any, run_dir: str, rank: int, world_size: int,
+                  workers: int | None = None) -> dict[str, Any]:
+    """One rank of one curation step (lib.curation): its Stats, and the run folder its files are in
+    (`workers`: this rank's share of `curation.workers`, when ranks run side by side)."""
+    section = cfg.curation.model_copy(update={"workers": workers}) if workers else cfg.curation
     with own_time():
-        info = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), rank, world_size,
-                        [Path(f) for f in files], statuses, workers)
-    return {**info, "run_dir": run_dir}
+        stats = step.run(input, Path(run_dir), rank, world_size, section)
+    for w in stats.counts.get("warnings", []):
+        stage_logger().warning("%s: %s", step.name, w)
+    if step.name in STEP_REPORTS:
+        STEP_REPORTS[step.name](stats.to_dict(), run_dir)
+    return {"stats": stats.to_dict(), "rank": rank, "run_dir": run_dir}
 
 
-def _dedup_inputs(p: dict[str, Any]) -> list[str]:
-    from lib.curation import shard_outputs
-    from lib.dedup import DedupIndex
+def step_task(step, ws: Workspace):
+    """`curation_step` named after `step`; a cached step is keyed on the content it reads, its
+    settings and the curation code, its result persisted under `<workspace>/cache/`."""
+    from prefect.cache_policies import NO_CACHE
 
-    run = Path(p["run_dir"])
-    index = DedupIndex(Workspace(p["cfg"].workspace.root).index)
-    history = [index.exact_path] if index.exact_path.exists() else []
-    history += sorted(index.minhash_dir.glob("*.npz")) if index.minhash_dir.is_dir() else []
-    return [str(run / shard_outputs(r)[k]) for r in range(p["world_size"]) for k in ("docs", "dedup")] + [str(h) for h in history]
-
-
-@task(
-    name="dedup-shards",
-    cache_policy=content_cache("dedup-shards", _dedup_inputs, lambda p: {**_curation_settings(p), "world_size": p["world_size"]},
-                               modules=CURATION_MODULES),
-    persist_result=True,
-    **IO_RETRIES,
-)
-def dedup_shards(cfg: ConsolidationConfig, run_dir: str, world_size: int) -> dict[str, Any]:
-    """Curation step 2 over every shard: exact and near dedup, tonight and against earlier nights
-    (the key includes the dedup index, so a night promoted since makes it run again)."""
-    from lib.curation import dedup_shards as run_step
-
-    with own_time():
-        stats = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), world_size, lineage=None)
-    return {"stats": stats, "run_dir": run_dir}
+    named = curation_step.with_options(name=step.name)
+    if not step.cached:
+        return named.with_options(cache_policy=NO_CACHE)
+    return on_workspace(named.with_options(
+        cache_policy=content_cache(step.name, _step_inputs, _step_settings, modules=CURATION_MODULES, known=_known_hashes)), ws)
 
 
-def _filter_inputs(p: dict[str, Any]) -> list[str]:
-    from lib.curation import shard_outputs
-
-    out = shard_outputs(p["rank"])
-    model = p["cfg"].curation.quality_model
-    extra = [str(Workspace(p["cfg"].workspace.root).resolve(model))] if model else []
-    return [str(Path(p["run_dir"]) / out["docs"]), str(Path(p["run_dir"]) / out["keep"])] + extra
-
-
-@task(
-    name="filter-shard",
-    cache_policy=content_cache("filter-shard", _filter_inputs, lambda p: {**_curation_settings(p), "rank": p["rank"]},
-                               modules=CURATION_MODULES),
-    persist_result=True,
-    **IO_RETRIES,
-)
-def filter_shard(cfg: ConsolidationConfig, run_dir: str, rank: int) -> dict[str, Any]:
-    """Curation step 3 for one shard: length filter and concatenation, language and quality."""
-    from lib.curation import filter_shard as run_step
-
-    with own_time():
-        stats = run_step(Workspace(cfg.workspace.root), cfg, RunDir(Path(run_dir)), rank)
-    return {"stats": stats, "rank": rank, "run_dir": run_dir}
-
-
-@task(name="record-ingest", **IO_RETRIES)
-def record_ingest(workspace_root: str, shards: list[dict[str, Any]]) -> int:
-    """Write the shards' registry changes (pending and quarantined files) to lineage, and every
-    quarantine lineage does not know yet (made by a shard attempt that then failed and was
-    retried, or by a night that was killed); idempotent."""
-    from lib.ingest import apply_registry_events, record_quarantine
-    from lib.lineage import Lineage
-
-    ws = Workspace(workspace_root)
-    lineage = Lineage(ws.lineage_db)
-    events = [e for s in shards for e in s["registry_events"]]
-    with own_time():
-        apply_registry_events(lineage, events)
-        late = record_quarantine(ws, lineage)
-    if late:
-        stage_logger().warning("recorded %d quarantined file(s) an earlier attempt had not recorded", late)
-    quarantined = [e for e in events if e["op"] == "quarantine"]
-    for e in quarantined:
-        stage_logger().warning("quarantined %s: %s", Path(e["path"]).name, e["reason"])
-    return len(events) + late
-
-
-@task(name="curation-report", **IO_RETRIES)
-def curation_report(run_dir: str, shards: list[dict[str, Any]], dedup: dict[str, Any], filtered: list[dict[str, Any]],
-                    max_drop_share: float = 0.5) -> dict[str, Any]:
-    """The night's curation counts (curated/stats.json) and their table artifact, dropped
-    documents by reason included; a warning naming every filter that dropped more than
-    `max_drop_share` of the documents it saw."""
-    from lib.curation import merge_stats
-
-    run = RunDir(Path(run_dir))
-    with own_time():
-        stats = merge_stats(run, shards, dedup, filtered, max_drop_share)
-    stats["curated_dir"] = str(run.curated)
+def _publish_curation_counts(stats: dict[str, Any], run_dir: str) -> None:
+    """The night's curation counts (curated/stats.json) as the `curation-counts` table: documents
+    in, dropped by each filter and by reason, kept, and the warnings."""
     warnings = {f"warning {i + 1}": w for i, w in enumerate(stats["warnings"])}
     publish_table("curation-counts", _flat_counts(stats) | warnings, "Documents in, dropped by each filter and by reason, kept")
-    for w in stats["warnings"]:
-        stage_logger().warning("curation: %s", w)
     stage_logger().info("curation: %s", {k: v for k, v in stats.items() if isinstance(v, (int, float))})
-    return stats
+
+
+# What a step shows in the UI beside its warnings (by step name).
+STEP_REPORTS = {"curation-report": _publish_curation_counts}
 
 
 def _flat_counts(stats: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import stdlib_texts
+
+pytest_plugins = ["prefect_fixtures"]
 from lib.buffer import MemoryBuffer
 from lib.config import load_config
 from lib.curation import commit_index, curate
@@ -274,3 +276,85 @@ def test_cli_dedup_curate_and_quality(tmp_path, workspace):
                               str(tmp_path / "bad.txt"), "--out", str(tmp_path / "q.bin")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "q.bin").is_file()
+
+
+# -- the step interface: one list, run here or as mapped tasks -------------------------------------
+def _night_files(ws):
+    """Four buffer files with exact and near copies across files, one German document, one torn file."""
+    near = [t.replace("shared notebook", "shared paper notebook") for t in PROSE]
+    german = "Der Speicher des Modells wird jede Nacht in die Gewichte geschrieben und danach gründlich geprüft."
+    files = [PROSE[:3], [PROSE[1], near[2], PROSE[3], german], [near[0], PROSE[4], PROSE[6]], [PROSE[5], PROSE[3].upper()]]
+    for k, texts in enumerate(files):
+        pq.write_table(pa.table({"id": [f"f{k}r{i}" for i in range(len(texts))], "text": texts}), ws.buffers / f"buffer_{k}.parquet")
+    (ws.buffers / "buffer_9.parquet").write_bytes(b"PAR1 torn")
+
+
+def test_a_filter_drop_is_counted_as_dropped_reason(workspace):
+    """Each step returns its Stats; a document a filter drops is counted as `dropped_<reason>`
+    by the step that dropped it, and the night's stats.json lists it by reason."""
+    from lib.curation import LanguageFilter, curation_steps, shard_count
+    from lib.ingest import pending_buffer_files
+    from lib.steps import Stats, run_steps
+    from lib.textfilters import line_features
+
+    cfg = _cfg(workspace, "curation.concatenate_short=false", "curation.min_chars=10")
+    doc = Doc("g", "Der Speicher des Modells wird jede Nacht in die Gewichte geschrieben und danach geprüft.")
+    doc.features = line_features([doc.text]).row(0, named=True)
+    stats = Stats()
+    assert LanguageFilter(stats, cfg.curation).keep(doc) == "language" and doc.lang == "de"
+    assert stats.get("language.by_language.de") == 1
+
+    _night_files(workspace)
+    files, counts = pending_buffer_files(workspace, Lineage(workspace.lineage_db))
+    assert counts["pending"] == 5 and all(f["content_hash"] for f in files)
+    run = workspace.run("n").ensure()
+    ingest, registry, dedup, filtered, report = run_steps(
+        curation_steps(workspace), {"files": files, "already": {}}, run.path, shard_count(cfg, len(files)), cfg.curation)
+    assert ingest.dropped() == {} and ingest.get("ingest.files_quarantined") == 1 and registry.get("registry.events") == 5
+    assert dedup.dropped() == {"exact_duplicate": 2, "near_duplicate": 2}
+    assert filtered.dropped() == {"language": 1} and filtered.get("language.dropped") == 1
+    on_disk = json.loads((run.curated / "stats.json").read_text())
+    assert on_disk["dropped_by_reason"] == {"exact_duplicate": 2, "near_duplicate": 2, "language": 1} == report.get("dropped_by_reason")
+    assert not [k for k in on_disk if k.startswith("dropped_") and k != "dropped_by_reason"]
+
+
+def test_the_same_steps_run_here_and_as_mapped_tasks_keep_the_same_survivors(tmp_path, prefect_client):
+    """lib.curation.curate (the local executor) and the curation flow (the same step list as
+    mapped Prefect tasks) on the same buffer files, in 2 shards: the same survivors, duplicates,
+    drops by reason and registry; the flow's second run is served from the cache."""
+    from flows.curation import curate as curate_flow
+    from lib.workspace import Workspace
+
+    outcomes = []
+    for how in ("local", "flow"):
+        ws = Workspace(tmp_path / how).ensure()
+        _night_files(ws)
+        cfg = _cfg(ws, "curation.concatenate_short=false", "curation.min_chars=10", "curation.shards=2", "curation.workers=2")
+        if how == "local":
+            run = ws.run("n").ensure()
+            stats = curate(ws, cfg, run)
+        else:
+            out = curate_flow(cfg)
+            run, stats = ws.run(out["run_id"]), out["stats"]
+        dups = pq.read_table(run.path / "curation" / "duplicates.parquet").to_pylist()
+        outcomes.append((sorted(r["id"] for r in _kept(run)), sorted((d["id"], d["duplicate_of"], d["kind"]) for d in dups),
+                         sorted(b.status for b in Lineage(ws.lineage_db).buffer_files()),
+                         stats["shards"], stats["docs_in"], stats["docs_out"], stats["dropped_by_reason"]))
+    assert outcomes[0] == outcomes[1]
+    kept, _, registry, shards, docs_in, docs_out, dropped = outcomes[0]
+    assert kept == ["f0r0", "f0r1", "f0r2", "f1r2", "f2r1", "f2r2", "f3r0"] and shards == 2
+    assert registry == ["pending"] * 4 + ["quarantined"] and (docs_in, docs_out) == (12, 7)
+    assert dropped == {"exact_duplicate": 2, "near_duplicate": 2, "language": 1}
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    state = curate_flow(cfg, return_state=True)
+    again = state.result()
+    assert again["stats"]["docs_out"] == 7 and sorted(r["id"] for r in _kept(ws.run(again["run_id"]))) == kept
+    states: dict[str, list[str]] = {}
+    for tr in prefect_client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))):
+        states.setdefault(tr.name.rsplit("-", 1)[0], []).append(tr.state.name)
+    # the torn file went to quarantine/ on the first run: the shard that held it reads other files
+    # now and runs again; its documents are the same bytes, so every step after it is Cached
+    assert sorted(states["ingest-shard"]) == ["Cached", "Completed"], states
+    assert states["filter-shard"] == ["Cached"] * 2 and states["dedup-shards"] == ["Cached"], states
+    assert states["record-ingest"] == states["curation-report"] == ["Completed"], states
