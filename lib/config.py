@@ -143,7 +143,19 @@ class TrainingConfig(_Section):
     grad_clip: float = Field(1.0, ge=0, description="Gradient norm clipping; 0 disables it.")
     optimizer_state: Literal["fresh", "inherit"] = Field("fresh", description="Start AdamW moments from zero (fresh) or from the parent's saved state, LRs reset (seed 000 open question 4).")
     nproc_per_node: int = Field(1, ge=1, description="Processes torchrun starts on each node (GPUs per node on CUDA).")
-    nnodes: int = Field(1, ge=1, description="Nodes for multi-node torchrun.")
+    nnodes: int = Field(1, ge=1, description="Nodes for multi-node torchrun (each node runs the same command with its own --node-rank; see rdzv_endpoint).")
+    rdzv_endpoint: str | None = Field(None, description="host:port of the rendezvous when nnodes > 1: the first node's address and a free port every node can reach (torchrun --rdzv-endpoint).")
+    parallelism: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="ddp: every rank holds the whole model, its gradients and AdamW state (16 bytes per parameter). fsdp: FSDP2 "
+                           "shards parameters, gradients and AdamW state over all ranks (16 / world bytes per parameter, plus one "
+                           "or two gathered blocks at a time); needed when the model's 16 bytes per parameter do not fit one device.")
+    compile: Literal["auto"] | bool = Field(
+        "auto", description="torch.compile each transformer block. auto: on for CUDA, off on CPU (on CPU the compile takes longer "
+                            "than a short night saves; on CUDA the speed-up is not yet measured here).")
+    compile_backend: str = Field(
+        "inductor", min_length=1, description="torch.compile backend when compile is on: inductor generates fused kernels (on CPU it "
+                                              "needs a C++ compiler and about a minute per block shape); aot_eager only traces the "
+                                              "forward and backward graphs, to check that a model compiles without that cost.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.")
     snapshot_every: int = Field(100, ge=1, description="Save a resumable snapshot every this many steps (and on SIGTERM).")
     keep_snapshots: int = Field(2, ge=1, description="Complete snapshots kept; older ones are deleted.")
@@ -156,6 +168,11 @@ class TrainingConfig(_Section):
     def _ratios(self) -> "TrainingConfig":
         if self.warmup_ratio + self.warmdown_ratio > 1:
             raise ValueError(f"warmup_ratio + warmdown_ratio must be at most 1, got {self.warmup_ratio} + {self.warmdown_ratio}")
+        if self.rdzv_endpoint is not None and not re.fullmatch(r"\[?[\w.:-]+\]?:\d{1,5}", self.rdzv_endpoint):
+            raise ValueError(f"rdzv_endpoint must be host:port (e.g. 10.0.0.5:29500), got {self.rdzv_endpoint!r}")
+        if self.parallelism == "fsdp" and self.optimizer_state == "inherit":
+            raise ValueError("optimizer_state=inherit is not supported with parallelism=fsdp yet (the parent's optimizer.pt is "
+                             "a full, unsharded AdamW state); use optimizer_state=fresh, or parallelism=ddp where the model fits")
         return self
 
 
