@@ -233,3 +233,15 @@ def test_two_nodes_on_loopback_train_like_one_node_with_two_processes(fsdp_runs,
     assert json.loads((tmp_path / "v" / "meta.json").read_text())["world_size"] == 2
     assert _losses(tmp_path / "t") == _losses(root / "t-fsdp")
     assert (tmp_path / "v" / MODEL_FILE).read_bytes() == (root / "fsdp" / MODEL_FILE).read_bytes()
+
+
+def test_training_task_command_carries_the_node_and_rendezvous(tmp_path):
+    from lib.config import load_config
+    from tasks.training import training_command
+
+    cfg = load_config(preset="tiny", overrides=["training.nnodes=2", "training.nproc_per_node=4",
+                                                "training.rdzv_endpoint=gpu-0.pool:29500", "training.parallelism=fsdp"])
+    cmd = training_command(cfg, "run", str(tmp_path / "v7"), str(tmp_path / "t"), parent="v6", init=False, resume=False,
+                           meta=None, node_rank=1)
+    assert "--nnodes=2" in cmd and "--node-rank=1" in cmd and "--nproc-per-node=4" in cmd
+    assert "--rdzv-endpoint=gpu-0.pool:29500" in cmd and "--rdzv-id=v7" in cmd, "a night's nodes meet under its version's name"
