@@ -150,8 +150,9 @@ class TrainingConfig(_Section):
                            "shards parameters, gradients and AdamW state over all ranks (16 / world bytes per parameter, plus one "
                            "or two gathered blocks at a time); needed when the model's 16 bytes per parameter do not fit one device.")
     compile: Literal["auto"] | bool = Field(
-        "auto", description="torch.compile each transformer block. auto: on for CUDA, off on CPU (on CPU the compile takes longer "
-                            "than a short night saves; on CUDA the speed-up is not yet measured here).")
+        "auto", description="torch.compile each transformer block. auto: on for CUDA (as the reference trainers do; not yet measured "
+                            "here), off on CPU (inductor took ~90 s to compile a tiny model's block on a busy 2-core machine; "
+                            "its CPU speed-up is not measured).")
     compile_backend: str = Field(
         "inductor", min_length=1, description="torch.compile backend when compile is on: inductor generates fused kernels (on CPU it "
                                               "needs a C++ compiler and about a minute per block shape); aot_eager only traces the "

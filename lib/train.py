@@ -1,15 +1,18 @@
 """The consolidation trainer: continue pre-training a Hugging Face causal LM on a prepared mix.
 
 Run as `python -m lib.train --config FILE --data DIR --out DIR (--parent VERSION | --init) [--resume]`
-or under `torchrun --nproc-per-node N -m lib.train ...` (`torchrun_command` builds that line).
+or under `torchrun --nproc-per-node N -m lib.train ...` (`lib.distributed.torchrun_command` builds that line).
 
-- Setup: gloo on CPU, nccl on CUDA, DistributedDataParallel when world size > 1; the data's
-  tokenizer hash must equal the parent's (v0: the given tokenizer's); memory per rank estimated
-  (lib.footprint) before the model is loaded, and a run that cannot fit refused with the knobs to
-  turn; the parent loaded straight into fp32 master weights on the device (from its master/ when
-  it keeps one), bf16 autocast on CUDA with the logits cast to fp32 before the cross-entropy
-  (seed 001), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical;
-  optional activation checkpointing per transformer block.
+- `train()` reads as its stages: `set_up` → `resume_from_snapshot` → `run_steps` (`train_step`,
+  `save_snapshot`) → `finish`; a `Run` holds what they share.
+- Setup: gloo on CPU, nccl on CUDA (lib.distributed); the data's tokenizer hash must equal the
+  parent's (v0: the given tokenizer's); memory per rank estimated (lib.footprint) before the model
+  is loaded, and a run that cannot fit refused with the knobs to turn; the parent loaded straight
+  into fp32 master weights on the device (from its master/ when it keeps one); then, per
+  `training.*`, activation checkpointing and torch.compile per block, and DDP or FSDP2
+  (`parallelism`, lib.distributed.prepare_model). bf16 compute on CUDA (autocast with DDP, the
+  FSDP mixed-precision policy with FSDP) with the logits cast to fp32 before the cross-entropy
+  (seed 001), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical.
 - One step = `total_batch_size / (device_batch_size × seq_len × world)` micro-batches per rank.
   The micro-batches of a step are fetched first, the valid targets (≠ -100) counted over all
   ranks, and each micro-batch's summed loss divided by that global count: the gradient is the
@@ -19,8 +22,9 @@ or under `torchrun --nproc-per-node N -m lib.train ...` (`torchrun_command` buil
   (v0: model.pretrain_lr). A parent without original_lr is refused with what it is and typical
   values, never guessed. AdamW (fused on CUDA), weight decay on matrices only, grad clipping.
   Optimizer state fresh or inherited from the parent's optimizer.pt, LRs reset (recorded in meta).
-- Snapshots every `snapshot_every` steps and on SIGTERM / past `time_limit_s` (lib.snapshot);
-  `--resume` continues from the newest complete one. Rank 0 writes metrics.jsonl (loss, lr,
+- Snapshots every `snapshot_every` steps and on SIGTERM / past `time_limit_s` (lib.snapshot;
+  with FSDP each rank writes its own shard, lib.distributed.save_sharded); `--resume` continues
+  from the newest complete one. An FSDP model is gathered once at the end, onto rank 0. Rank 0 writes metrics.jsonl (loss, lr,
   tokens/s, tokens per source) and, at the end, the version folder via lib.checkpoint: in the
   parent's dtype, rounded per `checkpoints.rounding`, fp32 master weights beside it, and in
   meta.json how much of the night's update the stored weights kept.
