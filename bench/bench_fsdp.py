@@ -11,7 +11,8 @@ micro-batches. Each rank reports:
   - bytes of the parameters, gradients and AdamW state it holds (the local shard with FSDP),
     counted from the tensors after a step (gradients from one more backward, before zero_grad);
   - peak resident memory during the steps (VmHWM, reset through /proc/self/clear_refs after set-up,
-    so the whole-model load before sharding is not in it) and the peak of the whole process;
+    so the whole-model load before sharding is not in it), the peak of set-up, and the resident
+    memory after each step;
   - seconds per step, mean of steps 2..N, wall and process CPU time.
 The variants alternate `--repeats` times; the fastest run of each is compared. Printed: the
 FSDP / DDP ratios (target for parameters, gradients, AdamW: about 1 / world = 0.5) and FSDP's
@@ -72,18 +73,19 @@ def child(args) -> None:
     after_setup = proc_status()
     with open("/proc/self/clear_refs", "w") as f:  # "5": reset the peak resident size to the current one
         f.write("5")
-    times, cpu = [], []
+    times, cpu, rss = [], [], []
     for _ in range(args.steps):
         t0, c0 = time.perf_counter(), time.process_time()
         train_step(run, lambda: None)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
+        rss.append(proc_status()["VmRSS"])
     x, y, _ = run.loader.next_batch()
     logits = run.step_model(input_ids=x).logits
     torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), ignore_index=-100).backward()
     params = {id(p): p for p in run.model.parameters()}.values()
     report = {
-        "rank": d.rank, "step_s": times, "cpu_s": cpu,
+        "rank": d.rank, "step_s": times, "cpu_s": cpu, "rss_after_step": rss,
         "params": sum(_local_bytes(p) for p in params),
         "grads": sum(_local_bytes(p.grad) for p in params if p.grad is not None),
         "adamw": sum(_local_bytes(v) for s in run.optimizer.state.values() for v in s.values() if torch.is_tensor(v)),
@@ -166,10 +168,15 @@ def main() -> None:
               f"{args.threads} torch thread(s) per rank; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         print(f"{'per rank (max over ranks)':<34} {'ddp':>10} {'fsdp':>10} {'fsdp/ddp':>9}")
         for key, label in [("params", "parameters (fp32)"), ("grads", "gradients (fp32)"), ("adamw", "AdamW state"),
-                           ("peak_steps", "peak RSS during the steps"), ("peak_process", "peak RSS incl. load"),
-                           ("after_setup_rss", "RSS after set-up")]:
-            a, b = (max(r[key] for r in best[k]) for k in ("ddp", "fsdp"))
+                           ("peak_process", "peak RSS of set-up (load, shard)"), ("after_setup_rss", "RSS after set-up"),
+                           ("peak_steps", "peak RSS during the steps"), ("rss_after_step", "RSS after the last step")]:
+            a, b = (max(r[key][-1] if isinstance(r[key], list) else r[key] for r in best[k]) for k in ("ddp", "fsdp"))
             print(f"{label:<34} {a / GiB:8.3f} G {b / GiB:8.3f} G {b / a:9.3f}")
+        for k in ("ddp", "fsdp"):
+            print(f"{k} RSS after each step (GiB, rank 0): {[round(x / GiB, 3) for x in best[k][0]['rss_after_step']]}")
+        malloc = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+        if malloc:
+            print(f"glibc settings: {malloc}")
         a, b = per_step(best["ddp"]), per_step(best["fsdp"])
         print(f"{'seconds per step (steps 2..N)':<34} {a:10.3f} {b:10.3f} {b / a:9.3f}  runs ddp "
               f"{[round(per_step(r), 3) for r in runs['ddp']]} fsdp {[round(per_step(r), 3) for r in runs['fsdp']]}")
