@@ -25,7 +25,7 @@
   the prefetch, and the root's embeddings and lm_head; bf16 on CUDA) and one block's unsharded
   gradients before their reduce-scatter; on CPU also what glibc keeps of the buffers FSDP
   gathers and frees (three whole fp32 copies' worth, measured: bench/bench_fsdp.py, 95 M Llama,
-  2 ranks: estimate 2.88 GB against a peak of 2.94 GB). The trainer loads the whole fp32 model on every rank
+  2 ranks: estimate 2.68 GiB against a peak of 2.94 GiB, -9%). The trainer loads the whole fp32 model on every rank
   before it shards it, and on CPU rank 0 gathers a whole fp32 copy at the end: when either peak
   is above the step's total, the difference is counted too.
 - `check_fits(estimate, available)` returns the problems (empty when it fits), each with the
@@ -198,7 +198,7 @@ def estimate_training_memory(
     if sharded and not cuda:
         # glibc keeps the blocks FSDP gathers and frees all step long: about one whole fp32 copy
         # each of the forward's and the backward's gathered weights and of the unsharded
-        # gradients (bench_fsdp: 95 M, 2 ranks, peak 2.94 GB, 1.89 GB with MALLOC_MMAP_THRESHOLD_=1 MB)
+        # gradients (bench_fsdp: 95 M, 2 ranks, peak 2.94 GiB, 1.89 GiB with MALLOC_MMAP_THRESHOLD_=1 MB)
         comp["FSDP buffers glibc keeps"] = max(0, 12 * n - comp["FSDP gathered weights"] - comp["FSDP unsharded gradients"])
     comp["runtime"] = int(runtime_bytes if runtime_bytes is not None else (CUDA_CONTEXT_BYTES if cuda else CPU_RUNTIME_BYTES))
     if sharded:
