@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -149,8 +149,8 @@ class TrainingConfig(_Section):
         "ddp", description="ddp: every rank holds the whole model, its gradients and AdamW state (16 bytes per parameter). fsdp: FSDP2 "
                            "shards parameters, gradients and AdamW state over all ranks (16 / world bytes per parameter, plus one "
                            "or two gathered blocks at a time); needed when the model's 16 bytes per parameter do not fit one device.")
-    compile: Literal["auto"] | bool = Field(
-        "auto", description="torch.compile each transformer block. auto: on for CUDA (as the reference trainers do; not yet measured "
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto", description="torch.compile each transformer block (on, off; true and false mean the same). auto: on for CUDA (as the reference trainers do; not yet measured "
                             "here), off on CPU (inductor took ~90 s to compile a tiny model's block on a busy 2-core machine; "
                             "its CPU speed-up is not measured).")
     compile_backend: str = Field(
@@ -164,6 +164,12 @@ class TrainingConfig(_Section):
     activation_checkpointing: bool = Field(False, description="Recompute each transformer block's activations during the backward pass instead of keeping them: activation memory drops to about one block's plus each block's input, for about a third more compute per step.")
     memory_check: bool = Field(True, description="Estimate memory per rank (weights, gradients, AdamW, activations, logits) before training and refuse a run that cannot fit the device, naming the knob to turn.")
     seed: int = Field(1337, description="Seed of model init (v0) and of anything random in training.")
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_switch(cls, value):
+        # YAML reads on/off/true/false as booleans; the run form shows one list of three words
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _ratios(self) -> "TrainingConfig":

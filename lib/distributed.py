@@ -164,8 +164,8 @@ class Dist:
 
 # -- sharding ------------------------------------------------------------------------------------
 def compile_enabled(setting, device_type: str) -> bool:
-    """training.compile: True/False as given; auto = on for CUDA, off on CPU."""
-    return device_type == "cuda" if setting == "auto" else bool(setting)
+    """training.compile: on / off as given; auto = on for CUDA, off on CPU."""
+    return device_type == "cuda" if setting == "auto" else setting == "on"
 
 
 def is_sharded(tcfg, world_size: int) -> bool:

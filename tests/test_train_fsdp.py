@@ -175,7 +175,8 @@ def test_torchrun_command_multi_node_and_config_errors():
         torchrun_command("c.yaml", "run", "out", init=True, nnodes=2)
 
     cfg = load_config(preset="tiny", overrides=["training.parallelism=fsdp", "training.compile=false"])
-    assert cfg.training.parallelism == "fsdp" and cfg.training.compile is False
+    assert cfg.training.parallelism == "fsdp" and cfg.training.compile == "off"
+    assert load_config(preset="tiny", overrides=["training.compile=true"]).training.compile == "on"
     assert load_config(preset="tiny").training.compile == "auto"
     for overrides, message in [
         (["training.parallelism=zero"], "training.parallelism"),
