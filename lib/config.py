@@ -177,9 +177,6 @@ class TrainingConfig(_Section):
             raise ValueError(f"warmup_ratio + warmdown_ratio must be at most 1, got {self.warmup_ratio} + {self.warmdown_ratio}")
         if self.rdzv_endpoint is not None and not re.fullmatch(r"\[?[\w.:-]+\]?:\d{1,5}", self.rdzv_endpoint):
             raise ValueError(f"rdzv_endpoint must be host:port (e.g. 10.0.0.5:29500), got {self.rdzv_endpoint!r}")
-        if self.parallelism == "fsdp" and self.optimizer_state == "inherit":
-            raise ValueError("optimizer_state=inherit is not supported with parallelism=fsdp yet (the parent's optimizer.pt is "
-                             "a full, unsharded AdamW state); use optimizer_state=fresh, or parallelism=ddp where the model fits")
         return self
 
 

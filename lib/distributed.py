@@ -16,6 +16,9 @@
   LR) go to JSON. No pickle anywhere, unlike DCP's default `.metadata` file.
 - `gather_for_storage` collects the full fp32 state dict on rank 0 once, at the end, into an
   ordinary (unsharded) copy of the model on the CPU that lib.checkpoint writes like any other.
+- `load_full_optimizer_state` / `gather_optimizer_state`: a version's optimizer.pt (unsharded,
+  indexed by the param groups' order) into the shards, and the shards back into that layout, so
+  ddp and fsdp nights read each other's optimizer state (training.optimizer_state=inherit).
 
 Trade-off: FSDP reduce-scatters every micro-batch's gradients instead of accumulating them
 unsharded locally (DDP's `no_sync`): one collective per micro-batch, in exchange for gradients
@@ -314,6 +317,42 @@ def load_sharded(folder: Path, model, optimizer, saved: dict[str, Any]) -> None:
 def shard_files(folder: Path) -> list[Path]:
     """The safetensors shards a sharded snapshot holds (DCP's Hugging Face storage names)."""
     return sorted(p for p in Path(folder).glob("shard-*.safetensors"))
+
+
+# -- an unsharded optimizer.pt (the parent's, the version's) -------------------------------------
+def _param_names(model, optimizer) -> list[str]:
+    """The optimizer's parameters by name, in its state-dict order: the indices an optimizer.pt
+    uses (lib.train's param groups, in the same order before and after fully_shard)."""
+    by_id = {id(p): name for name, p in model.named_parameters()}
+    return [by_id[id(p)] for group in optimizer.param_groups for p in group["params"]]
+
+
+def load_full_optimizer_state(model, optimizer, state: dict) -> None:
+    """Every rank: an unsharded, index-keyed AdamW state (a parent's optimizer.pt, written by a
+    ddp or an fsdp run) into this rank's shards."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    names = _param_names(model, optimizer)
+    count = sum(len(g["params"]) for g in state["param_groups"])
+    if len(state["param_groups"]) != len(optimizer.param_groups) or count != len(names):
+        raise ValueError(f"it holds {count} parameters in {len(state['param_groups'])} groups, this model "
+                         f"{len(names)} in {len(optimizer.param_groups)}")
+    full = {"state": {names[int(i)]: s for i, s in state["state"].items()},
+            "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in state["param_groups"]]}
+    set_optimizer_state_dict(model, optimizer, full, options=StateDictOptions(full_state_dict=True))
+
+
+def gather_optimizer_state(model, optimizer, d: Dist) -> dict | None:
+    """A collective: the sharded AdamW state gathered into rank 0's CPU in optimizer.pt's
+    index-keyed layout (None on the other ranks)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    full = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not d.is_main:
+        return None
+    index = {name: i for i, name in enumerate(_param_names(model, optimizer))}
+    return {"state": {index[k]: v for k, v in full["state"].items()},
+            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in full["param_groups"]]}
 
 
 # -- the end of a run ----------------------------------------------------------------------------

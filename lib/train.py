@@ -403,7 +403,12 @@ def set_up(cfg, d: Dist, data_dir: Path, out_dir: Path, train_dir: Path, data_in
                 log.warning("training.optimizer_state=inherit but %s has no optimizer.pt: starting fresh", parent)
         else:
             try:
-                optimizer.load_state_dict(state)
+                if is_sharded(tcfg, d.world_size):
+                    from lib.distributed import load_full_optimizer_state
+
+                    load_full_optimizer_state(model, optimizer, state)
+                else:
+                    optimizer.load_state_dict(state)
             except (ValueError, KeyError) as exc:
                 raise ValueError(f"{parent}/optimizer.pt does not match this model's parameters: {exc}") from None
             reset_hyperparameters(optimizer, tcfg, peak)
@@ -608,17 +613,22 @@ def finish(run: Run, status: str) -> dict[str, Any]:
     }
     if status == "done":
         model = run.model
+        optimizer_state = None
         if run.sharded:
-            from lib.distributed import gather_for_storage
+            from lib.distributed import gather_for_storage, gather_optimizer_state
 
             model = gather_for_storage(run.model, d)
+            if tcfg.optimizer_state == "inherit":
+                optimizer_state = gather_optimizer_state(run.model, run.optimizer, d)
+        elif tcfg.optimizer_state == "inherit":
+            optimizer_state = run.optimizer.state_dict()
         if d.is_main:
-            _write_final_version(run, model, final_metrics)
+            _write_final_version(run, model, optimizer_state, final_metrics)
     d.barrier()
     return {"status": status, "step": run.step, "out": str(run.out_dir), "final_metrics": final_metrics}
 
 
-def _write_final_version(run: Run, model, final_metrics: dict[str, Any]) -> None:
+def _write_final_version(run: Run, model, optimizer_state: dict | None, final_metrics: dict[str, Any]) -> None:
     from lib.checkpoint import MODEL_FILE, UpdateSurvival, materialize, storage_dtype, storage_seed, write_version
     from lib.distributed import compile_enabled
 
@@ -646,13 +656,12 @@ def _write_final_version(run: Run, model, final_metrics: dict[str, Any]) -> None
         "training_kind": "pretrain" if init else "consolidation",
     }
     version_meta.update(run.meta or {})
-    save_opt = run.optimizer.state_dict() if tcfg.optimizer_state == "inherit" else None
     model.config.use_cache = True  # off for training only; a served version generates with a KV cache
     dtype = storage_dtype(cfg.checkpoints.dtype, None if init else parent)
     # how much of tonight's update the stored weights carry, against where the night started
     survival = None if init else UpdateSurvival(materialize(run.start_dir) / MODEL_FILE, materialize(parent) / MODEL_FILE)
     version_name = str(version_meta.get("version") or run.out_dir.name)
-    write_version(run.out_dir, model, tokenizer_dir=run.tok_dir, meta=version_meta, optimizer_state=save_opt, overwrite=run.resume,
+    write_version(run.out_dir, model, tokenizer_dir=run.tok_dir, meta=version_meta, optimizer_state=optimizer_state, overwrite=run.resume,
                   dtype=dtype, rounding=cfg.checkpoints.rounding, seed=storage_seed(tcfg.seed, version_name),
                   master=cfg.checkpoints.master_weights, survival=survival)
     log.info("wrote version %s (final loss %.4f)", run.out_dir, final_metrics["final_loss"] or float("nan"))

@@ -50,8 +50,10 @@ def fsdp_runs(tmp_path_factory):
         # aot_eager traces forward and backward like inductor does, without its minute of C++ codegen per block
         "fsdp_ac_compile": write_config(root / "fsdp-ac.yaml", model=base["model"], training={
             **base["training"], "parallelism": "fsdp", "activation_checkpointing": True, "compile": True, "compile_backend": "aot_eager"}),
-        "fsdp": write_config(root / "fsdp.yaml", model=base["model"], training={**base["training"], "parallelism": "fsdp"}),
-        "ddp": write_config(root / "ddp.yaml", model=base["model"], training=base["training"]),
+        # inherit: the versions keep AdamW's state (optimizer.pt), gathered from the shards with fsdp
+        "fsdp": write_config(root / "fsdp.yaml", model=base["model"], training={**base["training"], "parallelism": "fsdp",
+                                                                                "optimizer_state": "inherit"}),
+        "ddp": write_config(root / "ddp.yaml", model=base["model"], training={**base["training"], "optimizer_state": "inherit"}),
     }
     results = {}
     for name in ("fsdp_ac_compile", "fsdp", "ddp"):
@@ -85,6 +87,18 @@ def test_fsdp_ddp_and_one_process_follow_the_same_loss_curve(fsdp_runs):
         assert meta["parallelism"] == "fsdp" and meta["world_size"] == 2
     meta = json.loads((root / "fsdp_ac_compile" / "meta.json").read_text())
     assert meta["activation_checkpointing"] is True and meta["compiled"] is True
+    # the gathered optimizer.pt has the unsharded, index-keyed layout of a one-process run's
+    import torch
+
+    gathered = torch.load(root / "fsdp" / "optimizer.pt", weights_only=True)
+    single = torch.load(root / "one" / "optimizer.pt", weights_only=True)
+    assert [g["params"] for g in gathered["param_groups"]] == [g["params"] for g in single["param_groups"]]
+    assert set(gathered["state"]) == set(single["state"])
+    for i, want in single["state"].items():
+        assert float(gathered["state"][i]["step"]) == float(want["step"]) == 6
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert gathered["state"][i][key].shape == want[key].shape
+            assert float((gathered["state"][i][key] - want[key]).norm()) <= 1e-3 * float(want[key].norm()) + 1e-12, (i, key)
     assert "FSDP, activation checkpointing, compiled blocks" in fsdp_runs["results"]["fsdp_ac_compile"].stderr
     # sharded snapshots: one safetensors shard per rank, no pickle, marker lists them
     snap = root / "t-fsdp" / "snapshots" / "step-00000003"
@@ -181,7 +195,6 @@ def test_torchrun_command_multi_node_and_config_errors():
     for overrides, message in [
         (["training.parallelism=zero"], "training.parallelism"),
         (["training.rdzv_endpoint=head"], "rdzv_endpoint must be host:port"),
-        (["training.parallelism=fsdp", "training.optimizer_state=inherit"], "not supported with parallelism=fsdp"),
         (["training.compile=sometimes"], "training.compile"),
     ]:
         with pytest.raises(ConfigError, match=message):
@@ -246,3 +259,24 @@ def test_training_task_command_carries_the_node_and_rendezvous(tmp_path):
                            meta=None, node_rank=1)
     assert "--nnodes=2" in cmd and "--node-rank=1" in cmd and "--nproc-per-node=4" in cmd
     assert "--rdzv-endpoint=gpu-0.pool:29500" in cmd and "--rdzv-id=v7" in cmd, "a night's nodes meet under its version's name"
+
+
+@pytest.mark.slow
+def test_fsdp_consolidation_inherits_the_parents_optimizer_state(fsdp_runs, tmp_path):
+    """From the one-process v0 (bf16-free fp32, optimizer.pt kept): 3 steps with fsdp over 2 ranks
+    and optimizer_state=inherit follow the loss curve of the same consolidation in one process."""
+    from lib.config import load_config
+    from lib.distributed import torchrun_command
+    from lib.train import train
+
+    paths, root = fsdp_runs, fsdp_runs["root"]
+    over = ["training.optimizer_state=inherit", "training.num_iterations=3"]
+    cfg = load_config(fsdp_runs["cfgs"]["fsdp"], overrides=over)
+    cmd = torchrun_command(fsdp_runs["cfgs"]["fsdp"], paths["data"], tmp_path / "v1", parent=root / "one", nproc_per_node=2,
+                           train_dir=tmp_path / "t2", overrides=over)
+    res = _run(cmd)
+    assert res.returncode == 0, res.stderr[-3000:]
+    train(cfg.model_copy(update={"training": cfg.training.model_copy(update={"parallelism": "ddp"})}), paths["data"],
+          tmp_path / "v1-one", parent=root / "one", train_dir=tmp_path / "t1", install_signal_handlers=False)
+    assert json.loads((tmp_path / "v1" / "meta.json").read_text())["optimizer_state"] == "inherit"
+    assert _losses(tmp_path / "t2") == pytest.approx(_losses(tmp_path / "t1"), rel=1e-4)
