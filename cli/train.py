@@ -32,6 +32,7 @@ def train(
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest complete snapshot.")] = False,
     tokenizer: Annotated[Optional[Path], typer.Option("--tokenizer", help="Tokenizer folder (--init; default tokenizer.path).")] = None,
     nproc_per_node: Annotated[Optional[int], typer.Option("--nproc-per-node", help="Processes (default training.nproc_per_node); >1 runs torchrun.")] = None,
+    node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This machine's rank (0..training.nnodes-1) when training.nnodes > 1; every machine runs the same command with its own.")] = None,
     config: ConfigOpt = None,
     preset: PresetOpt = "default",
     overrides: SetOpt = None,
@@ -50,7 +51,8 @@ def train(
         from lib.train import torchrun_command
 
         cmd = torchrun_command(config, data, out, parent=parent_dir, init=init, resume=resume, nproc_per_node=nproc,
-                               tokenizer=tokenizer, overrides=sets, preset=preset)
+                               nnodes=cfg.training.nnodes, node_rank=node_rank, rdzv_endpoint=cfg.training.rdzv_endpoint,
+                               rdzv_id=Path(out).name, tokenizer=tokenizer, overrides=sets, preset=preset)
         typer.echo(" ".join(cmd), err=True)
         code = subprocess.call(cmd)
         if code:

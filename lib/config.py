@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, WithJsonSchema, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -143,7 +143,20 @@ class TrainingConfig(_Section):
     grad_clip: float = Field(1.0, ge=0, description="Gradient norm clipping; 0 disables it.")
     optimizer_state: Literal["fresh", "inherit"] = Field("fresh", description="Start AdamW moments from zero (fresh) or from the parent's saved state, LRs reset (seed 000 open question 4).")
     nproc_per_node: int = Field(1, ge=1, description="Processes torchrun starts on each node (GPUs per node on CUDA).")
-    nnodes: int = Field(1, ge=1, description="Nodes for multi-node torchrun.")
+    nnodes: int = Field(1, ge=1, description="Nodes for multi-node torchrun (each node runs the same command with its own --node-rank; see rdzv_endpoint).")
+    rdzv_endpoint: str | None = Field(None, description="host:port of the rendezvous when nnodes > 1: the first node's address and a free port every node can reach (torchrun --rdzv-endpoint).")
+    parallelism: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="ddp: every rank holds the whole model, its gradients and AdamW state (16 bytes per parameter). fsdp: FSDP2 "
+                           "shards parameters, gradients and AdamW state over all ranks (16 / world bytes per parameter, plus one "
+                           "or two gathered blocks at a time); needed when the model's 16 bytes per parameter do not fit one device.")
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto", description="torch.compile each transformer block (on, off; true and false mean the same). auto: on for CUDA (as the reference trainers do; not yet measured "
+                            "here), off on CPU (inductor took ~90 s to compile a tiny model's block on a busy 2-core machine; "
+                            "its CPU speed-up is not measured).")
+    compile_backend: str = Field(
+        "inductor", min_length=1, description="torch.compile backend when compile is on: inductor generates fused kernels (on CPU it "
+                                              "needs a C++ compiler and about a minute per block shape); aot_eager only traces the "
+                                              "forward and backward graphs, to check that a model compiles without that cost.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.")
     snapshot_every: int = Field(100, ge=1, description="Save a resumable snapshot every this many steps (and on SIGTERM).")
     keep_snapshots: int = Field(2, ge=1, description="Complete snapshots kept; older ones are deleted.")
@@ -152,10 +165,18 @@ class TrainingConfig(_Section):
     memory_check: bool = Field(True, description="Estimate memory per rank (weights, gradients, AdamW, activations, logits) before training and refuse a run that cannot fit the device, naming the knob to turn.")
     seed: int = Field(1337, description="Seed of model init (v0) and of anything random in training.")
 
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_switch(cls, value):
+        # YAML reads on/off/true/false as booleans; the run form shows one list of three words
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _ratios(self) -> "TrainingConfig":
         if self.warmup_ratio + self.warmdown_ratio > 1:
             raise ValueError(f"warmup_ratio + warmdown_ratio must be at most 1, got {self.warmup_ratio} + {self.warmdown_ratio}")
+        if self.rdzv_endpoint is not None and not re.fullmatch(r"\[?[\w.:-]+\]?:\d{1,5}", self.rdzv_endpoint):
+            raise ValueError(f"rdzv_endpoint must be host:port (e.g. 10.0.0.5:29500), got {self.rdzv_endpoint!r}")
         return self
 
 

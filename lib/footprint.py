@@ -20,8 +20,18 @@
   logits) resident between steps (measured: a 110 M Llama rests at 2.6 GB after a step where
   weights and AdamW hold 1.5 GB; forcing every large block through mmap removes the slack but
   costs 20% more CPU per step, so the estimate counts it instead).
+- With `training.parallelism=fsdp` over W > 1 ranks, weights, gradients and AdamW are 16 / W
+  bytes per parameter; added are the gathered parameters FSDP2 holds at a time (two blocks, for
+  the prefetch, and the root's embeddings and lm_head; bf16 on CUDA) and one block's unsharded
+  gradients before their reduce-scatter; on CPU also what glibc keeps of the buffers FSDP
+  gathers and frees (three whole fp32 copies' worth, measured: bench/bench_fsdp.py, 95 M Llama,
+  2 ranks: estimate 2.68 GiB against a peak of 2.94 GiB, -9%). The trainer loads the whole fp32 model on every rank
+  before it shards it, and on CPU rank 0 gathers a whole fp32 copy at the end: when either peak
+  is above the step's total, the difference is counted too.
 - `check_fits(estimate, available)` returns the problems (empty when it fits), each with the
-  numbers and the knob to turn: device_batch_size, activation_checkpointing, seq_len, more ranks.
+  numbers and the knob to turn: device_batch_size, activation_checkpointing, seq_len, and
+  `training.parallelism=fsdp` when the 16 bytes per parameter alone do not fit but their share
+  over the ranks would (or how many ranks it would take).
 
 Trade-off: a sum of components, not a trace of the real allocator: the peak of a step is lower
 than the sum when gradients are allocated while activations are freed, and higher where the
@@ -57,6 +67,7 @@ class MemoryEstimate:
     tokens_per_micro_batch: int
     activation_checkpointing: bool
     components: dict[str, int] = field(default_factory=dict)
+    parallelism: str = "ddp"
 
     @property
     def total(self) -> int:
@@ -67,8 +78,8 @@ class MemoryEstimate:
 
     def table(self) -> str:
         """One line per component, in GiB, for an error message or a log."""
-        rows = [f"  {name:<22} {n / GiB:8.2f} GiB" for name, n in self.components.items()]
-        return "\n".join(rows + [f"  {'total per rank':<22} {self.total / GiB:8.2f} GiB"])
+        rows = [f"  {name:<30} {n / GiB:8.2f} GiB" for name, n in self.components.items()]
+        return "\n".join(rows + [f"  {'total per rank':<30} {self.total / GiB:8.2f} GiB"])
 
 
 def _get(cfg, *names, default=None):
@@ -109,6 +120,13 @@ def count_parameters(hf_config) -> int:
     return unique_parameters(model)
 
 
+def block_parameters(shape: dict[str, Any]) -> int:
+    """Parameters of one transformer block (attention, MLP, two norms; biases left out)."""
+    h, i, kv = shape["hidden"], shape["intermediate"], shape["kv_width"]
+    mlp = (2 if shape["model_type"] in NON_GATED else 3) * h * i
+    return 2 * h * h + 2 * h * kv + mlp + 2 * h
+
+
 def activation_elements_per_token(shape: dict[str, Any], seq_len: int) -> int:
     """Elements one transformer block keeps for the backward pass, per token (fitted, see above)."""
     h, i, kv, heads = shape["hidden"], shape["intermediate"], shape["kv_width"], shape["heads"]
@@ -138,15 +156,28 @@ def estimate_training_memory(
     batch, seq = int(training.device_batch_size), int(training.seq_len)
     tokens = batch * seq
     act_bytes = 2 if cuda else 4  # bf16 autocast outputs on CUDA, fp32 on CPU
-    comp: dict[str, int] = {
-        "weights (fp32)": 4 * n,
-        "gradients (fp32)": 4 * n,
-        "AdamW moments (fp32)": 8 * n,
-    }
-    if world_size > 1:
-        comp["DDP gradient buckets"] = 4 * n
-    if cuda:
-        comp["autocast bf16 weights"] = 2 * n
+    sharded = getattr(training, "parallelism", "ddp") == "fsdp" and world_size > 1
+    if sharded:
+        block = min(block_parameters(shape), n)
+        root = max(0, n - shape["layers"] * block)  # embeddings, final norm, an untied lm_head
+        gathered = min(n, 2 * block + root)
+        comp: dict[str, int] = {
+            "weights (fp32, sharded)": -(-4 * n // world_size),
+            "gradients (fp32, sharded)": -(-4 * n // world_size),
+            "AdamW moments (fp32, sharded)": -(-8 * n // world_size),
+            "FSDP gathered weights": gathered * (2 if cuda else 4),
+            "FSDP unsharded gradients": min(n, block + root) * 4,
+        }
+    else:
+        comp = {
+            "weights (fp32)": 4 * n,
+            "gradients (fp32)": 4 * n,
+            "AdamW moments (fp32)": 8 * n,
+        }
+        if world_size > 1:
+            comp["DDP gradient buckets"] = 4 * n
+        if cuda:
+            comp["autocast bf16 weights"] = 2 * n
     per_block = activation_elements_per_token(shape, seq)
     if getattr(training, "activation_checkpointing", False):
         # each block's input (the fp32 residual stream) plus one block recomputed at a time
@@ -161,11 +192,26 @@ def estimate_training_memory(
     # freed memory the allocator keeps: glibc on CPU holds on to about half of what a step frees
     # (gradients, activations, logits), measured on 95-110 M Llamas; the CUDA caching allocator's
     # fragmentation is a guess (no GPU measurement yet)
-    transient = comp["gradients (fp32)"] + comp["activations"] + comp["logits + cross-entropy"]
+    grads = comp["gradients (fp32, sharded)"] + comp["FSDP unsharded gradients"] if sharded else comp["gradients (fp32)"]
+    transient = grads + comp["activations"] + comp["logits + cross-entropy"]
     comp["allocator slack"] = int((0.1 if cuda else CPU_ALLOCATOR_SLACK) * transient)
+    if sharded and not cuda:
+        # glibc keeps the blocks FSDP gathers and frees all step long: about one whole fp32 copy
+        # each of the forward's and the backward's gathered weights and of the unsharded
+        # gradients (bench_fsdp: 95 M, 2 ranks, peak 2.94 GiB, 1.89 GiB with MALLOC_MMAP_THRESHOLD_=1 MB)
+        comp["FSDP buffers glibc keeps"] = max(0, 12 * n - comp["FSDP gathered weights"] - comp["FSDP unsharded gradients"])
     comp["runtime"] = int(runtime_bytes if runtime_bytes is not None else (CUDA_CONTEXT_BYTES if cuda else CPU_RUNTIME_BYTES))
+    if sharded:
+        # every rank loads the whole fp32 model before fully_shard frees all but its shard; at the
+        # end rank 0 gathers one whole fp32 copy beside its shards (host RAM: counted on CPU only)
+        peak = 4 * n + comp["runtime"]
+        if not cuda:
+            peak = max(peak, 4 * n + 16 * n // world_size + comp["runtime"])
+        if peak > sum(comp.values()):
+            comp["whole model at load / gather"] = peak - sum(comp.values())
     return MemoryEstimate(parameters=n, device=device, world_size=world_size, tokens_per_micro_batch=tokens,
-                          activation_checkpointing=bool(getattr(training, "activation_checkpointing", False)), components=comp)
+                          activation_checkpointing=bool(getattr(training, "activation_checkpointing", False)), components=comp,
+                          parallelism="fsdp" if sharded else "ddp")
 
 
 def available_memory(device: str = "cpu", local_rank: int = 0) -> int:
@@ -225,8 +271,25 @@ def check_fits(estimate: MemoryEstimate, available: int, *, ranks_sharing: int =
         t = getattr(training, "seq_len", None)
         if t:
             knobs.append(f"lower training.seq_len (now {t})")
-    state = 16 * estimate.parameters
-    knobs.append(f"weights, gradients and AdamW alone take {state / GiB:.1f} GiB per rank (16 bytes per parameter): "
-                 f"use a device with more memory, or shard them over ranks (training.nproc_per_node with a sharded "
-                 f"strategy; the planned training.parallelism: fsdp); more data-parallel ranks alone do not shrink them")
+    knobs.append(sharding_advice(estimate, available // max(1, ranks_sharing)))
     return [head + "\nto make it fit:\n  - " + "\n  - ".join(knobs)]
+
+
+def sharding_advice(estimate: MemoryEstimate, per_rank: int) -> str:
+    """What sharding would do for the 16 bytes per parameter of weights, gradients and AdamW,
+    given `per_rank` bytes of memory per rank: whether fsdp is needed, and over how many ranks."""
+    state = 16 * estimate.parameters
+    world = estimate.world_size
+    if estimate.parallelism == "fsdp":
+        need = -(-state // max(1, int(per_rank * 0.6))) if per_rank > 0 else 0
+        return (f"weights, gradients and AdamW take {state / world / GiB:.1f} GiB per rank sharded over {world} ranks "
+                f"(16 bytes per parameter / {world}): add ranks (training.nproc_per_node, training.nnodes"
+                + (f"; about {need} ranks leave room for activations" if need > world else "") + ")")
+    if world > 1 and state / world < 0.6 * per_rank:
+        return (f"training.parallelism=fsdp is needed: weights, gradients and AdamW take {state / GiB:.1f} GiB on every "
+                f"rank with ddp (16 bytes per parameter) but {state / world / GiB:.1f} GiB sharded over the {world} ranks")
+    ranks = -(-state // max(1, int(per_rank * 0.6))) if per_rank > 0 else 0
+    return (f"weights, gradients and AdamW alone take {state / GiB:.1f} GiB per rank (16 bytes per parameter) with ddp, "
+            f"and more data-parallel ranks do not shrink them: use a device with more memory, or set "
+            f"training.parallelism=fsdp over more ranks (training.nproc_per_node × training.nnodes"
+            + (f"; about {ranks} ranks of this size leave room for activations" if ranks > 1 else "") + ")")

@@ -2,15 +2,19 @@
 
 - A snapshot is `<run>/train/snapshots/step-NNNNNNNN/`: `model.safetensors` (weights),
   `optimizer.pt` (AdamW state: plain tensors and numbers, loaded with `weights_only=True`),
-  `state.json` (step, world size, metrics so far), and per rank `rank-R.json` (loader state,
-  python/numpy RNG) + `rank-R.rng.pt` (torch CPU/CUDA RNG byte tensors).
+  `state.json` (step, world size, parallelism, metrics so far), and per rank `rank-R.json`
+  (loader state, python/numpy RNG) + `rank-R.rng.pt` (torch CPU/CUDA RNG byte tensors).
+  With `training.parallelism=fsdp` the weights and AdamW state are instead one safetensors shard
+  per rank (`shard-0000R-model-00001-of-00001.safetensors`, lib.distributed.save_sharded), the
+  optimizer's plain numbers in state.json; the same marker covers them.
 - Atomic: every rank writes into `.step-N.tmp/`, then rank 0 writes `COMPLETE` (sha256 of every
   file) and renames the folder into place. A crash at any point leaves either a temporary folder
   or a folder without/with a wrong marker; both are skipped on resume with a log line.
 - `latest_complete(dir)` walks snapshots newest first and returns the first whose marker lists
   exactly the files present with matching checksums; `prune(dir, keep)` deletes all but the last k.
-- The snapshot refuses a different world size on load: the loader's per-rank positions would no
-  longer describe the same data order.
+- The snapshot refuses a different world size (or parallelism) on load: the loader's per-rank
+  positions would no longer describe the same data order. On several nodes the snapshot folder
+  must be on a filesystem every node shares: each rank writes its files there, rank 0 checks them.
 
 Trade-off: checksumming every file on resume reads the snapshot twice (~0.1 s for the tiny
 preset's 10 MB, ~2 s per GB), which buys never resuming from a torn or bit-rotted file.
@@ -32,6 +36,7 @@ log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 _NAME = re.compile(r"^step-(\d{8,})$")
+_SHARD = re.compile(r"^shard-\d+-model-\d+-of-\d+\.safetensors$")  # torch.distributed.checkpoint's HF storage
 
 
 class SnapshotError(ValueError):
@@ -104,12 +109,17 @@ def write_rank(tmp: Path, rank: int, loader_state: dict[str, Any]) -> None:
 
 
 def write_shared(tmp: Path, model, optimizer_state: dict, state: dict[str, Any]) -> None:
-    """Rank 0: weights (safetensors, tied tensors handled), optimizer state and run state."""
+    """Rank 0 (DDP): weights (safetensors, tied tensors handled), optimizer state and run state."""
     import torch
     from safetensors.torch import save_model
 
     save_model(model, str(tmp / "model.safetensors"))
     torch.save(optimizer_state, tmp / "optimizer.pt")
+    write_state(tmp, state)
+
+
+def write_state(tmp: Path, state: dict[str, Any]) -> None:
+    """Rank 0: state.json (step, world size, parallelism, history; FSDP: the shards' JSON part)."""
     (tmp / "state.json").write_text(json.dumps(state), encoding="utf-8")
 
 
@@ -166,8 +176,10 @@ def check(path: Path) -> str | None:
     for name, digest in listed.items():
         if _sha256(path / name) != digest:
             return f"{name} fails its sha256 check (corrupt)"
-    if "state.json" not in listed or "model.safetensors" not in listed:
-        return "state.json or model.safetensors missing"
+    if "state.json" not in listed:
+        return "state.json missing"
+    if "model.safetensors" not in listed and not any(_SHARD.match(name) for name in listed):
+        return "no weights (model.safetensors or shard-*.safetensors) listed"
     return None
 
 
@@ -181,8 +193,9 @@ def latest_complete(snapshot_dir: str | Path) -> Path | None:
     return None
 
 
-def load(path: str | Path, rank: int, world_size: int) -> dict[str, Any]:
-    """State of one rank: {'step', 'state', 'loader', 'rng', 'rng_tensors', 'optimizer', 'model_file'}."""
+def load(path: str | Path, rank: int, world_size: int, parallelism: str = "ddp") -> dict[str, Any]:
+    """State of one rank: {'step', 'state', 'loader', 'rng', 'rng_tensors', 'optimizer', 'model_file'}
+    ('optimizer' and 'model_file' are None for a sharded snapshot: lib.distributed.load_sharded reads it)."""
     import torch
 
     path = Path(path)
@@ -194,6 +207,12 @@ def load(path: str | Path, rank: int, world_size: int) -> dict[str, Any]:
             f"{world_size}: resume with the same number of processes (nnodes × nproc_per_node = {saved_world}) "
             f"or start the run afresh without --resume"
         )
+    saved_parallelism = state.get("parallelism", "ddp")
+    if saved_parallelism != parallelism:
+        raise SnapshotError(
+            f"snapshot {path} was written with training.parallelism={saved_parallelism}, this run uses {parallelism}: "
+            f"resume with training.parallelism={saved_parallelism}, or start the run afresh without --resume"
+        )
     rank_file = path / f"rank-{rank}.json"
     if not rank_file.is_file():
         raise SnapshotError(f"snapshot {path} has no state for rank {rank}")
@@ -204,6 +223,6 @@ def load(path: str | Path, rank: int, world_size: int) -> dict[str, Any]:
         "loader": per_rank["loader"],
         "rng": per_rank["rng"],
         "rng_tensors": torch.load(path / f"rank-{rank}.rng.pt", map_location="cpu", weights_only=True),
-        "optimizer": torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True),
-        "model_file": path / "model.safetensors",
+        "optimizer": None if saved_parallelism == "fsdp" else torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True),
+        "model_file": None if saved_parallelism == "fsdp" else path / "model.safetensors",
     }

@@ -1,15 +1,18 @@
 """The consolidation trainer: continue pre-training a Hugging Face causal LM on a prepared mix.
 
 Run as `python -m lib.train --config FILE --data DIR --out DIR (--parent VERSION | --init) [--resume]`
-or under `torchrun --nproc-per-node N -m lib.train ...` (`torchrun_command` builds that line).
+or under `torchrun --nproc-per-node N -m lib.train ...` (`lib.distributed.torchrun_command` builds that line).
 
-- Setup: gloo on CPU, nccl on CUDA, DistributedDataParallel when world size > 1; the data's
-  tokenizer hash must equal the parent's (v0: the given tokenizer's); memory per rank estimated
-  (lib.footprint) before the model is loaded, and a run that cannot fit refused with the knobs to
-  turn; the parent loaded straight into fp32 master weights on the device (from its master/ when
-  it keeps one), bf16 autocast on CUDA with the logits cast to fp32 before the cross-entropy
-  (seed 001), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical;
-  optional activation checkpointing per transformer block.
+- `train()` reads as its stages: `set_up` → `resume_from_snapshot` → `run_steps` (`train_step`,
+  `save_snapshot`) → `finish`; a `Run` holds what they share.
+- Setup: gloo on CPU, nccl on CUDA (lib.distributed); the data's tokenizer hash must equal the
+  parent's (v0: the given tokenizer's); memory per rank estimated (lib.footprint) before the model
+  is loaded, and a run that cannot fit refused with the knobs to turn; the parent loaded straight
+  into fp32 master weights on the device (from its master/ when it keeps one); then, per
+  `training.*`, activation checkpointing and torch.compile per block, and DDP or FSDP2
+  (`parallelism`, lib.distributed.prepare_model). bf16 compute on CUDA (autocast with DDP, the
+  FSDP mixed-precision policy with FSDP) with the logits cast to fp32 before the cross-entropy
+  (seed 001), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical.
 - One step = `total_batch_size / (device_batch_size × seq_len × world)` micro-batches per rank.
   The micro-batches of a step are fetched first, the valid targets (≠ -100) counted over all
   ranks, and each micro-batch's summed loss divided by that global count: the gradient is the
@@ -19,8 +22,9 @@ or under `torchrun --nproc-per-node N -m lib.train ...` (`torchrun_command` buil
   (v0: model.pretrain_lr). A parent without original_lr is refused with what it is and typical
   values, never guessed. AdamW (fused on CUDA), weight decay on matrices only, grad clipping.
   Optimizer state fresh or inherited from the parent's optimizer.pt, LRs reset (recorded in meta).
-- Snapshots every `snapshot_every` steps and on SIGTERM / past `time_limit_s` (lib.snapshot);
-  `--resume` continues from the newest complete one. Rank 0 writes metrics.jsonl (loss, lr,
+- Snapshots every `snapshot_every` steps and on SIGTERM / past `time_limit_s` (lib.snapshot;
+  with FSDP each rank writes its own shard, lib.distributed.save_sharded); `--resume` continues
+  from the newest complete one. An FSDP model is gathered once at the end, onto rank 0. Rank 0 writes metrics.jsonl (loss, lr,
   tokens/s, tokens per source) and, at the end, the version folder via lib.checkpoint: in the
   parent's dtype, rounded per `checkpoints.rounding`, fp32 master weights beside it, and in
   meta.json how much of the night's update the stored weights kept.
@@ -40,7 +44,7 @@ import os
 import signal
 import sys
 import time
-from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,119 +53,8 @@ log = logging.getLogger("lib.train")
 EXIT_STOPPED = 3  # stopped early (SIGTERM or time limit) with a snapshot saved: resume with --resume
 
 
-# -- command line for the orchestration area -------------------------------------------------------
-def torchrun_command(
-    config_path: str | Path | None,
-    data_dir: str | Path,
-    out_dir: str | Path,
-    parent: str | Path | None = None,
-    init: bool = False,
-    resume: bool = False,
-    nproc_per_node: int = 1,
-    nnodes: int = 1,
-    *,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str | None = None,
-    meta: str | Path | None = None,
-    tokenizer: str | Path | None = None,
-    overrides: list[str] | None = None,
-    preset: str | None = None,
-    python: str | None = None,
-) -> list[str]:
-    """argv of `python -m torch.distributed.run ... -m lib.train ...` (standalone on one node,
-    c10d rendezvous at `rdzv_endpoint` on several)."""
-    if parent is None and not init:
-        raise ValueError("torchrun_command needs a parent version (parent=...) or init=True for a model from scratch")
-    if parent is not None and init:
-        raise ValueError("torchrun_command: give either parent or init=True, not both")
-    cmd = [python or sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={int(nproc_per_node)}"]
-    if nnodes == 1:
-        cmd.append("--standalone")
-    else:
-        if not rdzv_endpoint:
-            raise ValueError(f"multi-node torchrun (nnodes={nnodes}) needs rdzv_endpoint host:port")
-        cmd += [f"--nnodes={int(nnodes)}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
-                f"--rdzv-id={rdzv_id or 'consolidation'}"]
-        if node_rank is not None:
-            cmd.append(f"--node-rank={int(node_rank)}")
-    cmd += ["-m", "lib.train"] + (["--config", str(config_path)] if config_path is not None else [])
-    cmd += ["--data", str(data_dir), "--out", str(out_dir)]
-    cmd += ["--init"] if init else ["--parent", str(parent)]
-    if resume:
-        cmd.append("--resume")
-    if meta is not None:
-        cmd += ["--meta", str(meta)]
-    if tokenizer is not None:
-        cmd += ["--tokenizer", str(tokenizer)]
-    if preset is not None:
-        cmd += ["--preset", preset]
-    for item in overrides or []:
-        cmd += ["--set", item]
-    return cmd
-
-
-# -- distributed setup -----------------------------------------------------------------------------
-class Dist:
-    """Rank, world size and device of this process; collectives are no-ops on one process."""
-
-    def __init__(self, device_pref: str = "auto"):
-        import torch
-        import torch.distributed as dist
-
-        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if device_pref == "cuda" and not torch.cuda.is_available():
-            raise ValueError("training.device=cuda but no CUDA device is visible; use training.device=cpu or auto")
-        use_cuda = device_pref == "cuda" or (device_pref == "auto" and torch.cuda.is_available())
-        if use_cuda:
-            torch.cuda.set_device(self.local_rank)
-            self.device = torch.device("cuda", self.local_rank)
-        else:
-            self.device = torch.device("cpu")
-        self.backend = "nccl" if use_cuda else "gloo"
-        self.initialized = False
-        if self.world_size > 1:
-            kwargs = {"device_id": self.device} if use_cuda else {}
-            dist.init_process_group(backend=self.backend, **kwargs)
-            self.initialized = True
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self) -> None:
-        if self.initialized:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def all_sum(self, values: list[float]) -> list[float]:
-        if not self.initialized:
-            return values
-        import torch
-        import torch.distributed as dist
-
-        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.backend == "nccl" else "cpu")
-        dist.all_reduce(t)
-        return t.tolist()
-
-    def gather_objects(self, obj: Any) -> list[Any]:
-        if not self.initialized:
-            return [obj]
-        import torch.distributed as dist
-
-        out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
-        return out
-
-    def close(self) -> None:
-        if self.initialized:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
-            self.initialized = False
+# the launch line and the process group live in lib.distributed; imported here for callers of lib.train
+from lib.distributed import Dist, torchrun_command  # noqa: E402,F401
 
 
 ORIGINAL_LR_HELP = (
@@ -330,6 +223,54 @@ class _Progress:
 
 
 # -- the training run ------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """Everything one training process holds: what set_up built, what the steps advance."""
+
+    cfg: Any
+    d: Dist
+    data_dir: Path
+    out_dir: Path
+    train_dir: Path
+    init: bool
+    parent: Path | None
+    resume: bool
+    meta: dict[str, Any] | None
+    data_info: dict[str, Any]
+    tok_dir: Path
+    tok_hash: str
+    parent_meta: dict[str, Any]
+    start_dir: Path | None
+    started_from: str
+    original_lr: float
+    lr_scale: float
+    peak: float
+    num_iterations: int
+    accum: int
+    memory: dict[str, Any]
+    model: Any            # the model itself (sharded in place with FSDP)
+    step_model: Any       # what the step calls: the model, or its DDP wrapper
+    autocast: Any
+    optimizer: Any
+    optimizer_choice: str
+    loader: Any
+    sharded: bool
+    step: int = 0
+    history: dict[str, Any] = field(default_factory=lambda: {"loss": [], "tokens": 0, "elapsed_s": 0.0, "tokens_per_source": {}})
+
+    @property
+    def tcfg(self):
+        return self.cfg.training
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.train_dir / "snapshots"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.train_dir / "metrics.jsonl"
+
+
 def train(
     cfg,
     data_dir: str | Path,
@@ -347,283 +288,37 @@ def train(
     """Run the training loop on this process (one rank of a torchrun job or a lone process).
     Returns {'status': 'done'|'stopped', 'step', 'out', 'final_metrics'}."""
     import torch
-    import torch.nn.functional as F
 
-    from lib import snapshot as snap
-    from lib.checkpoint import (
-        MODEL_FILE, UpdateSurvival, load_optimizer_state, materialize, read_meta, storage_dtype, storage_seed, write_version,
-    )
-    from lib.model import (
-        build_model, count_parameters, enable_activation_checkpointing, flops_per_token, llama_config, load_model, training_start,
-    )
-    from lib.schedule import lr_at, peak_lr
     from lib.workspace import RunDir
 
     if (parent is None) == (not init):
         raise ValueError("give exactly one of --parent VERSION_DIR (consolidation) or --init (pre-train v0 from scratch)")
-    tcfg = cfg.training
     data_dir, out_dir = Path(data_dir), Path(out_dir)
-    run = RunDir(data_dir)
-    train_dir = Path(train_dir) if train_dir else run.train
-    snapshot_dir = train_dir / "snapshots"
-    metrics_path = train_dir / "metrics.jsonl"
-    data_info = _read_data_json(data_dir)
+    train_dir = Path(train_dir) if train_dir else RunDir(data_dir).train
     if out_dir.exists() and not resume:
         raise FileExistsError(f"--out {out_dir} already exists; choose a new version folder (or --resume an interrupted run)")
+    data_info = _read_data_json(data_dir)
 
-    d = Dist(tcfg.device)
+    d = Dist(cfg.training.device)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     was_filling = torch.utils.deterministic.fill_uninitialized_memory
     previous_sigterm = signal.getsignal(signal.SIGTERM)
     try:
-        accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
         if d.device.type == "cpu":
             # bit-exact resume needs the same kernels in the same order every time; not the NaN
             # fill of every new tensor that deterministic mode adds (a debugging aid: it memsets
             # each step's activations and gradients, ~7% of a 95 M model's CPU step)
             torch.use_deterministic_algorithms(True)
             torch.utils.deterministic.fill_uninitialized_memory = False
-
-        # model, tokenizer, original LR; the memory check comes before the model is loaded
-        start_dir: Path | None = None
-        if init:
-            tok_dir = Path(tokenizer_dir or cfg.tokenizer.path or data_info.get("tokenizer_dir") or "")
-            if not (tok_dir / "tokenizer.json").is_file():
-                raise FileNotFoundError(f"--init needs a tokenizer folder with tokenizer.json (--tokenizer or tokenizer.path); got {str(tok_dir)!r}")
-            from lib.tokenizer import load_tokenizer
-
-            tok = load_tokenizer(tok_dir)
-            hf_config = llama_config(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
-            original_lr, lr_scale, parent_meta = cfg.model.pretrain_lr, 1.0, {}
-            num_iterations = cfg.model.pretrain_iterations
-        else:
-            parent = Path(parent)
-            tok_dir = Path(tokenizer_dir) if tokenizer_dir else parent
-            parent_meta = read_meta(parent)
-            original_lr = require_original_lr(parent, parent_meta, tcfg.lr_scale)
-            start_dir = training_start(parent) if cfg.checkpoints.master_weights else parent
-            if d.is_main:
-                materialize(parent)  # a delta-stored parent is rebuilt once, not by every rank at once
-                materialize(start_dir)
-            d.barrier()
-            from transformers import AutoConfig
-
-            hf_config = AutoConfig.from_pretrained(materialize(parent))
-            lr_scale = tcfg.lr_scale
-            num_iterations = tcfg.num_iterations
-        tok_hash = check_tokenizer(data_dir, tok_dir)
-        max_pos = getattr(hf_config, "max_position_embeddings", None)
-        if max_pos is not None and tcfg.seq_len > max_pos:
-            raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={max_pos}")
-        memory = check_memory(hf_config, tcfg, d)
-        if init:
-            model = build_model(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, seed=tcfg.seed)
-        else:
-            model = load_model(start_dir, device=d.device)
-        started_from = ("random init" if init else "fp32 master weights (master/)" if start_dir != parent
-                        else f"stored weights ({storage_dtype('auto', parent)})")
-        peak = peak_lr(original_lr, lr_scale)
-        sched = tcfg.model_copy(update={"num_iterations": num_iterations})
-
-        model.to(d.device)
-        model.train()
-        model.config.use_cache = False
-        if tcfg.activation_checkpointing:
-            enable_activation_checkpointing(model)
-        optimizer = make_optimizer(model, tcfg, d.device, peak)
-        optimizer_choice = tcfg.optimizer_state
-        if not init and optimizer_choice == "inherit":
-            state = load_optimizer_state(parent)
-            if state is None:
-                optimizer_choice = "fresh (parent has no optimizer.pt)"
-                if d.is_main:
-                    log.warning("training.optimizer_state=inherit but %s has no optimizer.pt: starting fresh", parent)
-            else:
-                try:
-                    optimizer.load_state_dict(state)
-                except (ValueError, KeyError) as exc:
-                    raise ValueError(f"{parent}/optimizer.pt does not match this model's parameters: {exc}") from None
-                reset_hyperparameters(optimizer, tcfg, peak)
-        if d.is_main:
-            log.info("model %s: %.2fM parameters from %s, device %s, world %d, accumulation %d, peak lr %.3e, %d steps%s",
-                     type(model).__name__, count_parameters(model) / 1e6, started_from, d.device, d.world_size, accum, peak,
-                     num_iterations, ", activation checkpointing" if tcfg.activation_checkpointing else "")
-
-        loader = make_loader(data_dir, tcfg.device_batch_size, tcfg.seq_len, d.rank, d.world_size, tokenizer_hash=tok_hash)
-
-        # resume
-        start_step, history = 0, {"loss": [], "tokens": 0, "elapsed_s": 0.0, "tokens_per_source": {}}
-        import random
-
-        import numpy as np
-
-        random.seed(tcfg.seed + d.rank)
-        np.random.seed((tcfg.seed + d.rank) % 2**32)
-        torch.manual_seed(tcfg.seed + d.rank)
+        run = set_up(cfg, d, data_dir, out_dir, train_dir, data_info, parent=Path(parent) if parent else None, init=init,
+                     resume=resume, tokenizer_dir=tokenizer_dir, meta=meta, make_loader=make_loader)
         if resume:
-            latest = snap.latest_complete(snapshot_dir)
-            if latest is None:
-                if d.is_main:
-                    log.warning("--resume: no complete snapshot in %s, starting from step 0", snapshot_dir)
-            else:
-                from safetensors.torch import load_model as load_weights
-
-                s = snap.load(latest, d.rank, d.world_size)
-                load_weights(model, str(s["model_file"]), device=str(d.device))
-                optimizer.load_state_dict(s["optimizer"])
-                loader.load_state_dict(s["loader"])
-                snap.set_rng_state(s["rng"], s["rng_tensors"])
-                start_step, history = s["step"], s["state"]["history"]
-                if d.is_main:
-                    log.info("resumed from %s at step %d", latest, start_step)
-
-        ddp_model = model
-        if d.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            ddp_model = DDP(model, device_ids=[d.local_rank] if d.device.type == "cuda" else None)
-        autocast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16) if d.device.type == "cuda" else nullcontext())
-
-        if d.is_main:
-            train_dir.mkdir(parents=True, exist_ok=True)
-            snapshot_dir.mkdir(parents=True, exist_ok=True)
-            _truncate_metrics(metrics_path, start_step)
-        d.barrier()
-        metrics_file = open(metrics_path, "a", encoding="utf-8") if d.is_main else None
-
+            resume_from_snapshot(run)
         stop = _StopFlag()
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, stop)
-        progress = _Progress(num_iterations, start_step, enabled=d.is_main)
-        flops = flops_per_token(model, tcfg.seq_len)
-        t_run, cpu_run = time.perf_counter(), time.process_time()
-        elapsed_before, cpu_before = history["elapsed_s"], history.get("cpu_s", 0.0)
-        step = start_step
-        status = "done"
-        while step < num_iterations:
-            t0, c0 = time.perf_counter(), time.process_time()
-            lr = lr_at(step, peak, sched)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batches = [loader.next_batch() for _ in range(accum)]
-            local_count = sum(int((y != -100).sum()) for _, y, _ in batches)
-            (global_count,) = d.all_sum([float(local_count)])
-            if global_count == 0:
-                raise ValueError(f"step {step}: every target of the batch is masked (-100); the data in {data_dir} yields no loss")
-            # DDP averages gradients over ranks; × world turns that into the sum over all tokens
-            scale = d.world_size / global_count
-            loss_sum = torch.zeros((), dtype=torch.float64, device=d.device)
-            src_tokens: dict[str, int] = {}
-            for i, (x, y, per_source) in enumerate(batches):
-                x = x.to(d.device, non_blocking=True)
-                y = y.to(d.device, non_blocking=True)
-                sync = ddp_model.no_sync() if (d.world_size > 1 and i < accum - 1) else nullcontext()
-                with sync:
-                    with autocast:
-                        logits = ddp_model(input_ids=x).logits
-                    # fp32 cross-entropy: bf16 log-softmax over a large vocab loses ~2 digits (seed 001)
-                    loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), ignore_index=-100, reduction="sum")
-                    del logits  # nothing in the graph needs it: one batch × seq × vocab fewer during backward
-                    (loss * scale).backward()
-                loss_sum += loss.detach()
-                for name, n in per_source.items():
-                    src_tokens[name] = src_tokens.get(name, 0) + int(n)
-            if tcfg.grad_clip > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip))
-            else:
-                grad_norm = float("nan")
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-            # one collective for the logged numbers and the stop decision of every rank
-            over_time = tcfg.time_limit_s is not None and (elapsed_before + time.perf_counter() - t_run) > tcfg.time_limit_s
-            gathered = d.gather_objects((float(loss_sum), src_tokens, stop.reason or ("time limit" if over_time else None)))
-            step_loss = sum(g[0] for g in gathered) / global_count
-            step_sources: dict[str, int] = {}
-            for _, per_src, _ in gathered:
-                for name, n in per_src.items():
-                    step_sources[name] = step_sources.get(name, 0) + n
-            stop_reason = next((g[2] for g in gathered if g[2]), None)
-            if not math.isfinite(step_loss):
-                raise FloatingPointError(f"step {step}: loss is {step_loss}; lower training.lr_scale or check the data")
-
-            dt = time.perf_counter() - t0
-            step_tokens = tcfg.total_batch_size
-            history["loss"].append(step_loss)
-            history["tokens"] += step_tokens
-            for name, n in step_sources.items():
-                history["tokens_per_source"][name] = history["tokens_per_source"].get(name, 0) + n
-            step += 1
-            if metrics_file is not None:
-                tok_s = step_tokens / dt
-                record = {"step": step - 1, "loss": step_loss, "lr": lr, "grad_norm": grad_norm, "tokens": step_tokens,
-                          "tokens_per_s": tok_s, "mfu_flops_per_s": tok_s * flops, "dt_s": dt,
-                          "cpu_s": time.process_time() - c0,
-                          "tokens_per_source": step_sources, "valid_targets": int(global_count)}
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
-                progress.update(step - 1, step_loss, lr, tok_s)
-
-            history["elapsed_s"] = elapsed_before + time.perf_counter() - t_run
-            # CPU seconds of this process: on a shared machine a steadier cost measure than wall time
-            history["cpu_s"] = cpu_before + time.process_time() - cpu_run
-            at_interval = step % tcfg.snapshot_every == 0 and step < num_iterations
-            if at_interval or (stop_reason and step < num_iterations):
-                _save_snapshot(d, snapshot_dir, step, model, optimizer, loader, history, tcfg.keep_snapshots)
-            if stop_reason and step < num_iterations:
-                status = "stopped"
-                if d.is_main:
-                    log.warning("stopped at step %d/%d (%s); snapshot saved, continue with --resume", step, num_iterations, stop_reason)
-                break
-        progress.close()
-        if metrics_file is not None:
-            metrics_file.close()
-
-        final_metrics = {
-            "steps": step,
-            "num_iterations": num_iterations,
-            "final_loss": history["loss"][-1] if history["loss"] else None,
-            "mean_loss_last_10": (sum(history["loss"][-10:]) / len(history["loss"][-10:])) if history["loss"] else None,
-            "tokens": history["tokens"],
-            "tokens_per_source": history["tokens_per_source"],
-            "elapsed_s": history["elapsed_s"],
-            "cpu_s": history.get("cpu_s"),
-            "tokens_per_s": history["tokens"] / history["elapsed_s"] if history["elapsed_s"] > 0 else None,
-        }
-        if status == "done" and d.is_main:
-            version_meta = {
-                "parent_checkpoint": None if init else parent_meta.get("version", Path(parent).name),
-                "parent_path": None if init else str(Path(parent).resolve()),
-                "parent_digest": None if init else parent_meta.get("digest"),
-                "consolidation_config": cfg.to_dict(),
-                "memory_buffer_stats": {name: st for name, st in (data_info.get("sources") or {}).items() if st.get("kind") == "buffer"},
-                "manifest_hash": data_info.get("manifest_hash"),
-                "tokenizer_hash": tok_hash,
-                "original_lr": original_lr,
-                "lr_scale": lr_scale,
-                "peak_lr": peak,
-                "optimizer_state": "none (pre-training from scratch)" if init else optimizer_choice,
-                "started_from": started_from,
-                "activation_checkpointing": tcfg.activation_checkpointing,
-                "memory_estimate": memory,
-                "final_metrics": final_metrics,
-                "world_size": d.world_size,
-                "data_dir": str(data_dir.resolve()),
-                "training_kind": "pretrain" if init else "consolidation",
-            }
-            version_meta.update(meta or {})
-            save_opt = optimizer.state_dict() if tcfg.optimizer_state == "inherit" else None
-            model.config.use_cache = True  # off for training only; a served version generates with a KV cache
-            dtype = storage_dtype(cfg.checkpoints.dtype, None if init else parent)
-            # how much of tonight's update the stored weights carry, against where the night started
-            survival = None if init else UpdateSurvival(materialize(start_dir) / MODEL_FILE, materialize(parent) / MODEL_FILE)
-            version_name = str(version_meta.get("version") or out_dir.name)
-            write_version(out_dir, model, tokenizer_dir=tok_dir, meta=version_meta, optimizer_state=save_opt, overwrite=resume,
-                          dtype=dtype, rounding=cfg.checkpoints.rounding, seed=storage_seed(tcfg.seed, version_name),
-                          master=cfg.checkpoints.master_weights, survival=survival)
-            log.info("wrote version %s (final loss %.4f)", out_dir, final_metrics["final_loss"] or float("nan"))
-        d.barrier()
-        return {"status": status, "step": step, "out": str(out_dir), "final_metrics": final_metrics}
+        status = run_steps(run, stop)
+        return finish(run, status)
     finally:
         # leave the process as found: an in-process caller (tests, a notebook) keeps its settings
         torch.use_deterministic_algorithms(was_deterministic)
@@ -632,6 +327,344 @@ def train(
             signal.signal(signal.SIGTERM, previous_sigterm)
         d.close()
 
+
+def _start_point(cfg, d: Dist, data_info: dict, parent: Path | None, init: bool, tokenizer_dir) -> dict[str, Any]:
+    """Where the run starts: tokenizer, HF config, original LR and steps; nothing loaded yet."""
+    from lib.checkpoint import materialize, read_meta
+    from lib.model import llama_config, training_start
+
+    tcfg = cfg.training
+    if init:
+        tok_dir = Path(tokenizer_dir or cfg.tokenizer.path or data_info.get("tokenizer_dir") or "")
+        if not (tok_dir / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"--init needs a tokenizer folder with tokenizer.json (--tokenizer or tokenizer.path); got {str(tok_dir)!r}")
+        from lib.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(tok_dir)
+        hf_config = llama_config(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
+        return {"tok_dir": tok_dir, "tok": tok, "hf_config": hf_config, "original_lr": cfg.model.pretrain_lr, "lr_scale": 1.0,
+                "parent_meta": {}, "num_iterations": cfg.model.pretrain_iterations, "start_dir": None}
+    tok_dir = Path(tokenizer_dir) if tokenizer_dir else parent
+    parent_meta = read_meta(parent)
+    original_lr = require_original_lr(parent, parent_meta, tcfg.lr_scale)
+    start_dir = training_start(parent) if cfg.checkpoints.master_weights else parent
+    if d.is_main:
+        materialize(parent)  # a delta-stored parent is rebuilt once, not by every rank at once
+        materialize(start_dir)
+    d.barrier()
+    from transformers import AutoConfig
+
+    return {"tok_dir": tok_dir, "tok": None, "hf_config": AutoConfig.from_pretrained(materialize(parent)), "original_lr": original_lr,
+            "lr_scale": tcfg.lr_scale, "parent_meta": parent_meta, "num_iterations": tcfg.num_iterations, "start_dir": start_dir}
+
+
+def set_up(cfg, d: Dist, data_dir: Path, out_dir: Path, train_dir: Path, data_info: dict, *, parent: Path | None, init: bool,
+           resume: bool, tokenizer_dir, meta, make_loader: Callable) -> Run:
+    """Checks, then the model on the device (sharded or wrapped), AdamW, the loader and the seeds."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from lib.checkpoint import load_optimizer_state, storage_dtype
+    from lib.distributed import compile_enabled, is_sharded, prepare_model
+    from lib.model import build_model, count_parameters, load_model
+    from lib.schedule import peak_lr
+
+    tcfg = cfg.training
+    accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
+    start = _start_point(cfg, d, data_info, parent, init, tokenizer_dir)
+    tok_hash = check_tokenizer(data_dir, start["tok_dir"])
+    max_pos = getattr(start["hf_config"], "max_position_embeddings", None)
+    if max_pos is not None and tcfg.seq_len > max_pos:
+        raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={max_pos}")
+    memory = check_memory(start["hf_config"], tcfg, d)  # before the model is loaded
+    if init:
+        tok = start["tok"]
+        model = build_model(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, seed=tcfg.seed)
+    else:
+        model = load_model(start["start_dir"], device=d.device)
+    started_from = ("random init" if init else "fp32 master weights (master/)" if start["start_dir"] != parent
+                    else f"stored weights ({storage_dtype('auto', parent)})")
+    peak = peak_lr(start["original_lr"], start["lr_scale"])
+    n_params = count_parameters(model)
+
+    model.to(d.device)
+    model.train()
+    model.config.use_cache = False
+    step_model, autocast = prepare_model(model, tcfg, d)
+    optimizer = make_optimizer(model, tcfg, d.device, peak)  # after sharding: AdamW holds only this rank's shards
+    optimizer_choice = tcfg.optimizer_state
+    if not init and optimizer_choice == "inherit":
+        state = load_optimizer_state(parent)
+        if state is None:
+            optimizer_choice = "fresh (parent has no optimizer.pt)"
+            if d.is_main:
+                log.warning("training.optimizer_state=inherit but %s has no optimizer.pt: starting fresh", parent)
+        else:
+            try:
+                if is_sharded(tcfg, d.world_size):
+                    from lib.distributed import load_full_optimizer_state
+
+                    load_full_optimizer_state(model, optimizer, state)
+                else:
+                    optimizer.load_state_dict(state)
+            except (ValueError, KeyError) as exc:
+                raise ValueError(f"{parent}/optimizer.pt does not match this model's parameters: {exc}") from None
+            reset_hyperparameters(optimizer, tcfg, peak)
+    sharded = is_sharded(tcfg, d.world_size)
+    if d.is_main:
+        extras = [("FSDP" if sharded else "DDP") if d.world_size > 1 else "",
+                  "activation checkpointing" if tcfg.activation_checkpointing else "",
+                  "compiled blocks" if compile_enabled(tcfg.compile, d.device.type) else ""]
+        log.info("model %s: %.2fM parameters from %s, device %s, world %d, accumulation %d, peak lr %.3e, %d steps%s",
+                 type(model).__name__, n_params / 1e6, started_from, d.device, d.world_size, accum, peak,
+                 start["num_iterations"], "".join(f", {e}" for e in extras if e))
+
+    loader = make_loader(data_dir, tcfg.device_batch_size, tcfg.seq_len, d.rank, d.world_size, tokenizer_hash=tok_hash)
+    random.seed(tcfg.seed + d.rank)
+    np.random.seed((tcfg.seed + d.rank) % 2**32)
+    torch.manual_seed(tcfg.seed + d.rank)
+    return Run(cfg=cfg, d=d, data_dir=data_dir, out_dir=out_dir, train_dir=train_dir, init=init, parent=parent, resume=resume,
+               meta=meta, data_info=data_info, tok_dir=start["tok_dir"], tok_hash=tok_hash, parent_meta=start["parent_meta"],
+               start_dir=start["start_dir"], started_from=started_from, original_lr=start["original_lr"],
+               lr_scale=start["lr_scale"], peak=peak, num_iterations=start["num_iterations"], accum=accum, memory=memory,
+               model=model, step_model=step_model, autocast=autocast, optimizer=optimizer, optimizer_choice=optimizer_choice,
+               loader=loader, sharded=sharded)
+
+
+def resume_from_snapshot(run: Run) -> None:
+    """Weights, AdamW, loader position, RNGs and history from the newest complete snapshot."""
+    from lib import snapshot as snap
+
+    d = run.d
+    latest = snap.latest_complete(run.snapshot_dir)
+    if latest is None:
+        if d.is_main:
+            log.warning("--resume: no complete snapshot in %s, starting from step 0", run.snapshot_dir)
+        return
+    s = snap.load(latest, d.rank, d.world_size, parallelism="fsdp" if run.sharded else "ddp")
+    if run.sharded:
+        from lib.distributed import load_sharded
+
+        load_sharded(latest, run.model, run.optimizer, s["state"]["sharded"])
+    else:
+        from safetensors.torch import load_model as load_weights
+
+        load_weights(run.model, str(s["model_file"]), device=str(d.device))
+        run.optimizer.load_state_dict(s["optimizer"])
+    run.loader.load_state_dict(s["loader"])
+    snap.set_rng_state(s["rng"], s["rng_tensors"])
+    run.step, run.history = s["step"], s["state"]["history"]
+    if d.is_main:
+        log.info("resumed from %s at step %d", latest, run.step)
+
+
+def run_steps(run: Run, stop: "_StopFlag") -> str:
+    """Optimizer steps until the last one ('done') or a stop request with a snapshot ('stopped')."""
+    from lib.model import flops_per_token
+
+    d, tcfg = run.d, run.tcfg
+    if d.is_main:
+        run.train_dir.mkdir(parents=True, exist_ok=True)
+        run.snapshot_dir.mkdir(parents=True, exist_ok=True)
+        _truncate_metrics(run.metrics_path, run.step)
+    d.barrier()
+    metrics_file = open(run.metrics_path, "a", encoding="utf-8") if d.is_main else None
+    progress = _Progress(run.num_iterations, run.step, enabled=d.is_main)
+    flops = flops_per_token(run.model, tcfg.seq_len)
+    t_run, cpu_run = time.perf_counter(), time.process_time()
+    elapsed_before, cpu_before = run.history["elapsed_s"], run.history.get("cpu_s", 0.0)
+    status = "done"
+    try:
+        while run.step < run.num_iterations:
+            t0, c0 = time.perf_counter(), time.process_time()
+
+            def local_stop() -> str | None:
+                over_time = tcfg.time_limit_s is not None and (elapsed_before + time.perf_counter() - t_run) > tcfg.time_limit_s
+                return stop.reason or ("time limit" if over_time else None)
+
+            record, stop_reason = train_step(run, local_stop)
+            dt = time.perf_counter() - t0
+            if metrics_file is not None:
+                tok_s = record["tokens"] / dt
+                record.update({"tokens_per_s": tok_s, "mfu_flops_per_s": tok_s * flops, "dt_s": dt, "cpu_s": time.process_time() - c0})
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+                progress.update(record["step"], record["loss"], record["lr"], tok_s)
+            run.history["elapsed_s"] = elapsed_before + time.perf_counter() - t_run
+            # CPU seconds of this process: on a shared machine a steadier cost measure than wall time
+            run.history["cpu_s"] = cpu_before + time.process_time() - cpu_run
+            unfinished = run.step < run.num_iterations
+            if unfinished and (run.step % tcfg.snapshot_every == 0 or stop_reason):
+                save_snapshot(run)
+            if stop_reason and unfinished:
+                status = "stopped"
+                if d.is_main:
+                    log.warning("stopped at step %d/%d (%s); snapshot saved, continue with --resume", run.step, run.num_iterations, stop_reason)
+                break
+    finally:
+        progress.close()
+        if metrics_file is not None:
+            metrics_file.close()
+    return status
+
+
+def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str, Any], str | None]:
+    """One optimizer step over `accum` micro-batches with the exact token-mean loss; returns the
+    metrics record and the stop reason any rank gave after it (`local_stop()` on each; one
+    collective decides for all)."""
+    import torch
+    import torch.nn.functional as F
+
+    from lib.distributed import clip_grad_norm, gradient_sync
+    from lib.schedule import lr_at
+
+    d, tcfg, step = run.d, run.tcfg, run.step
+    lr = lr_at(step, run.peak, tcfg.model_copy(update={"num_iterations": run.num_iterations}))
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    batches = [run.loader.next_batch() for _ in range(run.accum)]
+    local_count = sum(int((y != -100).sum()) for _, y, _ in batches)
+    (global_count,) = d.all_sum([float(local_count)])
+    if global_count == 0:
+        raise ValueError(f"step {step}: every target of the batch is masked (-100); the data in {run.data_dir} yields no loss")
+    # DDP and FSDP average gradients over ranks; × world turns that into the sum over all tokens
+    scale = d.world_size / global_count
+    loss_sum = torch.zeros((), dtype=torch.float64, device=d.device)
+    src_tokens: dict[str, int] = {}
+    for i, (x, y, per_source) in enumerate(batches):
+        x = x.to(d.device, non_blocking=True)
+        y = y.to(d.device, non_blocking=True)
+        with gradient_sync(run.step_model, d, last_micro_batch=i == run.accum - 1):
+            with run.autocast:
+                logits = run.step_model(input_ids=x).logits
+            # fp32 cross-entropy: bf16 log-softmax over a large vocab loses ~2 digits (seed 001)
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), ignore_index=-100, reduction="sum")
+            del logits  # nothing in the graph needs it: one batch × seq × vocab fewer during backward
+            (loss * scale).backward()
+        loss_sum += loss.detach()
+        for name, n in per_source.items():
+            src_tokens[name] = src_tokens.get(name, 0) + int(n)
+    grad_norm = clip_grad_norm(run.model, tcfg.grad_clip) if tcfg.grad_clip > 0 else float("nan")
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+
+    # one collective for the logged numbers and the stop decision of every rank
+    gathered = d.gather_objects((float(loss_sum), src_tokens, local_stop()))
+    step_loss = sum(g[0] for g in gathered) / global_count
+    step_sources: dict[str, int] = {}
+    for _, per_src, _ in gathered:
+        for name, n in per_src.items():
+            step_sources[name] = step_sources.get(name, 0) + n
+    if not math.isfinite(step_loss):
+        raise FloatingPointError(f"step {step}: loss is {step_loss}; lower training.lr_scale or check the data")
+    history = run.history
+    history["loss"].append(step_loss)
+    history["tokens"] += tcfg.total_batch_size
+    for name, n in step_sources.items():
+        history["tokens_per_source"][name] = history["tokens_per_source"].get(name, 0) + n
+    run.step += 1
+    record = {"step": step, "loss": step_loss, "lr": lr, "grad_norm": grad_norm, "tokens": tcfg.total_batch_size,
+              "tokens_per_source": step_sources, "valid_targets": int(global_count)}
+    return record, next((g[2] for g in gathered if g[2]), None)
+
+
+def save_snapshot(run: Run) -> None:
+    """Every rank: its loader/RNG state and (FSDP) its shards into the temporary folder; rank 0:
+    the full weights and AdamW (DDP), state.json, then the completion marker and the rename."""
+    from lib import snapshot as snap
+
+    d, step = run.d, run.step
+    if d.is_main:
+        snap.begin(run.snapshot_dir, step)
+    d.barrier()
+    tmp = snap.tmp_dir(run.snapshot_dir, step)
+    snap.write_rank(tmp, d.rank, run.loader.state_dict())
+    state = {"step": step, "world_size": d.world_size, "history": run.history, "parallelism": "fsdp" if run.sharded else "ddp"}
+    if run.sharded:
+        from lib.distributed import save_sharded
+
+        state["sharded"] = save_sharded(tmp, run.model, run.optimizer)
+        if d.is_main:
+            snap.write_state(tmp, state)
+    elif d.is_main:
+        snap.write_shared(tmp, run.model, run.optimizer.state_dict(), state)
+    d.barrier()
+    if d.is_main:
+        snap.commit(run.snapshot_dir, step, run.tcfg.keep_snapshots)
+    d.barrier()
+
+
+def finish(run: Run, status: str) -> dict[str, Any]:
+    """The run's summary; when done, rank 0 writes the version folder (an FSDP model is gathered
+    once, by every rank, into an unsharded copy first)."""
+    d, cfg, tcfg, history = run.d, run.cfg, run.tcfg, run.history
+    final_metrics = {
+        "steps": run.step,
+        "num_iterations": run.num_iterations,
+        "final_loss": history["loss"][-1] if history["loss"] else None,
+        "mean_loss_last_10": (sum(history["loss"][-10:]) / len(history["loss"][-10:])) if history["loss"] else None,
+        "tokens": history["tokens"],
+        "tokens_per_source": history["tokens_per_source"],
+        "elapsed_s": history["elapsed_s"],
+        "cpu_s": history.get("cpu_s"),
+        "tokens_per_s": history["tokens"] / history["elapsed_s"] if history["elapsed_s"] > 0 else None,
+    }
+    if status == "done":
+        model = run.model
+        optimizer_state = None
+        if run.sharded:
+            from lib.distributed import gather_for_storage, gather_optimizer_state
+
+            model = gather_for_storage(run.model, d)
+            if tcfg.optimizer_state == "inherit":
+                optimizer_state = gather_optimizer_state(run.model, run.optimizer, d)
+        elif tcfg.optimizer_state == "inherit":
+            optimizer_state = run.optimizer.state_dict()
+        if d.is_main:
+            _write_final_version(run, model, optimizer_state, final_metrics)
+    d.barrier()
+    return {"status": status, "step": run.step, "out": str(run.out_dir), "final_metrics": final_metrics}
+
+
+def _write_final_version(run: Run, model, optimizer_state: dict | None, final_metrics: dict[str, Any]) -> None:
+    from lib.checkpoint import MODEL_FILE, UpdateSurvival, materialize, storage_dtype, storage_seed, write_version
+    from lib.distributed import compile_enabled
+
+    cfg, tcfg, init, parent = run.cfg, run.tcfg, run.init, run.parent
+    version_meta = {
+        "parent_checkpoint": None if init else run.parent_meta.get("version", parent.name),
+        "parent_path": None if init else str(parent.resolve()),
+        "parent_digest": None if init else run.parent_meta.get("digest"),
+        "consolidation_config": cfg.to_dict(),
+        "memory_buffer_stats": {name: st for name, st in (run.data_info.get("sources") or {}).items() if st.get("kind") == "buffer"},
+        "manifest_hash": run.data_info.get("manifest_hash"),
+        "tokenizer_hash": run.tok_hash,
+        "original_lr": run.original_lr,
+        "lr_scale": run.lr_scale,
+        "peak_lr": run.peak,
+        "optimizer_state": "none (pre-training from scratch)" if init else run.optimizer_choice,
+        "started_from": run.started_from,
+        "activation_checkpointing": tcfg.activation_checkpointing,
+        "compiled": compile_enabled(tcfg.compile, run.d.device.type),
+        "parallelism": "fsdp" if run.sharded else "ddp",
+        "memory_estimate": run.memory,
+        "final_metrics": final_metrics,
+        "world_size": run.d.world_size,
+        "data_dir": str(run.data_dir.resolve()),
+        "training_kind": "pretrain" if init else "consolidation",
+    }
+    version_meta.update(run.meta or {})
+    model.config.use_cache = True  # off for training only; a served version generates with a KV cache
+    dtype = storage_dtype(cfg.checkpoints.dtype, None if init else parent)
+    # how much of tonight's update the stored weights carry, against where the night started
+    survival = None if init else UpdateSurvival(materialize(run.start_dir) / MODEL_FILE, materialize(parent) / MODEL_FILE)
+    version_name = str(version_meta.get("version") or run.out_dir.name)
+    write_version(run.out_dir, model, tokenizer_dir=run.tok_dir, meta=version_meta, optimizer_state=optimizer_state, overwrite=run.resume,
+                  dtype=dtype, rounding=cfg.checkpoints.rounding, seed=storage_seed(tcfg.seed, version_name),
+                  master=cfg.checkpoints.master_weights, survival=survival)
+    log.info("wrote version %s (final loss %.4f)", run.out_dir, final_metrics["final_loss"] or float("nan"))
 
 def _truncate_metrics(path: Path, start_step: int) -> None:
     """After a crash the file may hold steps past the snapshot (or a torn last line): drop them."""
@@ -646,22 +679,6 @@ def _truncate_metrics(path: Path, start_step: int) -> None:
         if rec.get("step", -1) < start_step:
             keep.append(line)
     path.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
-
-
-def _save_snapshot(d: Dist, snapshot_dir: Path, step: int, model, optimizer, loader, history, keep: int) -> None:
-    from lib import snapshot as snap
-
-    if d.is_main:
-        tmp = snap.begin(snapshot_dir, step)
-    d.barrier()
-    tmp = snap.tmp_dir(snapshot_dir, step)
-    snap.write_rank(tmp, d.rank, loader.state_dict())
-    if d.is_main:
-        snap.write_shared(tmp, model, optimizer.state_dict(), {"step": step, "world_size": d.world_size, "history": history})
-    d.barrier()
-    if d.is_main:
-        snap.commit(snapshot_dir, step, keep)
-    d.barrier()
 
 
 # -- entry point -----------------------------------------------------------------------------------

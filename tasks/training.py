@@ -102,8 +102,10 @@ def ranks_stopped(lines: list[str], stopped_code: int) -> bool:
 
 def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, train_dir: str, *,
                      parent: str | None, init: bool, resume: bool, meta: dict[str, Any] | None,
-                     tokenizer_dir: str | None = None) -> list[str]:
-    """The torchrun argv, with the config and meta written beside the run's metrics."""
+                     tokenizer_dir: str | None = None, node_rank: int | None = None) -> list[str]:
+    """The torchrun argv, with the config and meta written beside the run's metrics. With
+    training.nnodes > 1: this node's `node_rank` and the rendezvous at training.rdzv_endpoint,
+    its id the version's name (a night's nodes meet each other, never another night's)."""
     from lib.train import torchrun_command
 
     tdir = Path(train_dir)
@@ -116,6 +118,7 @@ def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, trai
         meta_path.write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
     cmd = torchrun_command(config_path, data_dir, out_dir, parent=parent, init=init, resume=resume,
                            nproc_per_node=cfg.training.nproc_per_node, nnodes=cfg.training.nnodes,
+                           node_rank=node_rank, rdzv_endpoint=cfg.training.rdzv_endpoint, rdzv_id=Path(out_dir).name,
                            meta=meta_path, tokenizer=tokenizer_dir, python=sys.executable)
     return cmd + ["--train-dir", str(tdir)]
 
@@ -131,15 +134,18 @@ def train_checkpoint(
     resume: bool = False,
     meta: dict[str, Any] | None = None,
     tokenizer_dir: str | None = None,
+    node_rank: int | None = None,
 ) -> dict[str, Any]:
-    """Run torchrun to write the version folder `out_dir`; returns its meta's final metrics."""
+    """Run torchrun to write the version folder `out_dir`; returns its meta's final metrics.
+    On several nodes each node runs this task with its `node_rank`; only node 0 holds the
+    training lock (the others cannot train without it: the rendezvous waits for every node)."""
     from lib import snapshot
     from lib.faults import armed, fault_point
     from lib.train import EXIT_STOPPED
 
     log = stage_logger()
     cmd = training_command(cfg, data_dir, out_dir, train_dir, parent=parent, init=init, resume=resume,
-                           meta=meta, tokenizer_dir=tokenizer_dir)
+                           meta=meta, tokenizer_dir=tokenizer_dir, node_rank=node_rank)
     total = cfg.model.pretrain_iterations if init else cfg.training.num_iterations
     metrics_path = Path(train_dir) / "metrics.jsonl"
     progress = TrainingProgress("training-progress", f"{'Pre-training' if init else 'Consolidation'} steps of {Path(out_dir).name}")
@@ -153,8 +159,9 @@ def train_checkpoint(
 
     limit = cfg.training.time_limit_s
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    lock = training_lock(cfg, out_dir)
-    lock.acquire(cfg.orchestration.train_lock_timeout_s, log=log.warning, what="orchestration.train_lock_timeout_s")
+    lock = training_lock(cfg, out_dir) if not node_rank else None
+    if lock is not None:
+        lock.acquire(cfg.orchestration.train_lock_timeout_s, log=log.warning, what="orchestration.train_lock_timeout_s")
     try:
         done = finished_version(out_dir, meta)
         if done is not None:  # a killed night's torchrun finished it while we waited
@@ -166,9 +173,11 @@ def train_checkpoint(
         with own_time():  # own time: the torchrun process, the wait for the lock excluded
             # torchrun keeps the lock until it exits, even if this process dies first
             result = run_supervised(cmd, env=env, cwd=os.getcwd(), on_line=log.info, on_tick=on_tick, tick_s=2.0, keep_lines=200,
-                                    time_limit_s=None if limit is None else limit + SNAPSHOT_GRACE_S, pass_fds=(lock.fileno(),))
+                                    time_limit_s=None if limit is None else limit + SNAPSHOT_GRACE_S,
+                                    pass_fds=(lock.fileno(),) if lock is not None else ())
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     tail = "\n".join(result.last_lines[-20:])
     if result.returncode == EXIT_STOPPED or result.timed_out or ranks_stopped(result.last_lines, EXIT_STOPPED):
         raise TrainingStopped(f"training into {out_dir} stopped before its last step (time limit {limit} s or a signal); "
