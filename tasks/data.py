@@ -248,9 +248,15 @@ def commit_dedup_index(cfg: ConsolidationConfig, run_dir: str) -> bool:
 
 
 # -- manifest and token shards ---------------------------------------------------------------------
-def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
-    steps = cfg.model.pretrain_iterations if pretrain else cfg.training.num_iterations
-    return steps * cfg.training.total_batch_size
+@task(name="resolve-tokenizer", **IO_RETRIES)
+def resolve_tokenizer(cfg: ConsolidationConfig, champion_dir: str) -> str:
+    """The tokenizer a night tokenizes with (lib.tokenizer.resolve_tokenizer): `tokenizer.path`,
+    else the champion's own, so a night never trains a model on token ids it was not
+    pre-trained with."""
+    from lib.tokenizer import resolve_tokenizer as resolve
+
+    with own_time():
+        return str(resolve(cfg, Workspace(cfg.workspace.root), model_dir=champion_dir))
 
 
 def _data_inputs(p: dict[str, Any]) -> list[str]:
