@@ -130,6 +130,33 @@ def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
     return steps * cfg.training.total_batch_size
 
 
+def memory_weights(workspace, cfg: ConsolidationConfig, sources: list[SourceConfig]) -> dict[str, dict[str, float]] | None:
+    """{memory source: {doc_id: weight}} from lineage (recency and exposures, lib.memory), when
+    one of `sources` is the memory."""
+    names = [s.name for s in sources if s.kind == "memory"]
+    if not names:
+        return None
+    from lib.lineage import Lineage
+    from lib.memory import replay_weights
+
+    weights = replay_weights(Lineage(workspace.lineage_db), cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power)
+    return {name: weights for name in names}
+
+
+def prepare_run_data(workspace, cfg: ConsolidationConfig, sources: list[SourceConfig], tokenizer_dir: str | Path,
+                     out_dir: str | Path, budget: int, *, workers: int | None = None, cache: bool = True) -> dict:
+    """`prepare_training_data` with the settings of `cfg` (sampling, seq_len, the document
+    separator, the chat template's markers, the memory's weights) and the workspace's token
+    cache: what a night, the bootstrap and `consolidate tokenize` run."""
+    from lib.chat_format import template_markers
+
+    return prepare_training_data(sources, tokenizer_dir, out_dir, token_budget=budget, sampling=cfg.sampling,
+                                 seq_len=cfg.training.seq_len, workers=workers or cfg.curation.workers,
+                                 cache_dir=workspace.token_cache if cache else None,
+                                 separator=cfg.tokenizer.document_separator, markers=template_markers(tokenizer_dir),
+                                 doc_weights=memory_weights(workspace, cfg, sources))
+
+
 def temperature_at(sampling: SamplingConfig, progress: float) -> float:
     """T at training progress in [0, 1] (seed 004 11.2: anneal from explore to exploit)."""
     t0, t1 = sampling.temperature, sampling.final_temperature
