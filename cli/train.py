@@ -54,7 +54,8 @@ def train(
     parent_dir = _version_dir(ws, parent) if parent else None
     if nproc_per_node:
         cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"nproc_per_node": nproc_per_node})})
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in ("tasks", "lib"):  # the trainer's output lines and the lock's waits (the root logger says WARNING)
+        logging.getLogger(name).setLevel(logging.INFO)
     try:  # the task's function itself: no Prefect run, the same launch, lock and supervision
         result = train_checkpoint.fn(cfg, str(data), str(out), str(RunDir(Path(data)).train),
                                      parent=str(parent_dir) if parent_dir else None, init=init, resume=resume,
