@@ -22,7 +22,7 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from flows.consolidate import _manifest, prepare
+from flows.consolidate import prepare, recorded_manifest
 from flows.runtime import StageClock, recorded_run
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, run_form
@@ -95,7 +95,7 @@ def _bootstrap(cfg: ConsolidationConfig, book: RunBook, adopt: "AdoptRequest | N
             meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
                   "replay_corpus": sources[0].name}))
     with clock.stage("record"):
-        register_v0(cfg, run.run_id, version, trained["version_dir"], _manifest(run, data))
+        register_v0(cfg, run.run_id, version, trained["version_dir"], recorded_manifest(run, data))
     book.current.version = version
     return {"status": "pre-trained", "version": version, "run_id": run.run_id, "final_metrics": trained["final_metrics"],
             **built, "timings": clock.seconds}

@@ -47,13 +47,10 @@ from lib.config import ConsolidationConfig, run_form
 from lib.faults import fault_point
 from lib.gate import RETRY_SUFFIX, rejected_for_forgetting, safer_settings
 from lib.preflight import ensure_ready
-from lib.runs import DECIDED, RunBook, champion_of, claim_version, dead_nights, finish_decided, resumable_night, trained_version
+from lib.runs import RunBook, champion_of, claim_version, finish_decided, trained_version
 from lib.workspace import RunDir, Workspace
 from tasks.data import commit_dedup_index, plan_tokenization, prepare_data, resolve_tokenizer, tokenize_file
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate, remember_night, store_candidate
-
-__all__ = ["DECIDED", "NightlyConfig", "claim_version", "dead_nights", "finish_decided_nights", "nightly_consolidation",
-           "prepare", "resumable_night", "trained_version"]
 
 DATA_OUTPUTS = ["manifest.parquet", "data.json", "shards", "heldout"]
 # The run form: the sections a night reads (the architecture comes from the champion, so no `model`).
@@ -127,7 +124,7 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
             meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
                   "replay_corpus": cfg.workspace.corpus}))
     with clock.stage("record"):
-        record_candidate(cfg, run.run_id, version, trained["version_dir"], champion, inputs, _manifest(run, data))
+        record_candidate(cfg, run.run_id, version, trained["version_dir"], champion, inputs, recorded_manifest(run, data))
         fault_point("record")
     with clock.stage("evaluate"):
         result["eval"] = evaluate_versions(cfg, str(run.path), run.run_id, version, champion)
@@ -156,7 +153,7 @@ def prepare(cfg: ConsolidationConfig, run: RunDir, tokenizer_dir: str, sources: 
                             tokenizer_dir=tokenizer_dir, budget=budget), folder="data_dir")
 
 
-def _manifest(run: RunDir, data: dict[str, Any]) -> dict[str, Any]:
+def recorded_manifest(run: RunDir, data: dict[str, Any]) -> dict[str, Any]:
     """The manifest as lineage records it with the version."""
     return {"hash": data["manifest_hash"], "path": str(run.manifest),
             "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
