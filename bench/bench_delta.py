@@ -45,7 +45,7 @@ def entropy_estimate(target: bytes, parent: bytes) -> float:
     for fp32, where almost every 17-bit difference is unique in a small model); other tensors raw."""
     import numpy as np
 
-    from lib.checkpoint import _EXPONENT, _FLOAT_UINT, _split_safetensors, _tensors
+    from lib.delta import _EXPONENT, _FLOAT_UINT, _split_safetensors, _tensors
 
     head, th, td = _split_safetensors(target, "target")
     _, ph, pd = _split_safetensors(parent, "parent")
@@ -75,7 +75,8 @@ def entropy_estimate(target: bytes, parent: bytes) -> float:
 
 
 def run_one(work: Path, paths: dict, args, pretrain_steps: int, dtype: str) -> dict:
-    from lib.checkpoint import MODEL_FILE, compact, encode_delta, materialize, read_meta
+    from lib.checkpoint import MODEL_FILE, compact, materialize, read_meta
+    from lib.delta import encode_delta
     from lib.config import load_config
     from lib.train import train
     from train_fixtures import write_config
@@ -134,7 +135,8 @@ def watch():  # anonymous memory (heap), sampled: RSS also counts the memory-map
                 peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
         time.sleep(0.005)
 threading.Thread(target=watch, daemon=True).start()
-from lib.checkpoint import _Sha256Sink, _mapped, decode_delta, decode_delta_to, encode_delta, encode_delta_to
+from lib.checkpoint import _Sha256Sink, _mapped
+from lib.delta import decode_delta, decode_delta_to, encode_delta, encode_delta_to
 work, method, mode = Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 t0 = time.perf_counter()
 if mode == "streaming":  # what compact and materialize do: memory-mapped files, tensor by tensor

@@ -65,7 +65,8 @@ def sub(a: dict, b: dict) -> dict:
 def storage_shares(folder: Path, parent: Path) -> tuple[float, float]:
     """(bytes of the stored weights as a delta against the parent's, bytes of the master weights
     as a delta against the version's own stored weights), each as a share of the full stored file."""
-    from lib.checkpoint import MODEL_FILE, encode_delta, master_dir, materialize
+    from lib.checkpoint import MODEL_FILE, master_dir, materialize
+    from lib.delta import encode_delta
 
     stored = (materialize(folder) / MODEL_FILE).read_bytes()
     delta, _ = encode_delta(stored, (materialize(parent) / MODEL_FILE).read_bytes())

@@ -7,7 +7,6 @@ running night (`--no-wait`: exits 75 at once) and a night waits for it."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,10 +24,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Curate the pending memory buffer files into <workspace>/runs/<run-id>/curated (no training)."""
         from lib.curation import curate
+        from lib.runs import new_run_id
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         ws.ensure()
-        run = ws.run(run_id or time.strftime("curate-%Y%m%d-%H%M%S"))
+        run = ws.run(run_id or new_run_id("curate"))
         with night_lock(cfg, ws, f"consolidate curate {run.run_id}", wait):
             stats = curate(ws, cfg, run.ensure())
         if json_:

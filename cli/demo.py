@@ -60,28 +60,17 @@ def show_story(console, ws, story: dict, retention=None) -> None:
     from rich.table import Table
 
     from lib.lineage import Lineage
+    from lib.tables import bpb_table, gate_table
 
     night = story["night"]
     console.print(f"[bold]bootstrap[/bold]: {story['bootstrap']['status']} (champion {story['bootstrap'].get('version')})")
     console.print(f"[bold]night {night['run_id']}[/bold]: {night.get('status')}")
     if night.get("eval"):
-        t = Table(title=f"bits per byte, {night['parent']} (before) -> {night['version']} (after)")
-        for col in ("dataset", "docs", "before", "after", "change"):
-            t.add_column(col)
-        for r in night["eval"]:
-            if r["metric"] == "bpb":
-                change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
-                t.add_row(r["dataset"], str(r.get("docs", "")), f"{r['parent']:.4f}", f"{r['candidate']:.4f}", change)
-        console.print(t)
+        console.print(bpb_table(night["eval"], night["parent"], night["version"],
+                                f"bits per byte, {night['parent']} (before) -> {night['version']} (after)", metric_column=False).rich())
     if night.get("gate"):
         gate = night["gate"]
-        t = Table(title=f"gate on {gate['version']}: {gate['status']}")
-        for col in ("rule", "measured", "limit", "result", "reason"):
-            t.add_column(col)
-        for r in gate["rules"]:
-            measured = "n/a" if r.get("measured") is None else f"{r['measured']:+.2%}"
-            t.add_row(r["name"], measured, f"{r['limit']:+.2%}", "pass" if r["passed"] else "FAIL", r["reason"])
-        console.print(t)
+        console.print(gate_table(gate, f"gate on {gate['version']}: {gate['status']}").rich())
     lin = Lineage(ws.lineage_db)
     t = Table(title="lineage")
     for col in ("version", "parent", "status", "aliases", "stored", "run"):

@@ -26,7 +26,7 @@ def _version_dir(ws, row: dict) -> Path:
 
 
 def register(app: typer.Typer) -> None:
-    from rich.table import Table
+    from lib.tables import bpb_table, gate_table
 
     @app.command("eval")
     @user_errors
@@ -40,19 +40,12 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Bits per byte of VERSION and its parent on old_val, new_heldout, new_train (+ probes)."""
-        from lib.evaluate import evaluate_and_record, evaluate_candidate
-        from lib.lineage import Lineage
+        from lib.evaluate import comparison, evaluate_and_record, evaluate_candidate
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
-        if not ws.lineage_db.exists():
-            raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or pass --workspace")
-        lin = Lineage(ws.lineage_db)
-        row = lin.get_version(lin.resolve_version(version))
-        parent_id = lin.resolve_version(parent) if parent else row["parent"]
-        if parent_id is None:
-            raise ValueError(f"version {row['version']} has no parent: pass --parent VERSION to compare with")
-        run_id = run or row["run_id"]
-        run_dir = ws.run(run_id) if run_id and ws.run(run_id).path.exists() else None
+        c = comparison(ws, version, parent, run)
+        lin, parent_id, run_id, run_dir = c.lineage, c.parent, c.run_id, c.run_dir
+        row = lin.get_version(c.version)
         if record:
             table = evaluate_and_record(ws, cfg, lin, row["version"], parent_id, run_id, run_dir, device=device)
         else:
@@ -60,13 +53,8 @@ def register(app: typer.Typer) -> None:
                                        device=device, lineage=lin)
         if as_json:
             return echo_json({"version": row["version"], "parent": parent_id, "run_id": run_id, "rows": table.rows()})
-        out = Table(title=f"{parent_id} -> {row['version']} on the data of run {run_id or '(none)'}")
-        for col in ("dataset", "metric", "docs", parent_id, row["version"], "change"):
-            out.add_column(col)
-        for r in table.rows():
-            change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
-            out.add_row(r["dataset"], r["metric"], str(r.get("docs", "")), f"{r['parent']:.4f}", f"{r['candidate']:.4f}", change)
-        console().print(out)
+        console().print(bpb_table(table.rows(), parent_id, row["version"],
+                                  f"{parent_id} -> {row['version']} on the data of run {run_id or '(none)'}").rich())
 
     @app.command("gate")
     @user_errors
@@ -89,13 +77,8 @@ def register(app: typer.Typer) -> None:
         if as_json:
             echo_json({"version": version, "status": status, "applied": apply, **decision.to_dict()})
         else:
-            out = Table(title=f"gate on {version}: {'PASSED' if decision.passed else 'REJECTED'}" + ("" if apply else " (not applied)"))
-            for col in ("rule", "measured", "limit", "result", "reason"):
-                out.add_column(col)
-            for r in decision.rules:
-                out.add_row(r.name, "n/a" if r.measured is None else f"{r.measured:+.2%}", f"{r.limit:+.2%}",
-                            "pass" if r.passed else "FAIL", r.reason)
-            console().print(out)
+            title = f"gate on {version}: {'PASSED' if decision.passed else 'REJECTED'}" + ("" if apply else " (not applied)")
+            console().print(gate_table(decision, title).rich())
             typer.echo(f"{version}: {status}; champion is {lin.alias('champion')}")
         if not decision.passed:
             raise typer.Exit(1)

@@ -1,10 +1,14 @@
-"""`consolidate train` (the trainer alone, one process or torchrun) and `consolidate checkpoint`
-(delta storage: compact, restore, materialize, info)."""
+"""`consolidate train` (the trainer alone) and `consolidate checkpoint` (delta storage: compact,
+restore, materialize, info).
+
+`consolidate train` launches the night's own training stage (tasks.training.train_checkpoint):
+torchrun in a supervised process group that dies with this command, under the workspace's
+training lock, so a manual training never runs beside a night's.
+"""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -39,34 +43,27 @@ def train(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Train once: continue a version on prepared data (or pre-train v0 with --init) and write a version folder."""
+    import logging
+
+    from lib.train import EXIT_STOPPED
+    from lib.workspace import RunDir
+    from tasks.training import TrainingStopped, train_checkpoint
+
     cfg, ws = resolve_config(config, preset, overrides, workspace)
     if (parent is None) == (not init):
         raise ValueError("give exactly one of --parent VERSION or --init")
     parent_dir = _version_dir(ws, parent) if parent else None
-    nproc = nproc_per_node or cfg.training.nproc_per_node
-    sets = list(overrides or [])
-    if workspace is not None:
-        sets.append(f"workspace.root={workspace}")
-    if nproc > 1 or cfg.training.nnodes > 1:
-        from lib.train import torchrun_command
-
-        cmd = torchrun_command(config, data, out, parent=parent_dir, init=init, resume=resume, nproc_per_node=nproc,
-                               nnodes=cfg.training.nnodes, node_rank=node_rank, rdzv_endpoint=cfg.training.rdzv_endpoint,
-                               rdzv_id=Path(out).name, tokenizer=tokenizer, overrides=sets, preset=preset)
-        typer.echo(" ".join(cmd), err=True)
-        code = subprocess.call(cmd)
-        if code:
-            raise typer.Exit(code)
-        return
-    from lib.train import EXIT_STOPPED
-    from lib.train import train as run_training
-
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    result = run_training(cfg, data, out, parent=parent_dir, init=init, resume=resume, tokenizer_dir=tokenizer)
-    if result["status"] != "done":
-        raise typer.Exit(EXIT_STOPPED)
+    if nproc_per_node:
+        cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"nproc_per_node": nproc_per_node})})
+    for name in ("tasks", "lib"):  # the trainer's output lines and the lock's waits (the root logger says WARNING)
+        logging.getLogger(name).setLevel(logging.INFO)
+    try:  # the task's function itself: no Prefect run, the same launch, lock and supervision
+        result = train_checkpoint.fn(cfg, str(data), str(out), str(RunDir(Path(data)).train),
+                                     parent=str(parent_dir) if parent_dir else None, init=init, resume=resume,
+                                     tokenizer_dir=str(tokenizer) if tokenizer else None, node_rank=node_rank)
+    except TrainingStopped as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(EXIT_STOPPED) from None
     typer.echo(json.dumps(result["final_metrics"], indent=2))
 
 

@@ -22,16 +22,15 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from flows.consolidate import prepare
-from flows.runtime import StageClock, new_run_id, night_lock
+from flows.consolidate import prepare, recorded_manifest
+from flows.runtime import StageClock, recorded_run
 from flows.training import TrainRequest, run_training
-from lib.config import ConsolidationConfig, SourceConfig, run_form
-from lib.corpus import DEFAULT_CORPUS
+from lib.config import ConsolidationConfig, run_form
 from lib.preflight import ensure_ready
-from lib.workspace import Workspace
+from lib.runs import RunBook
+from lib.sampling import corpus_sources, token_budget
 from tasks.bootstrap import adopt_model, build_embedded_default, register_v0, train_tokenizer
 from tasks.cache_keys import on_workspace
-from tasks.data import token_budget
 
 
 class AdoptRequest(BaseModel):
@@ -61,17 +60,13 @@ def bootstrap(cfg: BootstrapConfig, adopt: AdoptRequest | None = None) -> dict[s
         cfg: The consolidation config. Pick the preset the pool runs (tiny on CPU, default on GPU).
         adopt: Your Hugging Face model and replay corpus, copied into the workspace; empty: the demo's v0.
     """
-    with night_lock(cfg, "bootstrap"):  # never beside a night (or a second bootstrap) on this workspace
-        return _bootstrap(cfg, adopt)
+    with recorded_run(cfg, "bootstrap") as book:  # never beside a night (or a second bootstrap) on this workspace
+        return _bootstrap(cfg, book, adopt)
 
 
-def _bootstrap(cfg: ConsolidationConfig, adopt: "AdoptRequest | None") -> dict[str, Any]:
-    from lib.lineage import Lineage
-    from prefect.runtime import flow_run
-
-    ws = Workspace(cfg.workspace.root).ensure()
-    lin = Lineage(ws.lineage_db)
-    clock = StageClock()
+def _bootstrap(cfg: ConsolidationConfig, book: RunBook, adopt: "AdoptRequest | None") -> dict[str, Any]:
+    """The stages in order; the run is closed by `recorded_run` (completed or failed)."""
+    ws, lin, clock = book.ws, book.lineage, StageClock()
     if adopt is not None:
         champion = lin.alias("champion")
         if champion is not None:
@@ -86,28 +81,21 @@ def _bootstrap(cfg: ConsolidationConfig, adopt: "AdoptRequest | None") -> dict[s
     if champion is not None:
         return {"status": f"champion {champion} exists; nothing to pre-train", "version": champion, **built, "timings": clock.seconds}
 
-    run = ws.run(new_run_id("bootstrap")).ensure()
-    lin.start_run(run.run_id, kind="bootstrap", flow_run_id=flow_run.get_id(), config=cfg.to_dict())
-    try:
-        with clock.stage("tokenizer"):
-            tokenizer_dir = on_workspace(train_tokenizer, ws)(cfg)
-        corpus = cfg.workspace.corpus or DEFAULT_CORPUS
-        sources = [SourceConfig(name=corpus, path=ws.corpus_train(corpus), weight=1.0, kind="corpus")]
-        data = prepare(cfg, run, tokenizer_dir, sources, token_budget(cfg, pretrain=True), clock)
-        version = lin.next_version(run.run_id)
-        with clock.stage("train"):
-            trained = run_training(TrainRequest(
-                cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
-                init=True, tokenizer_dir=tokenizer_dir,
-                meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
-                      "replay_corpus": corpus}))
-        with clock.stage("record"):
-            register_v0(cfg, run.run_id, version, trained["version_dir"],
-                        {"hash": data["manifest_hash"], "path": str(run.manifest),
-                         "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}})
-    except BaseException:
-        lin.finish_run(run.run_id, "failed", None, clock.seconds)
-        raise
-    lin.finish_run(run.run_id, "completed", version, clock.seconds)
+    run = ws.run(book.new_run_id("bootstrap")).ensure()
+    book.start(run.run_id, "bootstrap", clock, config=cfg.to_dict())
+    with clock.stage("tokenizer"):
+        tokenizer_dir = on_workspace(train_tokenizer, ws)(cfg)
+    sources = corpus_sources(ws, cfg)
+    data = prepare(cfg, run, tokenizer_dir, sources, token_budget(cfg, pretrain=True), clock)
+    version = lin.next_version(run.run_id)
+    with clock.stage("train"):
+        trained = run_training(TrainRequest(
+            cfg=cfg, data_dir=str(run.path), out_dir=str(ws.checkpoint(version)), train_dir=str(run.train),
+            init=True, tokenizer_dir=tokenizer_dir,
+            meta={"version": version, "run_id": run.run_id, "document_separator": data["separator_token"],
+                  "replay_corpus": sources[0].name}))
+    with clock.stage("record"):
+        register_v0(cfg, run.run_id, version, trained["version_dir"], recorded_manifest(run, data))
+    book.current.version = version
     return {"status": "pre-trained", "version": version, "run_id": run.run_id, "final_metrics": trained["final_metrics"],
             **built, "timings": clock.seconds}

@@ -15,7 +15,6 @@ a re-evaluation with another `eval` section changes what a later gate reads for 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 from prefect import flow
@@ -42,20 +41,11 @@ def evaluate_version(cfg: EvaluateConfig, version: str = "latest", parent: Optio
         parent: Compare with this version instead of the recorded parent. Empty: the recorded parent.
         record: Store the metrics in lineage under the version's run (what the gate reads).
     """
-    from lib.lineage import Lineage
+    from lib.evaluate import comparison
 
-    ws = Workspace(cfg.workspace.root)
-    if not ws.lineage_db.exists():
-        raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or check cfg.workspace.root")
-    lin = Lineage(ws.lineage_db)
-    row = lin.get_version(lin.resolve_version(version))
-    parent_id = lin.resolve_version(parent) if parent else row["parent"]
-    if parent_id is None:
-        raise ValueError(f"version {row['version']} has no parent (it was pre-trained): give `parent` to compare with")
-    run_id = row["run_id"]
-    run_dir = ws.run(run_id).path if run_id and ws.run(run_id).path.exists() else None
-    rows = evaluate_versions(cfg, str(run_dir) if run_dir else None, run_id, row["version"], parent_id, record=record)
-    out: dict[str, Any] = {"version": row["version"], "parent": parent_id, "run_id": run_id, "rows": rows}
-    if record and parent_id == row["parent"]:  # the gate judges a version against its recorded parent
-        out["gate"] = preview_gate(cfg, row["version"])
+    c = comparison(Workspace(cfg.workspace.root), version, parent)
+    rows = evaluate_versions(cfg, str(c.run_dir.path) if c.run_dir else None, c.run_id, c.version, c.parent, record=record)
+    out: dict[str, Any] = {"version": c.version, "parent": c.parent, "run_id": c.run_id, "rows": rows}
+    if record and c.parent == c.recorded_parent:  # the gate judges a version against its recorded parent
+        out["gate"] = preview_gate(cfg, c.version)
     return out

@@ -1,14 +1,19 @@
-"""What every flow of the pipeline needs around its stages: run ids, stage clocks, the task
-runner of the per-shard stages, cached stages that reuse or refresh their outputs.
+"""What every flow of the pipeline needs around its stages: its run's bookkeeping, stage clocks,
+the task runner of the per-shard stages, cached stages that reuse or refresh their outputs.
 
-- Run ids are `<kind>-<UTC time>-<8 hex of the Prefect flow run id>`: sortable by time, unique
-  across workers, and traceable to the flow run in the UI.
+- `recorded_run(cfg, purpose)`: the one context manager around a flow that writes a run (the
+  night, the bootstrap, curation): lib.runs.RunBook with this flow run's id, logger and stop
+  signals. It holds the workspace's night lock (one night per workspace, waited for with a
+  timeout and a log line that names the holder) and closes the run started in it in lineage:
+  completed, failed, or left running for the next trigger when stopped from outside.
+- Run ids are `<kind>-<UTC time>-<8 hex of the Prefect flow run id>` (lib.runs.new_run_id):
+  sortable by time, unique across workers, and traceable to the flow run in the UI.
 - `StageClock` times each stage on the flow's side (`seconds`, into lineage as runs.timings) and
   adds up the stage's own work (`own`: the lib calls its tasks wrap in `tasks.reporting.own_time`,
   Prefect's task overhead excluded); bench/bench_orchestration.py compares the flow's wall time
   with the sum of `own`.
-- `night_lock(cfg, purpose)`: one night per workspace (lib.locks), waited for with a timeout
-  and a log line that names the holder.
+- `cached_stage(task, ...)`: a content-cached stage whose files land in tonight's run folder
+  (run, check its outputs exist, refresh the cache if they are gone, hard-link them in).
 - Per-shard tasks (`.map`) run on a thread pool, or on Ray when
   `orchestration.task_runner = "ray"` (prefect-ray; a local Ray of `curation.workers` CPUs when
   no `ray_address` is given).
@@ -21,17 +26,18 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 
 def new_run_id(kind: str) -> str:
+    """A run id of this flow run (lib.runs.new_run_id)."""
     from prefect.runtime import flow_run
 
-    fr = flow_run.get_id() or uuid.uuid4().hex
-    return f"{kind}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{str(fr).replace('-', '')[:8]}"
+    from lib.runs import new_run_id as run_id
+
+    return run_id(kind, flow_run.get_id())
 
 
 class StageClock:
@@ -90,31 +96,54 @@ def map_over(task, cfg, /, **iterables: Any) -> list[Any]:
         return [f.result() for f in futures]
 
 
-def run_cached(task, outputs_present, **params: Any) -> Any:
-    """Run a content-cached task; if the cached result points at outputs that are gone (an old
-    run folder deleted), run it again with the cache refreshed."""
-    result = task(**params)
-    if not outputs_present(result):
-        result = task.with_options(refresh_cache=True)(**params)
+def cached_stage(task, here: str, outputs: Callable[[dict[str, Any]], list[str]] | list[str], params: dict[str, Any], *,
+                 result: dict[str, Any] | None = None, folder: str = "run_dir") -> dict[str, Any]:
+    """A content-cached stage whose files land in run folder `here`: `task(**params)` on the
+    cache of `params["cfg"]`'s workspace (or its mapped `result`), computed again with the cache
+    refreshed when the cached result points at files that are gone (an old run folder deleted),
+    and the files of a result another run computed hard-linked in (`outputs`, relative to the
+    result's `folder`)."""
+    from lib.workspace import Workspace
+    from tasks.cache_keys import on_workspace
+    from tasks.data import adopt_outputs
+
+    cached = on_workspace(task, Workspace(params["cfg"].workspace.root))
+    entries = outputs if callable(outputs) else (lambda _r: outputs)
+    if result is None:
+        result = cached(**params)
+    if not all((Path(result[folder]) / e).exists() for e in entries(result)):
+        result = cached.with_options(refresh_cache=True)(**params)
+    adopt_outputs(result[folder], here, entries(result))
     return result
 
 
+def _stop_signals() -> tuple[type[BaseException], ...]:
+    """Ways a run is stopped from outside rather than failing (besides Ctrl-C and SystemExit)."""
+    from prefect.exceptions import TerminationSignal
+
+    from tasks.training import TrainingStopped
+
+    return (TerminationSignal, TrainingStopped)
+
+
 @contextmanager
-def night_lock(cfg, purpose: str) -> Iterator[Any]:
-    """The workspace's night lock (lib.locks) for the body: one night, bootstrap or curation at
-    a time on a workspace. A busy lock is waited for up to `orchestration.night_lock_timeout_s`,
-    the holder named in the run log (and so in the UI) when the wait starts and every minute;
-    past the timeout the flow fails with `LockBusy` naming the holder."""
-    from lib.faults import fault_point
-    from lib.locks import WorkspaceLock
+def recorded_run(cfg, purpose: str) -> Iterator[Any]:
+    """The bookkeeping of this flow run on `cfg`'s workspace (lib.runs.RunBook): the night lock
+    for the body, and the lineage run the body starts (`book.start`) closed by how it ends. A
+    busy lock is waited for up to `orchestration.night_lock_timeout_s`, the holder named in the
+    run log (and so in the UI) when the wait starts and every minute; past the timeout the flow
+    fails with `LockBusy` naming the holder."""
+    from prefect.runtime import flow_run
+
+    from lib.runs import RunBook
     from lib.workspace import Workspace
     from tasks.reporting import stage_logger
 
-    log = stage_logger()
-    lock = WorkspaceLock(Workspace(cfg.workspace.root).night_lock, purpose)
-    lock.acquire(cfg.orchestration.night_lock_timeout_s, log=log.warning, what="orchestration.night_lock_timeout_s")
-    try:
-        fault_point("night-lock")  # the lock just taken, nothing done yet
-        yield lock
-    finally:
-        lock.release()
+    book = RunBook(Workspace(cfg.workspace.root).ensure(), flow_run_id=flow_run.get_id(), log=stage_logger(),
+                   stopped=_stop_signals())
+    with book.session(purpose, cfg.orchestration.night_lock_timeout_s):
+        yield book
+
+
+# The curation flow's name for it: it takes the lock and starts no lineage run.
+night_lock = recorded_run

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from lib.runs import new_run_id
+
 log = logging.getLogger(__name__)
 
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth", "model.ckpt", "tf_model.h5",
@@ -415,7 +417,7 @@ def adopt(
         f"{len(folder.weights)} weight file(s)")
 
     t0 = time.perf_counter()
-    run_id = f"adopt-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id("adopt")
     version = "v0"
     vdir = ws.checkpoint(version)
     if vdir.exists():  # a v0 folder without lineage: an earlier init died before recording it

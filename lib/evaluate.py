@@ -434,6 +434,37 @@ def eval_window(cfg) -> int:
     return cfg.eval.max_len or cfg.training.seq_len
 
 
+@dataclass
+class Comparison:
+    """What an evaluation compares: `version` against `parent` on the data of run `run_id`
+    (`run_dir`: its folder, None when the run left none)."""
+
+    lineage: Any
+    version: str
+    parent: str
+    recorded_parent: str | None
+    run_id: str | None
+    run_dir: Any
+
+
+def comparison(workspace, version: str, parent: str | None = None, run: str | None = None) -> Comparison:
+    """`version` (id or alias) against `parent` (default: its recorded parent) on the data of
+    `run` (default: the version's own run): what `consolidate eval` and the evaluate flow measure."""
+    from lib.lineage import Lineage
+
+    if not workspace.lineage_db.exists():
+        raise FileNotFoundError(f"no lineage registry at {workspace.lineage_db}: run the bootstrap first, or point at the "
+                                f"workspace that has one (--workspace, workspace.root)")
+    lin = Lineage(workspace.lineage_db)
+    row = lin.get_version(lin.resolve_version(version))
+    parent_id = lin.resolve_version(parent) if parent else row["parent"]
+    if parent_id is None:
+        raise ValueError(f"version {row['version']} has no parent (it was pre-trained): give the version to compare with (--parent, parent)")
+    run_id = run or row["run_id"]
+    run_dir = workspace.run(run_id) if run_id and workspace.run(run_id).path.exists() else None
+    return Comparison(lin, row["version"], parent_id, row["parent"], run_id, run_dir)
+
+
 def evaluate_and_record(workspace, cfg, lineage, version: str, parent: str, run_id: str | None, run_dir=None,
                         device: str | None = None, on_progress: Progress | None = None) -> PairEvaluation:
     """`evaluate_candidate` of `version` against `parent` on the data of `run_dir`, and every

@@ -60,12 +60,9 @@ class GateDecision:
         return cls(bool(data["passed"]), [RuleResult(**r) for r in data.get("rules", [])])
 
     def to_markdown(self, title: str = "Regression gate") -> str:
-        verdict = "PASSED" if self.passed else "REJECTED"
-        lines = [f"### {title}: {verdict}", "", "| rule | measured | limit | result | reason |", "|---|---|---|---|---|"]
-        for r in self.rules:
-            measured = "n/a" if r.measured is None else f"{r.measured:+.2%}"
-            lines.append(f"| {r.name} | {measured} | {r.limit:+.2%} | {'pass' if r.passed else 'FAIL'} | {r.reason} |")
-        return "\n".join(lines)
+        from lib.tables import gate_table
+
+        return gate_table(self, f"{title}: {'PASSED' if self.passed else 'REJECTED'}").markdown()
 
 
 def _get(metrics: Metrics, dataset: str, metric: str) -> float | None:

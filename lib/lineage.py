@@ -290,10 +290,6 @@ class Lineage:
         with self.reading() as con:
             return [BufferFile(*row) for row in con.execute(query, params).fetchall()]
 
-    def known_hashes(self) -> set[str]:
-        with self.reading() as con:
-            return {row[0] for row in con.execute("SELECT content_hash FROM buffer_files").fetchall()}
-
     def mark_consumed(self, content_hashes: list[str], version: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
         """Pending files become consumed by `version`. Pass `con` to make it part of a larger
         transaction (promotion records the alias and the consumption together)."""

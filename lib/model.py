@@ -25,7 +25,6 @@ tiny preset is embedding-dominated.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 
 def intermediate_size(model_cfg) -> int:
@@ -127,14 +126,3 @@ def flops_per_token(model, seq_len: int) -> float:
     """Training FLOPs per token: 6 per parameter (forward + backward) plus attention's 12·L·H·T."""
     cfg = model.config
     return 6.0 * count_parameters(model) + 12.0 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
-
-
-def model_summary(model) -> dict[str, Any]:
-    cfg = model.config
-    return {
-        "architecture": type(model).__name__,
-        "parameters": count_parameters(model),
-        "layers": cfg.num_hidden_layers,
-        "hidden_size": cfg.hidden_size,
-        "vocab_size": cfg.vocab_size,
-    }

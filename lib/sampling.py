@@ -3,7 +3,8 @@ evaluation, and draw the sampling manifest (seed 000 section 4, seed 004 section
 
 - Sources are named parquet folders with `id` and `text` columns, each with a weight counted in
   TOKENS. `default_sources` is the seed's two-source case: the original corpus at 1 - r, the
-  night's curated data ("new") at r = `sampling.new_data_ratio`.
+  night's curated data ("new") at r = `sampling.new_data_ratio`; `corpus_sources` is
+  pre-training's (the corpus alone), and `token_budget` the tokens either draws.
 - Every input parquet file becomes one token shard (lib/shards.py), tokenized in parallel
   processes. Documents of `kind="buffer"` sources whose salted id hash falls below
   `heldout_fraction` go to `heldout/<source>.parquet` instead (same split every night for the
@@ -111,6 +112,49 @@ def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Pat
     if len(set(names)) != len(names):
         raise ValueError(f"sampling.sources: source names must be unique, got {names}")
     return sources
+
+
+def corpus_sources(workspace, cfg: ConsolidationConfig) -> list[SourceConfig]:
+    """Pre-training's mix (v0): the replay corpus's train split alone."""
+    from lib.config import SourceConfig
+    from lib.corpus import replay_corpus_name
+
+    corpus = replay_corpus_name(workspace, cfg)
+    return [SourceConfig(name=corpus, path=workspace.corpus_train(corpus), weight=1.0, kind="corpus")]
+
+
+def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
+    """Tokens a manifest draws: the steps of a night (`training.num_iterations`) or of
+    pre-training (`model.pretrain_iterations`) times `training.total_batch_size`."""
+    steps = cfg.model.pretrain_iterations if pretrain else cfg.training.num_iterations
+    return steps * cfg.training.total_batch_size
+
+
+def memory_weights(workspace, cfg: ConsolidationConfig, sources: list[SourceConfig]) -> dict[str, dict[str, float]] | None:
+    """{memory source: {doc_id: weight}} from lineage (recency and exposures, lib.memory), when
+    one of `sources` is the memory."""
+    names = [s.name for s in sources if s.kind == "memory"]
+    if not names:
+        return None
+    from lib.lineage import Lineage
+    from lib.memory import replay_weights
+
+    weights = replay_weights(Lineage(workspace.lineage_db), cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power)
+    return {name: weights for name in names}
+
+
+def prepare_run_data(workspace, cfg: ConsolidationConfig, sources: list[SourceConfig], tokenizer_dir: str | Path,
+                     out_dir: str | Path, budget: int, *, workers: int | None = None, cache: bool = True) -> dict:
+    """`prepare_training_data` with the settings of `cfg` (sampling, seq_len, the document
+    separator, the chat template's markers, the memory's weights) and the workspace's token
+    cache: what a night, the bootstrap and `consolidate tokenize` run."""
+    from lib.chat_format import template_markers
+
+    return prepare_training_data(sources, tokenizer_dir, out_dir, token_budget=budget, sampling=cfg.sampling,
+                                 seq_len=cfg.training.seq_len, workers=workers or cfg.curation.workers,
+                                 cache_dir=workspace.token_cache if cache else None,
+                                 separator=cfg.tokenizer.document_separator, markers=template_markers(tokenizer_dir),
+                                 doc_weights=memory_weights(workspace, cfg, sources))
 
 
 def temperature_at(sampling: SamplingConfig, progress: float) -> float:

@@ -4,6 +4,12 @@
   special tokens `<|bos|>`, `<|eos|>`, `<|pad|>`, `<|fim_prefix|>`, `<|fim_middle|>`,
   `<|fim_suffix|>`; saved as a Hugging Face folder so `AutoTokenizer.from_pretrained` loads it
   with bos/eos/pad set.
+- `train_on_corpus(folder, vocab_size, out_dir)`: that BPE on a corpus split's parquet shards
+  (the `text` column): what the bootstrap task and `consolidate tokenizer train` both run.
+- `resolve_tokenizer(cfg, workspace, given, model_dir)`: the one rule for which tokenizer a run
+  uses: `given` (--tokenizer), else `tokenizer.path`, else the model's own folder (every version
+  folder carries its tokenizer files, a delta-stored one too; default: the champion's), else
+  the workspace's trained one.
 - `load_tokenizer(folder)`: the fast `tokenizers.Tokenizer` behind a checkpoint's tokenizer.json,
   with the special ids read from tokenizer_config.json (or well-known names as a fallback). Any
   of BOS, EOS and PAD may be missing (Qwen2 has no BOS, GPT-2 only `<|endoftext|>`).
@@ -105,6 +111,47 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> Pat
             "additional_special_tokens": [FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX],
         }, indent=2) + "\n", encoding="utf-8")
     return out
+
+
+def corpus_shards(folder: str | Path) -> list[Path]:
+    """The parquet shards of a corpus split, in name order."""
+    return sorted(Path(folder).glob("*.parquet"))
+
+
+def train_on_corpus(folder: str | Path, vocab_size: int, out_dir: str | Path) -> Path:
+    """`train_bpe` on the `text` column of every parquet shard of the corpus split `folder`."""
+    import pyarrow.parquet as pq
+
+    files = corpus_shards(folder)
+    if not files:
+        raise FileNotFoundError(f"no parquet shards in {folder}: build the corpus first (`consolidate corpus build-stdlib`)")
+
+    def texts():
+        for f in files:
+            yield from (t for t in pq.read_table(f, columns=["text"]).column("text").to_pylist() if t)
+
+    return train_bpe(texts(), vocab_size, out_dir)
+
+
+def resolve_tokenizer(cfg, workspace, given: str | Path | None = None, model_dir: str | Path | None = None) -> Path:
+    """The tokenizer folder a run uses: `given`, else `tokenizer.path`, else the model's own
+    (`model_dir`; default the champion's), else `<workspace>/tokenizer` (`consolidate tokenizer train`)."""
+    explicit = given or cfg.tokenizer.path
+    if explicit is not None:
+        if not (Path(explicit) / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"tokenizer folder {explicit} has no tokenizer.json")
+        return Path(explicit)
+    if model_dir is None and workspace.lineage_db.exists():
+        from lib.lineage import Lineage
+
+        lin = Lineage(workspace.lineage_db)
+        champion = lin.alias("champion")
+        model_dir = lin.get_version(champion)["path"] if champion is not None else None
+    for candidate in (model_dir, workspace.tokenizer):
+        if candidate is not None and (Path(candidate) / "tokenizer.json").is_file():
+            return Path(candidate)
+    raise FileNotFoundError(f"no tokenizer: pass --tokenizer, set tokenizer.path, promote a champion, or run "
+                            f"`consolidate tokenizer train` (writes {workspace.tokenizer})")
 
 
 def _canonical_hash(spec: dict) -> str:

@@ -1,7 +1,7 @@
 """Bootstrap stages: the embedded default (corpus + demo buffer), the tokenizer, v0 registered.
 
 - `build_embedded_default`: lib.corpus.ensure_embedded_default (builds only what is missing).
-- `train_tokenizer`: lib.tokenizer.train_bpe on the corpus's train split into
+- `train_tokenizer`: lib.tokenizer.train_on_corpus on the corpus's train split into
   `<workspace>/tokenizer/`; cached on the corpus content and the vocabulary size.
 - `register_v0`: the pre-trained model recorded as v0 and promoted to champion and latest with
   actor "bootstrap" (lib.promotion.promote), so the first night has a parent.
@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -60,19 +59,12 @@ def _corpus_files(p: dict[str, Any]) -> list[str]:
 )
 def train_tokenizer(cfg: ConsolidationConfig) -> str:
     """A byte-level BPE of `tokenizer.vocab_size` on the corpus; returns its folder."""
-    from lib.tokenizer import load_tokenizer, train_bpe
+    from lib.tokenizer import load_tokenizer, train_on_corpus
 
     ws = Workspace(cfg.workspace.root)
     files = _corpus_files({"cfg": cfg})
-    if not files:
-        raise FileNotFoundError(f"no corpus shards in {ws.corpus_train(cfg.workspace.corpus or DEFAULT_CORPUS)}: build the embedded default first")
-
-    def texts():
-        for f in files:
-            yield from (t for t in pq.read_table(f, columns=["text"]).column("text").to_pylist() if t)
-
     with own_time():
-        out = train_bpe(texts(), cfg.tokenizer.vocab_size, ws.tokenizer)
+        out = train_on_corpus(ws.corpus_train(cfg.workspace.corpus or DEFAULT_CORPUS), cfg.tokenizer.vocab_size, ws.tokenizer)
         tok = load_tokenizer(out)
     publish_table("tokenizer", {"path": str(out), "vocab_size": tok.vocab_size, "hash": tok.hash, "corpus_files": len(files)},
                   "BPE tokenizer trained on the corpus")

@@ -164,9 +164,15 @@ def commit_dedup_index(cfg: ConsolidationConfig, run_dir: str) -> bool:
 
 
 # -- manifest and token shards ---------------------------------------------------------------------
-def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
-    steps = cfg.model.pretrain_iterations if pretrain else cfg.training.num_iterations
-    return steps * cfg.training.total_batch_size
+@task(name="resolve-tokenizer", **IO_RETRIES)
+def resolve_tokenizer(cfg: ConsolidationConfig, champion_dir: str) -> str:
+    """The tokenizer a night tokenizes with (lib.tokenizer.resolve_tokenizer): `tokenizer.path`,
+    else the champion's own, so a night never trains a model on token ids it was not
+    pre-trained with."""
+    from lib.tokenizer import resolve_tokenizer as resolve
+
+    with own_time():
+        return str(resolve(cfg, Workspace(cfg.workspace.root), model_dir=champion_dir))
 
 
 def _data_inputs(p: dict[str, Any]) -> list[str]:
@@ -179,22 +185,11 @@ def _data_inputs(p: dict[str, Any]) -> list[str]:
     return files + [str(tok / n) for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja") if (tok / n).is_file()]
 
 
-def _memory_weights(cfg: ConsolidationConfig, sources: list) -> dict[str, dict[str, float]] | None:
-    """{memory source: {doc_id: weight}} from lineage (recency and exposures), when one is mixed in."""
-    names = [s.name for s in sources if s.kind == "memory"]
-    if not names:
-        return None
-    from lib.lineage import Lineage
-    from lib.memory import replay_weights
-
-    weights = replay_weights(Lineage(Workspace(cfg.workspace.root).lineage_db), cfg.sampling.memory_recency,
-                             cfg.sampling.memory_exposure_power)
-    return {name: weights for name in names}
-
-
 def _data_settings(p: dict[str, Any]) -> Any:
+    from lib.sampling import memory_weights
+
     cfg: ConsolidationConfig = p["cfg"]
-    weights = _memory_weights(cfg, p["sources"])
+    weights = memory_weights(Workspace(cfg.workspace.root), cfg, p["sources"])
     return {
         # the memory's weights move with every accepted night (exposures): part of the key
         "memory_weights": hashlib.sha256(json.dumps(weights, sort_keys=True).encode()).hexdigest() if weights else None,
@@ -238,16 +233,11 @@ def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> di
 def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str, budget: int) -> dict[str, Any]:
     """Token shards of every source, held-out new documents, and the sampling manifest
     (lib.sampling.prepare_training_data) into the run folder. Returns the small summary."""
-    from lib.chat_format import template_markers
-    from lib.sampling import prepare_training_data
+    from lib.sampling import prepare_run_data
 
     # The per-file token cache makes a night tokenize only its new files (the corpus once, ever).
     with own_time():
-        data = prepare_training_data(sources, tokenizer_dir, run_dir, token_budget=budget, sampling=cfg.sampling,
-                                     seq_len=cfg.training.seq_len, workers=cfg.curation.workers,
-                                     cache_dir=Workspace(cfg.workspace.root).token_cache,
-                                     separator=cfg.tokenizer.document_separator, markers=template_markers(tokenizer_dir),
-                                     doc_weights=_memory_weights(cfg, sources))
+        data = prepare_run_data(Workspace(cfg.workspace.root), cfg, sources, tokenizer_dir, run_dir, budget)
     rows = [{"source": name, "kind": s["kind"], "docs": s["docs"], "heldout_docs": s["heldout_docs"],
              "tokens_available": s["tokens_available"], "tokens_drawn": s["tokens_drawn"], "share": s["share"],
              "epochs": s["epochs"], "mean_exposures": s["exposures"]["mean"]}

@@ -97,14 +97,9 @@ def publish_image(key: str, png_path: str | Path, description: str) -> None:
 def gate_markdown(decision, title: str) -> str:
     """The gate's decision for a narrow UI pane: a short table of the numbers, then each rule's
     full reason as its own paragraph (a reason column in the table is cut off)."""
-    lines = [f"### {title}", "", "| rule | measured | limit | result |", "|---|---|---|---|"]
-    for r in decision.rules:
-        measured = "n/a" if r.measured is None else f"{r.measured:+.2%}"
-        lines.append(f"| {r.name} | {measured} | {r.limit:+.2%} | {'pass' if r.passed else '**FAIL**'} |")
-    lines.append("")
-    for r in decision.rules:
-        lines += [f"- **{r.name}** ({'pass' if r.passed else 'FAIL'}): {r.reason}"]
-    return "\n".join(lines)
+    from lib.tables import gate_reasons, gate_table
+
+    return "\n".join([gate_table(decision, title, reasons=False).markdown(), "", *gate_reasons(decision)])
 
 
 class TrainingProgress:

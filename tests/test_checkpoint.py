@@ -262,7 +262,8 @@ def test_older_delta_formats_still_restore_and_format_3_is_smallest(tmp_path, to
     """Deltas written by earlier releases (format 1: XOR; format 2: integer difference without
     the exponent order) still materialise bit-exactly. On a real AdamW update the current format
     (difference, elements in the parent's exponent order) is the smallest of the three."""
-    from lib.checkpoint import DELTA_META, decode_delta, encode_delta
+    from lib.checkpoint import DELTA_META
+    from lib.delta import decode_delta, encode_delta
 
     v0 = write_version(tmp_path / "v0", _model(), tokenizer_dir=tokenizer_dir, meta={}, dtype=dtype)
     v1 = write_version(tmp_path / "v1", _adamw_steps(_model(), 20, 3e-4, 1), tokenizer_dir=tokenizer_dir, meta={}, dtype=dtype)
@@ -294,7 +295,7 @@ def test_every_delta_method_round_trips_every_dtype_across_chunks(monkeypatch):
     """bf16, fp16, fp32 and fp64 tensors, an int tensor, a sign flip (the difference wraps), a
     tensor only the child has and one whose shape changed: each method restores the exact bytes,
     also when a tensor spans several exponent-ordering chunks."""
-    import lib.checkpoint as ck
+    import lib.delta as ck
 
     from safetensors.torch import save
 
@@ -361,7 +362,8 @@ def test_master_weights_are_an_hf_folder_whose_delta_against_the_bf16_export_res
     (older releases) still decodes."""
     from transformers import AutoModelForCausalLM
 
-    from lib.checkpoint import DELTA_META, decode_delta, encode_delta, master_dir
+    from lib.checkpoint import DELTA_META, master_dir
+    from lib.delta import decode_delta, encode_delta
 
     parent = write_version(tmp_path / "v0", _model(), tokenizer_dir=tokenizer_dir, meta={}, dtype="bfloat16")
     model = _adamw_steps(AutoModelForCausalLM.from_pretrained(parent, dtype=torch.float32), 3, 1e-4, 2)

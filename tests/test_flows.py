@@ -133,7 +133,7 @@ def test_a_night_that_cannot_fit_the_champion_fails_first_with_the_reason(tmp_pa
 def test_dead_nights_are_resumed_or_closed(workspace):
     """Under the night lock every night lineage calls running is dead: the oldest undecided one
     whose parent is still the champion is resumed; one whose champion moved is closed failed."""
-    from flows.consolidate import claim_version, resumable_night, trained_version
+    from lib.runs import claim_version, resumable_night, trained_version
     from lib.lineage import Lineage
 
     lin = Lineage(workspace.lineage_db)
