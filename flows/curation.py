@@ -17,17 +17,16 @@ Trade-off: hashing every file on every run costs one read of the buffer (~2 GB/s
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, unmapped
 
-from flows.runtime import StageClock, map_over, new_run_id, night_lock
+from flows.runtime import StageClock, cached_stage, map_over, new_run_id, recorded_run
 from lib.config import ConsolidationConfig, run_form
 from lib.curation import curation_steps, shard_count
 from lib.steps import Step, ranks_of
 from lib.workspace import RunDir, Workspace
-from tasks.data import adopt_outputs, find_buffer_files, inspect_buffer_file, select_pending, step_task
+from tasks.data import find_buffer_files, inspect_buffer_file, select_pending, step_task
 
 
 def pending_buffers(cfg: ConsolidationConfig, clock: StageClock) -> list[dict[str, Any]]:
@@ -52,13 +51,8 @@ def map_step(step: Step, cfg: ConsolidationConfig, given: Any, here: str, world_
         results = [task(**params, rank=0)]
     if not step.cached:
         return results
-    done = []
-    for r, rank in zip(results, ranks):
-        if not all((Path(r["run_dir"]) / o).exists() for o in step.writes(rank, world_size)):
-            r = task.with_options(refresh_cache=True)(**params, rank=rank)
-        adopt_outputs(r["run_dir"], here, step.writes(rank, world_size))
-        done.append(r)
-    return done
+    return [cached_stage(task, here, step.writes(rank, world_size), {**params, "rank": rank}, result=r)
+            for r, rank in zip(results, ranks)]
 
 
 def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, Any]], clock: StageClock) -> dict[str, Any]:
@@ -90,7 +84,7 @@ def curate(cfg: CurateConfig) -> dict[str, Any]:
     ws = Workspace(cfg.workspace.root).ensure()
     run = ws.run(new_run_id("curate")).ensure()
     clock = StageClock()
-    with night_lock(cfg, f"curation {run.run_id}"):  # it moves bad files and registers good ones, like a night
+    with recorded_run(cfg, f"curation {run.run_id}"):  # the night lock: it moves bad files and registers good ones, like a night (no lineage run)
         pending = pending_buffers(cfg, clock)
         if not pending:
             return {"run_id": run.run_id, "pending_files": 0, "timings": clock.seconds, "own_timings": clock.own}

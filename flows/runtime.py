@@ -144,6 +144,3 @@ def recorded_run(cfg, purpose: str) -> Iterator[Any]:
     with book.session(purpose, cfg.orchestration.night_lock_timeout_s):
         yield book
 
-
-# The curation flow's name for it: it takes the lock and starts no lineage run.
-night_lock = recorded_run
