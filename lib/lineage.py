@@ -173,6 +173,21 @@ class BufferFile:
     consumed_by: str | None
 
 
+@contextlib.contextmanager
+def _ctrl_c_stays_ctrl_c() -> Iterator[None]:
+    """DuckDB turns a SIGINT that lands during a query into `RuntimeError: Query interrupted`
+    (duckdb 2.0). Raise it as the KeyboardInterrupt it was, so a Ctrl-C'd night is left stopped
+    for the next trigger to resume, not closed as failed, and the CLI exits 130."""
+    try:
+        yield
+    except duckdb.InterruptException as exc:
+        raise KeyboardInterrupt from exc
+    except RuntimeError as exc:
+        if str(exc).startswith("Query interrupted"):
+            raise KeyboardInterrupt from exc
+        raise
+
+
 class Lineage:
     """Registry of one workspace. Cheap to construct; every method opens its own connection."""
 
@@ -214,25 +229,27 @@ class Lineage:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """All statements inside commit together or not at all."""
-        con = self._connect()
-        try:
-            con.execute("BEGIN TRANSACTION")
+        with _ctrl_c_stays_ctrl_c():
+            con = self._connect()
             try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        finally:
-            con.close()
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    yield con
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+            finally:
+                con.close()
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        con = self._connect(read_only=True)
-        try:
-            yield con
-        finally:
-            con.close()
+        with _ctrl_c_stays_ctrl_c():
+            con = self._connect(read_only=True)
+            try:
+                yield con
+            finally:
+                con.close()
 
     def _migrate(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, applied_at TIMESTAMPTZ NOT NULL)")

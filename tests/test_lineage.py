@@ -383,3 +383,19 @@ def test_killed_during_promotion_leaves_no_half_promotion(lin, workspace):
     assert [h["version"] for h in lin.alias_history("champion")] == ["v0"]
     assert conclude(lin, "v1", GateDecision(True, [])) == "accepted"
     assert lin.alias("champion") == "v1" and [b.consumed_by for b in lin.buffer_files()] == ["v1"]
+
+
+def test_ctrl_c_during_a_query_is_a_keyboard_interrupt(tmp_path):
+    """DuckDB turns a SIGINT that lands inside a query into RuntimeError("Query interrupted");
+    the registry raises it as KeyboardInterrupt, so a Ctrl-C'd night counts as stopped (resumed by
+    the next trigger), not failed. A real SIGINT to this process, during a real long query."""
+    import threading
+
+    lin = Lineage(tmp_path / "lineage.duckdb")
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt) as caught:
+        timer.start()
+        with lin.reading() as con:
+            con.execute("SELECT count(*) FROM range(1000000000000) t(x) WHERE x % 7 = 3").fetchone()
+    timer.join()
+    assert isinstance(caught.value.__cause__, RuntimeError) and "Query interrupted" in str(caught.value.__cause__)
