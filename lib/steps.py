@@ -17,8 +17,9 @@
   a task per rank, cached on content; the survivors are the same (tests/test_curation.py).
 
 Trade-off: steps hand each other files, not documents in memory, so a rank can run in another
-process or on another machine and a cached step is a folder of files; the cost is one parquet
-write and read between steps (~0.1 s per 100 MB of text).
+process or on another machine and a cached step is a folder of files; the cost is a parquet write
+and read between steps: `consolidate dedup` of 403 stdlib files with copies (5.4 MB) took 0.58 s
+against 0.38 s for one in-memory `lib.dedup.deduplicate` (best of 5, same kernels, same output).
 """
 
 from __future__ import annotations
