@@ -56,8 +56,8 @@ def gate_table(decision: Any, title: str, reasons: bool = True) -> Table:
     columns = ["rule", "measured", "limit", "result"] + (["reason"] if reasons else [])
     table = Table(title, columns)
     for r in _rules(decision):
-        measured = "n/a" if r.get("measured") is None else f"{r['measured']:+.2%}"
-        row = [r["name"], measured, f"{r['limit']:+.2%}", "pass" if r["passed"] else "FAIL"]
+        measured = "n/a" if r.get("measured") is None else f"{r['measured'] + 0.0:+.2%}"  # + 0.0: no "-0.00%"
+        row = [r["name"], measured, f"{r['limit'] + 0.0:+.2%}", "pass" if r["passed"] else "FAIL"]
         table.rows.append(row + ([r["reason"]] if reasons else []))
     return table
 

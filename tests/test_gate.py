@@ -84,6 +84,10 @@ def test_decision_round_trips_and_renders_markdown():
     md = d.to_markdown()
     assert "REJECTED" in md and "| forgetting | +25.00% | +2.00% | FAIL |" in md
     assert "| acquisition | -33.33% |" in md
+    # min_acquisition 0 is stored as the limit -0.0: shown as +0.00%, never "-0.00%" (seen in the UI)
+    cfg = load_config(preset="tiny", overrides=["gate.min_acquisition=0"]).gate
+    md = RegressionGate(cfg).decide(PARENT, metrics(2.0, heldout=2.0)).to_markdown()
+    assert "-0.00%" not in md and "+0.00%" in md
 
 
 def test_the_gate_artifact_keeps_every_reason_whole():
