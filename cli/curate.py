@@ -7,6 +7,7 @@ running night (`--no-wait`: exits 75 at once) and a night waits for it."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
