@@ -12,7 +12,6 @@ relative changes are what the demo shows, and they keep their sign at 300 steps.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from prefect import flow

@@ -28,7 +28,6 @@ bench/bench_fsdp.py. The gathered copy at the end costs rank 0 one fp32 model of
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys

@@ -599,7 +599,7 @@ def save_snapshot(run: Run) -> None:
 def finish(run: Run, status: str) -> dict[str, Any]:
     """The run's summary; when done, rank 0 writes the version folder (an FSDP model is gathered
     once, by every rank, into an unsharded copy first)."""
-    d, cfg, tcfg, history = run.d, run.cfg, run.tcfg, run.history
+    d, tcfg, history = run.d, run.tcfg, run.history
     final_metrics = {
         "steps": run.step,
         "num_iterations": run.num_iterations,
