@@ -388,14 +388,29 @@ def test_killed_during_promotion_leaves_no_half_promotion(lin, workspace):
 def test_ctrl_c_during_a_query_is_a_keyboard_interrupt(tmp_path):
     """DuckDB turns a SIGINT that lands inside a query into RuntimeError("Query interrupted");
     the registry raises it as KeyboardInterrupt, so a Ctrl-C'd night counts as stopped (resumed by
-    the next trigger), not failed. A real SIGINT to this process, during a real long query."""
-    import threading
-
-    lin = Lineage(tmp_path / "lineage.duckdb")
-    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    with pytest.raises(KeyboardInterrupt) as caught:
-        timer.start()
-        with lin.reading() as con:
-            con.execute("SELECT count(*) FROM range(1000000000000) t(x) WHERE x % 7 = 3").fetchone()
-    timer.join()
-    assert isinstance(caught.value.__cause__, RuntimeError) and "Query interrupted" in str(caught.value.__cause__)
+    the next trigger), not failed. A real SIGINT during a real long query, in a fresh process (the
+    suite's own SIGINT handler may be replaced by earlier tests, and then DuckDB never sees it)."""
+    child = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from lib.lineage import Lineage
+        lin = Lineage({str(tmp_path / "lineage.duckdb")!r})
+        print("querying", flush=True)
+        try:
+            with lin.reading() as con:
+                con.execute("SELECT count(*) FROM range(1000000000000) t(x) WHERE x % 7 = 3").fetchone()
+        except KeyboardInterrupt as exc:
+            print("KeyboardInterrupt from", type(exc.__cause__).__name__, exc.__cause__, flush=True)
+            sys.exit(130)
+        print("the query ended", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "querying"
+        time.sleep(1.0)  # inside the query by now
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out
+    assert out.strip() == "KeyboardInterrupt from RuntimeError Query interrupted", out
