@@ -53,8 +53,7 @@ log = logging.getLogger("lib.train")
 EXIT_STOPPED = 3  # stopped early (SIGTERM or time limit) with a snapshot saved: resume with --resume
 
 
-# the launch line and the process group live in lib.distributed; imported here for callers of lib.train
-from lib.distributed import Dist, torchrun_command  # noqa: E402,F401
+from lib.distributed import Dist  # noqa: E402  (the process group; the torchrun line is lib.distributed.torchrun_command)
 
 
 ORIGINAL_LR_HELP = (

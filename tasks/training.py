@@ -9,7 +9,7 @@
 - Under the lock, a version folder this run (meta `run_id`) already finished is returned as it
   is, and the leftovers of a killed write of it are removed before torchrun starts.
 - Writes the effective config and the version's extra meta to `<run>/train/`, builds the
-  command with `lib.train.torchrun_command`, and runs it with lib.supervised_process: own process
+  command with `lib.distributed.torchrun_command`, and runs it with lib.supervised_process: own process
   group, killed with the flow run (cancellation SIGTERM, exceptions, our own death).
 - Streams rank-0 output into the run log and turns `metrics.jsonl` into a progress artifact.
 - Exit 0: the version folder is written. Exit 3 (`lib.train.EXIT_STOPPED`, time limit or
@@ -106,7 +106,7 @@ def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, trai
     """The torchrun argv, with the config and meta written beside the run's metrics. With
     training.nnodes > 1: this node's `node_rank` and the rendezvous at training.rdzv_endpoint,
     its id the version's name (a night's nodes meet each other, never another night's)."""
-    from lib.train import torchrun_command
+    from lib.distributed import torchrun_command
 
     tdir = Path(train_dir)
     tdir.mkdir(parents=True, exist_ok=True)

@@ -186,7 +186,7 @@ def test_sigkill_then_resume_is_bit_identical_and_sigterm_snapshots(prepared, v0
 
 
 def test_torchrun_command_lines():
-    from lib.train import torchrun_command
+    from lib.distributed import torchrun_command
 
     cmd = torchrun_command("c.yaml", "run", "out", parent="ckpt/v3", resume=True, nproc_per_node=2)
     assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
