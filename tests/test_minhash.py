@@ -102,6 +102,56 @@ def test_one_pass_kernel_equals_the_two_step_path_and_normalises():
         assert np.array_equal(hasher.signatures(norm, ngram, shingle, normalized=True), hasher.signatures_from_hashes(hashes, offsets))
 
 
+def _reference_word_shingles(text: str, ngram: int) -> list[int]:
+    """The word shingle hashes the module docstring defines, in plain Python integers: FNV-1a
+    over each word's bytes of the normalised text, plus its length, fmix64; a shingle chains
+    ngram unit hashes from GOLD * count, FNV-style, then fmix64."""
+    mask = (1 << 64) - 1
+
+    def fmix(h: int) -> int:
+        h ^= h >> 33
+        h = (h * 0xFF51AFD7ED558CCD) & mask
+        h ^= h >> 33
+        h = (h * 0xC4CEB9FE1A85EC53) & mask
+        return h ^ (h >> 33)
+
+    def unit(word: str) -> int:
+        h = 0xCBF29CE484222325
+        data = word.encode("utf-8", "surrogatepass")
+        for byte in data:
+            h = ((h ^ byte) * 0x100000001B3) & mask
+        return fmix((h + len(data)) & mask)
+
+    def chain(units: list[int]) -> int:
+        s = (0x9E3779B97F4A7C15 * len(units)) & mask
+        for u in units:
+            s = ((s ^ u) * 0x100000001B3) & mask
+        return fmix(s)
+
+    units = [unit(w) for w in normalize_text(text).split()]
+    if 0 < len(units) < ngram:
+        return [chain(units)]
+    return [chain(units[k : k + ngram]) for k in range(len(units) - ngram + 1)]
+
+
+def test_word_shingles_equal_the_reference_on_every_path():
+    """Word mode has a fast path (whitespace that is one byte: ASCII texts and most others) and a
+    general one (texts with U+00A0, U+2028, U+3000, ...); both give the reference's hashes, from
+    raw and from normalised texts, for real files and for texts built to hit each branch."""
+    texts = [t[:3000] for t in stdlib_texts(40)] + [
+        "naïve café — 東京 über straße", "Ünïcode ＦＵＬＬＷＩＤＴＨ words ﬁne ÉCOLE",  # non-ASCII, single-byte spaces
+        "a\u00a0b c\u3000d\u2028e f g h", "NBSP\u00a0only", "x\u2003\u2003y\u205fz w v u",  # multi-byte spaces
+        "", "   ", "one", "two words", "a\tb\nc\rd\x1fe f", "tail   ", "\u00a0lead and trail\u3000",
+        "emoji 🙂 and astral 𝔘 text here", "a\ud800b c d e f",  # astral characters, a lone surrogate
+    ]
+    for ngram in (1, 3, 5):
+        want = [_reference_word_shingles(t, ngram) for t in texts]
+        for given in (texts, [normalize_text(t) for t in texts]):
+            hashes, offsets = shingle_hashes(minhash.prepare_texts(given) if given is texts else given, ngram, "word")
+            got = [hashes[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))]
+            assert got == want
+
+
 @pytest.mark.parametrize("shingle, ngram", [("word", 1), ("word", 5), ("char", 3)])
 def test_estimate_tracks_exact_jaccard(shingle, ngram):
     """Pairs at a spread of overlaps, 256 permutations: mean error < 0.03, no bias, and errors the
