@@ -267,21 +267,29 @@ def _ascii(buf, i, e) -> bool:
 
 
 @njit(inline="always")
+def _ascii_block(buf, k, e) -> bool:
+    """buf[k:k + 32] lies inside the text and is all ASCII (one vectorised test, so a scan can
+    skip the ASCII stretches of a non-ASCII text 32 bytes at a time)."""
+    if k + 32 > e:
+        return False
+    high = 0
+    for t in range(k, k + 32):
+        high |= buf[t]
+    return high < 0x80
+
+
+@njit(inline="always")
 def _plain_spaces(buf, i, e) -> bool:
     """True when every whitespace character of buf[i:e] is one ASCII byte (no U+00A0, U+2028,
     U+3000, ...): then a word is a run of bytes that `_SPACE` calls non-space. An ASCII text is
-    one vectorised test; in others, ASCII blocks of 32 bytes are skipped with one."""
+    one vectorised test; in others, ASCII blocks are skipped (`_ascii_block`)."""
     if _ascii(buf, i, e):
         return True
     k = i
     while k < e:
-        if k + 32 <= e:
-            high = 0
-            for t in range(k, k + 32):
-                high |= buf[t]
-            if high < 0x80:
-                k += 32
-                continue
+        if _ascii_block(buf, k, e):
+            k += 32
+            continue
         c = buf[k]
         if 0xC2 <= c <= 0xE3 and _wide_space(buf, k, e) > 0:
             return False
@@ -621,13 +629,9 @@ def _unicode_kernel(buf, starts, ends, lower_stable, out):
         if high >= 0x80:
             flag = 1
             while i < e:
-                if i + 32 <= e:  # skip ASCII blocks with one vectorised test
-                    high = 0
-                    for k in range(i, i + 32):
-                        high |= buf[k]
-                    if high < 0x80:
-                        i += 32
-                        continue
+                if _ascii_block(buf, i, e):
+                    i += 32
+                    continue
                 c = buf[i]
                 if c < 0x80:
                     i += 1
