@@ -62,6 +62,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lib.config import ConsolidationConfig, CurationConfig
-from lib.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup, signature_params
+from lib.dedup import (DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup, resolve_workers,
+                       signature_params)
 from lib.fasttext_filters import identify_languages, identify_paragraph_languages, quality_scores
 from lib.faults import fault_point
 from lib.ingest import DeferredRegistry, atomic_write_table, ingest, pending_buffer_files, record_ingest
@@ -150,7 +152,7 @@ def write_documents(run: Path, rank: int, ids: list[str], texts: list[str], orde
     """A rank's documents as the steps after it read them: `docs-<r>.parquet` and `dedup-<r>.npz`
     (exact hashes and MinHash signatures of the normalised texts)."""
     out = shard_outputs(rank)
-    norm = normalize_texts(texts, c.workers or 1)
+    norm = normalize_texts(texts, resolve_workers(c.workers))  # the threads of the signatures below
     atomic_write_table(pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string()),
                                  "order": pa.array(order, pa.uint64()), "kind": pa.array(kinds, pa.string())}), run / out["docs"])
     sig = (compute_signatures(norm, c.num_perm, c.ngram, c.shingle, _SEED, c.workers) if c.near_dedup and len(norm)
@@ -646,7 +648,9 @@ class KeptStep(Step):
         kept = docs.filter(pa.array(keep)).sort_by("order").select(["id", "text"])
         self.dest.mkdir(parents=True, exist_ok=True)
         atomic_write_table(kept, self.dest / "kept.parquet")
-        atomic_write_table(pq.read_table(run / "curation" / "duplicates.parquet"), self.dest / "duplicates.parquet")
+        tmp = self.dest / ".duplicates.parquet.tmp"  # DedupStep's file as it is (same bytes, no decode and encode)
+        shutil.copyfile(run / "curation" / "duplicates.parquet", tmp)
+        os.replace(tmp, self.dest / "duplicates.parquet")
         return Stats({"kept": kept.num_rows})
 
 
