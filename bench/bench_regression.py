@@ -101,7 +101,7 @@ def parse_dedup(out: str) -> dict[str, float]:
     if not rows:
         return {}
     n, s, us, rss = rows[-1]
-    return {"seconds": float(s), "peak RSS": float(rss)}
+    return {"µs per document": float(us), "peak RSS": float(rss)}  # its seconds are printed to 0.1 s only
 
 
 def parse_tokenize(out: str) -> dict[str, float]:
@@ -189,7 +189,7 @@ BENCHES = [
           [Figure("flow wall / stages' own time", "x"), Figure("overhead (wall - own)", "s"),
            Figure("curation, first run", "s"), Figure("curation, cached re-run", "s")], parse_orchestration),
     Bench("dedup", "bench_dedup.py", ["--sizes", "100000", "--workers", "2"],
-          [Figure("seconds", "s"), Figure("peak RSS", "GB")], parse_dedup),
+          [Figure("µs per document", "µs"), Figure("peak RSS", "GB")], parse_dedup),
     Bench("tokenize", "bench_tokenize.py", ["--mb", "2", "--files", "4", "--rounds", "1"],
           [Figure("1 process", "s"), Figure("2 processes", "s"), Figure("pipeline / raw encode, wall", "x", False),
            Figure("pipeline / raw encode, CPU", "x", False)], parse_tokenize),
@@ -333,7 +333,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="alternating base/head rounds per benchmark")
     ap.add_argument("--orchestration-rounds", type=int, default=1,
                     help="rounds of bench_orchestration (~70 s a run on a quiet machine, 150 s under load)")
-    ap.add_argument("--confirm", type=int, default=2, help="extra rounds of a benchmark with a figure flagged as a regression")
+    ap.add_argument("--confirm", type=int, default=2, help="extra rounds of a benchmark with a figure flagged as a regression "
+                    "(orchestration: at most --orchestration-rounds)")
     ap.add_argument("--floor", type=float, default=0.10, help="least tolerance (relative) of a verdict")
     ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
     ap.add_argument("--python", default=sys.executable, help="interpreter of both sides (default: this one)")
@@ -379,7 +380,7 @@ def main() -> None:
                 print(f"  {bench.name}: flagged ({', '.join(r['figure'] for r in got if r['verdict'] == 'regression')}); "
                       f"measuring again, {args.confirm} more round(s)")
                 done = len(head.results.get(bench.name, []))
-                for k in range(args.confirm):
+                for k in range(min(args.confirm, args.orchestration_rounds) if bench.name == "orchestration" else args.confirm):
                     run_round(bench, sides, work, done + 1 + k)
                 got = verdicts(bench, base, head, args.floor)
                 for r in got:

@@ -72,8 +72,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lib.config import ConsolidationConfig, CurationConfig
-from lib.dedup import (DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup, resolve_workers,
-                       signature_params)
+from lib.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup, signature_params
 from lib.fasttext_filters import identify_languages, identify_paragraph_languages, quality_scores
 from lib.faults import fault_point
 from lib.ingest import DeferredRegistry, atomic_write_table, ingest, pending_buffer_files, record_ingest
@@ -98,6 +97,12 @@ DROPPED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("kind
 DUPLICATES_SCHEMA = pa.schema([("id", pa.string()), ("duplicate_of", pa.string()), ("kind", pa.string()), ("jaccard", pa.float64())])
 DEDUP_OUTPUTS = ["curation/duplicates.parquet", "curation/dedup_state.npz", "curation/dedup.json"]
 _SEED = 1
+# docs-<r>.parquet is written by one step and read by the next two or three, in this process
+# (`curate`, `consolidate dedup`) or another: plain pages, no compression and no dictionary (the
+# texts are unique) cost less to write and far less to read than the defaults, for ~3x the bytes
+# on disk (5.6 MB of stdlib sources, load 4: write 11.8 ms, read 2.6 ms, 5.6 MB on disk; the
+# defaults: 28.8 ms, 31.0 ms, 1.8 MB; lz4: 25.0 ms, 5.4 ms, 2.0 MB).
+SHARD_PARQUET = {"compression": "none", "use_dictionary": False}
 
 
 def shard_outputs(rank: int) -> dict[str, str]:
@@ -152,9 +157,10 @@ def write_documents(run: Path, rank: int, ids: list[str], texts: list[str], orde
     """A rank's documents as the steps after it read them: `docs-<r>.parquet` and `dedup-<r>.npz`
     (exact hashes and MinHash signatures of the normalised texts)."""
     out = shard_outputs(rank)
-    norm = normalize_texts(texts, resolve_workers(c.workers))  # the threads of the signatures below
+    norm = normalize_texts(texts, c.workers or 1)
     atomic_write_table(pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string()),
-                                 "order": pa.array(order, pa.uint64()), "kind": pa.array(kinds, pa.string())}), run / out["docs"])
+                                 "order": pa.array(order, pa.uint64()), "kind": pa.array(kinds, pa.string())}), run / out["docs"],
+                       **SHARD_PARQUET)
     sig = (compute_signatures(norm, c.num_perm, c.ngram, c.shingle, _SEED, c.workers) if c.near_dedup and len(norm)
            else np.zeros((len(norm), c.num_perm), np.uint32))
     tmp = run / f"curation/shards/.dedup-{rank:05d}.tmp.npz"
