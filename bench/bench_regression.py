@@ -376,16 +376,20 @@ def main() -> None:
         rows = []
         for bench in benches:
             got = verdicts(bench, base, head, args.floor)
-            if args.confirm and any(r["verdict"] == "regression" for r in got):
+            more = min(args.confirm, args.orchestration_rounds) if bench.name == "orchestration" else args.confirm
+            if more and any(r["verdict"] == "regression" for r in got):
                 print(f"  {bench.name}: flagged ({', '.join(r['figure'] for r in got if r['verdict'] == 'regression')}); "
-                      f"measuring again, {args.confirm} more round(s)")
+                      f"measuring again, {more} more round(s)")
                 done = len(head.results.get(bench.name, []))
-                for k in range(min(args.confirm, args.orchestration_rounds) if bench.name == "orchestration" else args.confirm):
+                for k in range(more):
                     run_round(bench, sides, work, done + 1 + k)
+                flagged = {r["figure"] for r in got if r["verdict"] == "regression"}
                 got = verdicts(bench, base, head, args.floor)
                 for r in got:
                     if r["verdict"] == "regression":
                         r["verdict"] = "REGRESSION (confirmed by re-measuring)"
+                    elif r["figure"] in flagged:
+                        r["verdict"] += " (flagged, not confirmed by re-measuring)"
             rows += got
         if any(b.name == "consolidate dedup" for b in benches):
             outs = lambda s: sorted(p for p in work.glob(f"consolidate-dedup-{s}-*") if p.is_dir())  # noqa: E731

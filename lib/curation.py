@@ -25,7 +25,8 @@ Intermediate formats (relative to the run folder; `<r>` is the rank, 5 digits):
   once per night, by `inspect_buffer_file`); `already`: how many files the choice skipped as
   consumed / quarantined (counted by rank 0).
 - `curation/shards/docs-<r>.parquet`: id, text, order (uint64: file position << 32 | row, the
-  night order), kind (declared or null).
+  night order), kind (declared or null); plain pages, no compression (`SHARD_PARQUET`: the next
+  steps read it two or three times).
 - `curation/shards/dedup-<r>.npz`: `exact` (uint64 xxh3 of the normalised text, a row per doc),
   `signatures` (uint32, docs × num_perm; zeros when near dedup is off).
 - `curation/shards/ingest-<r>.json`: `stats` (Stats), `file_hashes` (the files whose rows are in
