@@ -7,10 +7,12 @@ interpreter and packages; `PYTHONPATH` and the working directory put that tree's
 tasks/ first, which the harness checks before measuring). Nothing is installed.
 
 Each side runs its OWN copy of each benchmark script (the table says whether the two copies are
-the same file), with small arguments so that the whole comparison takes ~10 minutes on 2 cores:
+the same file), with small arguments so that the whole comparison takes ~11 minutes on 2 cores
+(load 4; 15 when a flagged benchmark is measured again):
 
   orchestration   bench_orchestration.py: nightly flow wall / the stages' own time, its overhead
-                  in seconds, and the curation flow's first and cached re-run time
+                  in seconds, and the curation flow's first and cached re-run time (~2 min a run:
+                  one round unless --orchestration-rounds)
   dedup           bench_dedup.py: exact + near dedup of 100k synthetic documents, 2 threads
   tokenize        bench_tokenize.py: tokenize-to-shards, 1 and 2 processes, and against raw
                   `encode_batch` (2 MB)
@@ -21,7 +23,8 @@ the same file), with small arguments so that the whole comparison takes ~10 minu
                   with exact and near copies: its reported seconds; outputs compared byte for byte
 
 The benchmarks print text; the harness reads their headline lines with tolerant regular
-expressions (a line that no longer matches makes the figure "n/a" and the raw output is kept).
+expressions (a line that no longer matches makes the figure "n/a", and the end of the output is
+printed).
 Rounds alternate: every benchmark runs base, then head, round after round, so both sides see the
 same load. Per figure: the best round of each side (least time, or most throughput), head/base,
 and a verdict. Tolerance: the larger of the floor (`--floor`, 10%) and the round-to-round spread
@@ -30,10 +33,12 @@ than that is flagged, then that benchmark is measured again (`--confirm` extra r
 verdict is taken over all rounds, so a change is never called a regression on one measurement.
 The load average is printed before and after, and per benchmark.
 
-Run (from the repository root, ~10-12 minutes on the 2-core machine; more under load):
+Run (from the repository root; the interpreter must be that of an environment whose site-packages
+hold the packages, which bench_loader and bench_orchestration read as new data: in a worktree
+with a light venv, pass the main environment's with --python):
 
     .venv/bin/python bench/bench_regression.py [--base cc26815] [--head COMMIT] [--rounds 2]
-        [--only dedup,tokenize,...] [--json results.json] [--keep]
+        [--only dedup,tokenize,...] [--python PATH] [--json results.json] [--keep]
 """
 
 from __future__ import annotations
@@ -290,8 +295,12 @@ def run_once(bench: Bench, side: Side, work: Path, rnd: int) -> dict:
 def run_round(bench: Bench, sides: list[Side], work: Path, rnd: int) -> None:
     for side in sides:
         got = run_once(bench, side, work, rnd)
-        figs = ", ".join(f"{k} {v:.4g}" for k, v in got["figures"].items()) or f"no figures (rc {got['rc']}, log {got.get('log')})"
+        figs = ", ".join(f"{k} {v:.4g}" for k, v in got["figures"].items()) or f"no figures (rc {got['rc']})"
         print(f"  round {rnd} {bench.name:<18} {side.name:<4} {got['wall']:6.1f} s  load {got['load']:4.1f}  {figs}", flush=True)
+        if "log" in got:
+            tail = Path(got["log"]).read_text()[-1500:]
+            print(f"    figures missing; the end of its output (all of it: {got['log']}, kept with --keep):\n    "
+                  + tail.replace("\n", "\n    "), flush=True)
 
 
 def verdicts(bench: Bench, base: Side, head: Side, floor: float) -> list[dict]:
