@@ -25,7 +25,8 @@ Intermediate formats (relative to the run folder; `<r>` is the rank, 5 digits):
   once per night, by `inspect_buffer_file`); `already`: how many files the choice skipped as
   consumed / quarantined (counted by rank 0).
 - `curation/shards/docs-<r>.parquet`: id, text, order (uint64: file position << 32 | row, the
-  night order), kind (declared or null).
+  night order), kind (declared or null); plain pages, no compression (`SHARD_PARQUET`: the next
+  steps read it two or three times).
 - `curation/shards/dedup-<r>.npz`: `exact` (uint64 xxh3 of the normalised text, a row per doc),
   `signatures` (uint32, docs × num_perm; zeros when near dedup is off).
 - `curation/shards/ingest-<r>.json`: `stats` (Stats), `file_hashes` (the files whose rows are in
@@ -62,6 +63,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,12 @@ DROPPED_SCHEMA = pa.schema([("id", pa.string()), ("reason", pa.string()), ("kind
 DUPLICATES_SCHEMA = pa.schema([("id", pa.string()), ("duplicate_of", pa.string()), ("kind", pa.string()), ("jaccard", pa.float64())])
 DEDUP_OUTPUTS = ["curation/duplicates.parquet", "curation/dedup_state.npz", "curation/dedup.json"]
 _SEED = 1
+# docs-<r>.parquet is written by one step and read by the next two or three, in this process
+# (`curate`, `consolidate dedup`) or another: plain pages, no compression and no dictionary (the
+# texts are unique) cost less to write and far less to read than the defaults, for ~3x the bytes
+# on disk (5.6 MB of stdlib sources, load 4: write 11.8 ms, read 2.6 ms, 5.6 MB on disk; the
+# defaults: 28.8 ms, 31.0 ms, 1.8 MB; lz4: 25.0 ms, 5.4 ms, 2.0 MB).
+SHARD_PARQUET = {"compression": "none", "use_dictionary": False}
 
 
 def shard_outputs(rank: int) -> dict[str, str]:
@@ -152,7 +160,8 @@ def write_documents(run: Path, rank: int, ids: list[str], texts: list[str], orde
     out = shard_outputs(rank)
     norm = normalize_texts(texts, c.workers or 1)
     atomic_write_table(pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string()),
-                                 "order": pa.array(order, pa.uint64()), "kind": pa.array(kinds, pa.string())}), run / out["docs"])
+                                 "order": pa.array(order, pa.uint64()), "kind": pa.array(kinds, pa.string())}), run / out["docs"],
+                       **SHARD_PARQUET)
     sig = (compute_signatures(norm, c.num_perm, c.ngram, c.shingle, _SEED, c.workers) if c.near_dedup and len(norm)
            else np.zeros((len(norm), c.num_perm), np.uint32))
     tmp = run / f"curation/shards/.dedup-{rank:05d}.tmp.npz"
@@ -646,7 +655,9 @@ class KeptStep(Step):
         kept = docs.filter(pa.array(keep)).sort_by("order").select(["id", "text"])
         self.dest.mkdir(parents=True, exist_ok=True)
         atomic_write_table(kept, self.dest / "kept.parquet")
-        atomic_write_table(pq.read_table(run / "curation" / "duplicates.parquet"), self.dest / "duplicates.parquet")
+        tmp = self.dest / ".duplicates.parquet.tmp"  # DedupStep's file as it is (same bytes, no decode and encode)
+        shutil.copyfile(run / "curation" / "duplicates.parquet", tmp)
+        os.replace(tmp, self.dest / "duplicates.parquet")
         return Stats({"kept": kept.num_rows})
 
 

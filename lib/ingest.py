@@ -303,8 +303,9 @@ def ingest(
     return out
 
 
-def atomic_write_table(table: pa.Table, path: Path) -> None:
+def atomic_write_table(table: pa.Table, path: Path, **options) -> None:
+    """`table` to `path` through a temporary file and a rename; `options`: pq.write_table's."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
+    pq.write_table(table, tmp, **options)
     os.replace(tmp, path)
