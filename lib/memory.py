@@ -14,7 +14,7 @@ nights while every night passed its gate (issue #14). So:
 - `replay_weights(lineage, recency, exposure_power)`: a memory document's weight is
   `recency ** age / (1 + exposures) ** exposure_power` (age in accepted nights, 0 for the newest),
   so the memory source (`sampling.memory_ratio` of the tokens) replays recent and rarely seen
-  documents first (lib/sampling.py draws a weighted order).
+  documents first (lib/manifest.py draws a weighted order).
 - `retention_sets(ws, lineage, ...)`: the retention sets a night evaluates champion and
   candidate on: every accepted night's held-out documents, or once there are more than
   `max_sets`, the newest half of them plus an even spread over the older ones.
