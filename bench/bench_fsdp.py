@@ -61,14 +61,15 @@ def child(args) -> None:
 
     from lib.config import load_config
     from lib.distributed import Dist
-    from lib.train import _read_data_json, default_loader, set_up, train_step
+    from lib.prepared import PreparedData
+    from lib.train import default_loader, set_up, train_step
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, overrides=[f"training.parallelism={args.parallelism}"])
     d = Dist("cpu")
     torch.use_deterministic_algorithms(True)  # as the trainer does on CPU
     torch.utils.deterministic.fill_uninitialized_memory = False
-    run = set_up(cfg, d, args.data, args.out / "v1", args.out / "train", _read_data_json(args.data), parent=args.v0, init=False,
+    run = set_up(cfg, d, PreparedData.open(args.data), args.out / "v1", args.out / "train", parent=args.v0, init=False,
                  resume=False, tokenizer_dir=None, meta=None, make_loader=default_loader)
     after_setup = proc_status()
     with open("/proc/self/clear_refs", "w") as f:  # "5": reset the peak resident size to the current one

@@ -1,7 +1,7 @@
 """The nightly consolidation flow: the table of contents of one night.
 
 ingest → exact dedup → near dedup → length filter and concatenation → fastText filters
-(flows/curation.py) → tokenize (a task per input file) → manifest (lib.sampling) → train (torchrun,
+(flows/curation.py) → tokenize (a task per input file) → manifest (lib.sampling, lib.manifest) → train (torchrun,
 inline or on the GPU deployment) → record → evaluate → gate and promote → store (dedup index,
 delta, optimizer-state pruning).
 
@@ -47,12 +47,12 @@ from lib.config import ConsolidationConfig, run_form
 from lib.faults import fault_point
 from lib.gate import RETRY_SUFFIX, rejected_for_forgetting, safer_settings
 from lib.preflight import ensure_ready
+from lib.prepared import PreparedData
 from lib.runs import RunBook, champion_of, claim_version, finish_decided, trained_version
 from lib.workspace import RunDir, Workspace
 from tasks.data import commit_dedup_index, plan_tokenization, prepare_data, resolve_tokenizer, tokenize_file
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate, remember_night, store_candidate
 
-DATA_OUTPUTS = ["manifest.parquet", "data.json", "shards", "heldout"]
 # The run form: the sections a night reads (the architecture comes from the champion, so no `model`).
 NightlyConfig = run_form("workspace", "buffer", "curation", "sampling", "tokenizer", "training", "checkpoints",
                          "eval", "gate", "orchestration")
@@ -149,13 +149,13 @@ def prepare(cfg: ConsolidationConfig, run: RunDir, tokenizer_dir: str, sources: 
         jobs = plan_tokenization(cfg, str(run.path), sources, tokenizer_dir)
         map_over(tokenize_file, cfg, job=jobs, tokenizer_dir=unmapped(tokenizer_dir), cache_dir=unmapped(str(ws.token_cache)))
         fault_point("tokenize")  # token cache written, no manifest yet
-        return cached_stage(prepare_data, str(run.path), DATA_OUTPUTS, dict(cfg=cfg, run_dir=str(run.path), sources=sources,
+        return cached_stage(prepare_data, str(run.path), list(PreparedData.OUTPUTS), dict(cfg=cfg, run_dir=str(run.path), sources=sources,
                             tokenizer_dir=tokenizer_dir, budget=budget), folder="data_dir")
 
 
 def recorded_manifest(run: RunDir, data: dict[str, Any]) -> dict[str, Any]:
     """The manifest as lineage records it with the version."""
-    return {"hash": data["manifest_hash"], "path": str(run.manifest),
+    return {"hash": data["manifest_hash"], "path": str(run.prepared.manifest),
             "stats": {"rows": data["manifest_rows"], "tokens_per_source": data["tokens_per_source"]}}
 
 

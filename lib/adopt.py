@@ -481,7 +481,7 @@ def warm_caches(ws, cfg, version_dir: Path, corpus: str, say: Callable[[str], No
     (the eval cache). Returns the seconds and the old_val figure."""
     from lib.config import SourceConfig
     from lib.evaluate import OLD_VAL, measure_root
-    from lib.sampling import cache_key, cache_store, run_tokenize_tasks, tokenize_tasks
+    from lib.tokenization import cache_key, cache_store, run_tokenize_tasks, tokenize_tasks
     from lib.tokenizer import load_tokenizer
 
     t0 = time.perf_counter()

@@ -414,7 +414,8 @@ def _sample(rows: list[tuple[str, str]], max_docs: int | None, max_bytes: int | 
 def run_eval_sets(workspace, corpus: str, run_dir=None, max_docs: int | None = None,
                   max_bytes: int | None = None) -> dict[str, list[str]]:
     """The texts the gate compares on: old_val = `<ws>/corpora/<corpus>/val/*.parquet`;
-    new_heldout = `<run>/heldout/*.parquet` (kept out of the manifest by the data stage);
+    new_heldout = the run's held-out documents (`run_dir.prepared`, lib/prepared.py: kept out of
+    the manifest by the data stage);
     new_train = `<run>/curated/*.parquet` minus the held-out ids. Each a fixed sample capped at
     `max_docs` documents and `max_bytes` bytes."""
     val_dir = workspace.corpus_val(corpus)
@@ -423,7 +424,7 @@ def run_eval_sets(workspace, corpus: str, run_dir=None, max_docs: int | None = N
         raise FileNotFoundError(f"no validation shards in {val_dir}: build the corpus first (workspace.corpus={corpus!r})")
     sets = {OLD_VAL: _sample(_parquet_texts(val_files), max_docs, max_bytes)}
     if run_dir is not None:
-        heldout = _parquet_texts((run_dir.path / "heldout").glob("*.parquet"))
+        heldout = _parquet_texts(run_dir.prepared.heldout_files())
         sets[NEW_HELDOUT] = _sample(heldout, max_docs, max_bytes)
         sets[NEW_TRAIN] = _sample(_parquet_texts(run_dir.curated.glob("*.parquet"), {i for i, _ in heldout}), max_docs, max_bytes)
     return sets

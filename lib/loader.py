@@ -1,10 +1,11 @@
 """The training loader: follow the manifest, pack separator-aligned best-fit rows, stripe them
 over data-parallel ranks, resume exactly.
 
-- `validate(data_dir, tokenizer_hash)` opens every token shard the manifest names and checks, before
-  any training step: index and token file agree, every shard was written by the model's tokenizer,
-  every manifest piece lies inside an existing document, the manifest is the one data.json
-  hashed. Errors name the file.
+- `validate(data, tokenizer_hash)` opens the prepared data (lib/prepared.py: a `PreparedData` or
+  its folder) and every token shard the manifest names and checks, before any training step:
+  index and token file agree, every shard was written by the model's tokenizer, every manifest
+  piece lies inside an existing document, the manifest is the one data.json hashed. Errors name
+  the file.
 - Manifest pieces enter a best-fit planner (lib/packing.py) in manifest order, `buffer_size` at a
   time, each with its source; the planner serves a source first when it lags the manifest's mix
   by more than half a row, so the trained token ratio is the manifest's (tested), not best-fit's
@@ -32,7 +33,6 @@ thousands of times less than the tiny demo model's step on CPU (bench/bench_load
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from pathlib import Path
 
@@ -41,25 +41,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lib.fim import middle_only_mask
+from lib.manifest import MANIFEST_SCHEMA
 from lib.packing import BestFitPlanner, PackingStats
+from lib.prepared import DataError, PreparedData
 from lib.shards import ShardError, doc_starts, read_shard
 
 STATE_VERSION = 2  # 2: per-source token counts of the planner
 log = logging.getLogger(__name__)
-
-
-class DataError(ValueError):
-    """Prepared training data that cannot be trained on (missing, inconsistent, wrong tokenizer)."""
-
-
-def read_data_json(data_dir: str | Path) -> dict:
-    path = Path(data_dir) / "data.json"
-    if not path.is_file():
-        raise DataError(f"{path} does not exist: prepare the data first (`consolidate tokenize`)")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON: {exc}") from exc
 
 
 def _codes(column) -> tuple[list[str], np.ndarray]:
@@ -70,20 +58,18 @@ def _codes(column) -> tuple[list[str], np.ndarray]:
 class _Data:
     """The manifest as numpy columns plus the memory-mapped shards it points into."""
 
-    def __init__(self, data_dir: str | Path, tokenizer_hash: str | None):
-        self.dir = Path(data_dir)
-        self.meta = read_data_json(self.dir)
+    def __init__(self, data: PreparedData | str | Path, tokenizer_hash: str | None):
+        self.prepared = PreparedData.open(data)
+        self.dir = self.prepared.path
+        self.meta = self.prepared.info
         data_hash = self.meta.get("tokenizer_hash")
         if tokenizer_hash is not None and data_hash != tokenizer_hash:
             raise DataError(
-                f"{self.dir / 'data.json'}: data was tokenized by tokenizer {str(data_hash)[:12]}…, the model's is "
+                f"{self.prepared.data_json}: data was tokenized by tokenizer {str(data_hash)[:12]}…, the model's is "
                 f"{tokenizer_hash[:12]}…: re-run the data preparation with the model's tokenizer folder")
-        manifest_path = self.dir / self.meta.get("manifest", "manifest.parquet")
-        if not manifest_path.is_file():
-            raise DataError(f"{manifest_path} does not exist")
+        manifest_path = self.prepared.manifest_file(self.meta)
         table = pq.read_table(manifest_path)
-        needed = {"source", "doc_id", "shard", "doc_index", "offset", "length", "epoch", "fim"}
-        if missing := needed - set(table.column_names):
+        if missing := set(MANIFEST_SCHEMA.names) - set(table.column_names):
             raise DataError(f"{manifest_path} lacks columns {sorted(missing)}")
         if table.num_rows == 0:
             raise DataError(f"{manifest_path} is empty: nothing to train on")
@@ -135,20 +121,21 @@ class _Data:
                             f"{self.manifest_hash[:12]}…): re-run the data preparation")
 
 
-def validate(data_dir: str | Path, tokenizer_hash: str | None = None) -> dict:
+def validate(data: PreparedData | str | Path, tokenizer_hash: str | None = None) -> dict:
     """Check prepared data before training (see module docstring); returns a short summary."""
-    data = _Data(data_dir, tokenizer_hash)
+    data = _Data(data, tokenizer_hash)
     return {"manifest_rows": data.rows, "shards": len(data.shards), "sources": data.source_names,
             "tokenizer_hash": data.meta.get("tokenizer_hash"), "manifest_hash": data.manifest_hash,
             "tokens": int(data.length.sum())}
 
 
 class TrainLoader:
-    """Batches of BOS-aligned best-fit rows following the manifest in `data_dir`."""
+    """Batches of BOS-aligned best-fit rows following the manifest of `data` (a `PreparedData`
+    or its folder)."""
 
     def __init__(
         self,
-        data_dir: str | Path,
+        data: PreparedData | str | Path,
         batch_size: int,
         seq_len: int,
         rank: int = 0,
@@ -161,7 +148,7 @@ class TrainLoader:
             raise ValueError(f"batch_size and seq_len must be positive, got {batch_size}, {seq_len}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
-        self.data = _Data(data_dir, tokenizer_hash)
+        self.data = _Data(data, tokenizer_hash)
         meta = self.data.meta
         self.batch_size, self.seq_len = batch_size, seq_len
         self.rank, self.world_size = rank, world_size
@@ -171,7 +158,7 @@ class TrainLoader:
         # data prepared before the separator setting existed recorded bos_id, which it packed with
         sep = meta.get("separator_id", meta.get("bos_id"))
         if sep is None:
-            raise DataError(f"{self.data.dir / 'data.json'} records no separator_id: prepare the data again")
+            raise DataError(f"{self.data.prepared.data_json} records no separator_id: prepare the data again")
         self.separator_id = int(sep)
         fim = meta.get("fim") or {}
         self.middle_only = bool(fim.get("middle_only")) and fim.get("middle_id") is not None

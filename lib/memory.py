@@ -14,7 +14,7 @@ nights while every night passed its gate (issue #14). So:
 - `replay_weights(lineage, recency, exposure_power)`: a memory document's weight is
   `recency ** age / (1 + exposures) ** exposure_power` (age in accepted nights, 0 for the newest),
   so the memory source (`sampling.memory_ratio` of the tokens) replays recent and rarely seen
-  documents first (lib/sampling.py draws a weighted order).
+  documents first (lib/manifest.py draws a weighted order).
 - `retention_sets(ws, lineage, ...)`: the retention sets a night evaluates champion and
   candidate on: every accepted night's held-out documents, or once there are more than
   `max_sets`, the newest half of them plus an even spread over the older ones.
@@ -54,16 +54,18 @@ def remember(ws, lineage, version: str, run_dir) -> dict[str, Any]:
     Returns what was added."""
     import pyarrow.parquet as pq
 
+    from lib.prepared import PreparedData
+
     run = Path(getattr(run_dir, "path", run_dir))
-    data = json.loads((run / "data.json").read_text(encoding="utf-8"))
-    new = data["sources"].get("new") or {}
+    prepared = PreparedData(run)
+    new = prepared.info["sources"].get("new") or {}
     folder = ws.memory / version
     tmp = ws.memory / f".{version}.tmp-{os.getpid()}"
     if not (folder / MEMORY_NIGHT).is_file():
         shutil.rmtree(tmp, ignore_errors=True)
         for part in sorted((run / "curated").glob("*.parquet")):
             _link(part, tmp / "train" / part.name)
-        heldout = run / "heldout" / "new.parquet"
+        heldout = prepared.heldout_file("new")
         if heldout.is_file():
             _link(heldout, tmp / "heldout.parquet")
         (tmp / MEMORY_NIGHT).write_text(json.dumps({"version": version, "run_id": run.name,
@@ -72,7 +74,7 @@ def remember(ws, lineage, version: str, run_dir) -> dict[str, Any]:
             shutil.rmtree(folder)
         tmp.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, folder)
-    exposures = pq.read_table(run / "exposures.parquet").to_pylist() if (run / "exposures.parquet").is_file() else []
+    exposures = prepared.read_exposures()
     first = {r["doc_id"]: int(r["exposures"]) for r in exposures if r["source"] == "new"}
     replayed: dict[str, dict[str, int]] = {}
     for r in exposures:

@@ -31,9 +31,7 @@ would cost a forward pass per version and set on every read.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lib.evaluate import NEW_HELDOUT, OLD_VAL
@@ -157,10 +155,10 @@ def _reference_note(workspace, run_id: str | None) -> str:
     """Why a night's new_heldout is not exactly its retention set, read from its run's data.json."""
     if workspace is None or not run_id:
         return ""
-    data = Path(workspace.run(run_id).path) / "data.json"
-    if not data.is_file():
+    prepared = workspace.run(run_id).prepared
+    if not prepared.exists():
         return ""
-    sources = json.loads(data.read_text(encoding="utf-8")).get("sources", {})
+    sources = prepared.info.get("sources", {})
     others = {name: s.get("heldout_docs") for name, s in sources.items()
               if name != "new" and s.get("kind") == "buffer" and s.get("heldout_docs")}
     if not others:

@@ -54,6 +54,7 @@ EXIT_STOPPED = 3  # stopped early (SIGTERM or time limit) with a snapshot saved:
 
 
 from lib.distributed import Dist  # noqa: E402  (the process group; the torchrun line is lib.distributed.torchrun_command)
+from lib.prepared import PreparedData  # noqa: E402  (what --data holds: data.json, manifest, shards)
 
 
 ORIGINAL_LR_HELP = (
@@ -131,13 +132,13 @@ def _tokenizer_hash(folder: Path) -> str:
     return load_tokenizer(folder).hash
 
 
-def check_tokenizer(data_dir: Path, tokenizer_dir: Path) -> str:
+def check_tokenizer(data: PreparedData, tokenizer_dir: Path) -> str:
     """The data was tokenized with the model's tokenizer, or training would learn garbage ids:
     the data area's `validate` checks data.json and every shard against the model's hash."""
     from lib.loader import validate
 
     model_hash = _tokenizer_hash(tokenizer_dir)
-    validate(data_dir, model_hash)
+    validate(data, model_hash)
     return model_hash
 
 
@@ -170,17 +171,10 @@ def reset_hyperparameters(optimizer, tcfg, lr: float) -> None:
         group["weight_decay"] = tcfg.weight_decay if i == 0 else 0.0
 
 
-def _read_data_json(data_dir: Path) -> dict[str, Any]:
-    path = data_dir / "data.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: --data must be a folder prepared by lib.sampling.prepare_training_data")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def default_loader(data_dir, batch_size, seq_len, rank, world_size, tokenizer_hash=None):
+def default_loader(data: PreparedData, batch_size, seq_len, rank, world_size, tokenizer_hash=None):
     from lib.loader import TrainLoader
 
-    return TrainLoader(data_dir, batch_size, seq_len, rank=rank, world_size=world_size, tokenizer_hash=tokenizer_hash)
+    return TrainLoader(data, batch_size, seq_len, rank=rank, world_size=world_size, tokenizer_hash=tokenizer_hash)
 
 
 class _StopFlag:
@@ -228,14 +222,13 @@ class Run:
 
     cfg: Any
     d: Dist
-    data_dir: Path
+    data: PreparedData    # the prepared data folder (lib/prepared.py): data.json read, manifest there
     out_dir: Path
     train_dir: Path
     init: bool
     parent: Path | None
     resume: bool
     meta: dict[str, Any] | None
-    data_info: dict[str, Any]
     tok_dir: Path
     tok_hash: str
     parent_meta: dict[str, Any]
@@ -292,11 +285,11 @@ def train(
 
     if (parent is None) == (not init):
         raise ValueError("give exactly one of --parent VERSION_DIR (consolidation) or --init (pre-train v0 from scratch)")
-    data_dir, out_dir = Path(data_dir), Path(out_dir)
-    train_dir = Path(train_dir) if train_dir else RunDir(data_dir).train
+    out_dir = Path(out_dir)
+    train_dir = Path(train_dir) if train_dir else RunDir(Path(data_dir)).train
     if out_dir.exists() and not resume:
         raise FileExistsError(f"--out {out_dir} already exists; choose a new version folder (or --resume an interrupted run)")
-    data_info = _read_data_json(data_dir)
+    data = PreparedData.open(data_dir)
 
     d = Dist(cfg.training.device)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
@@ -309,7 +302,7 @@ def train(
             # each step's activations and gradients, ~7% of a 95 M model's CPU step)
             torch.use_deterministic_algorithms(True)
             torch.utils.deterministic.fill_uninitialized_memory = False
-        run = set_up(cfg, d, data_dir, out_dir, train_dir, data_info, parent=Path(parent) if parent else None, init=init,
+        run = set_up(cfg, d, data, out_dir, train_dir, parent=Path(parent) if parent else None, init=init,
                      resume=resume, tokenizer_dir=tokenizer_dir, meta=meta, make_loader=make_loader)
         if resume:
             resume_from_snapshot(run)
@@ -357,7 +350,7 @@ def _start_point(cfg, d: Dist, data_info: dict, parent: Path | None, init: bool,
             "lr_scale": tcfg.lr_scale, "parent_meta": parent_meta, "num_iterations": tcfg.num_iterations, "start_dir": start_dir}
 
 
-def set_up(cfg, d: Dist, data_dir: Path, out_dir: Path, train_dir: Path, data_info: dict, *, parent: Path | None, init: bool,
+def set_up(cfg, d: Dist, data: PreparedData, out_dir: Path, train_dir: Path, *, parent: Path | None, init: bool,
            resume: bool, tokenizer_dir, meta, make_loader: Callable) -> Run:
     """Checks, then the model on the device (sharded or wrapped), AdamW, the loader and the seeds."""
     import random
@@ -372,8 +365,8 @@ def set_up(cfg, d: Dist, data_dir: Path, out_dir: Path, train_dir: Path, data_in
 
     tcfg = cfg.training
     accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
-    start = _start_point(cfg, d, data_info, parent, init, tokenizer_dir)
-    tok_hash = check_tokenizer(data_dir, start["tok_dir"])
+    start = _start_point(cfg, d, data.info, parent, init, tokenizer_dir)
+    tok_hash = check_tokenizer(data, start["tok_dir"])
     max_pos = getattr(start["hf_config"], "max_position_embeddings", None)
     if max_pos is not None and tcfg.seq_len > max_pos:
         raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={max_pos}")
@@ -420,12 +413,12 @@ def set_up(cfg, d: Dist, data_dir: Path, out_dir: Path, train_dir: Path, data_in
                  type(model).__name__, n_params / 1e6, started_from, d.device, d.world_size, accum, peak,
                  start["num_iterations"], "".join(f", {e}" for e in extras if e))
 
-    loader = make_loader(data_dir, tcfg.device_batch_size, tcfg.seq_len, d.rank, d.world_size, tokenizer_hash=tok_hash)
+    loader = make_loader(data, tcfg.device_batch_size, tcfg.seq_len, d.rank, d.world_size, tokenizer_hash=tok_hash)
     random.seed(tcfg.seed + d.rank)
     np.random.seed((tcfg.seed + d.rank) % 2**32)
     torch.manual_seed(tcfg.seed + d.rank)
-    return Run(cfg=cfg, d=d, data_dir=data_dir, out_dir=out_dir, train_dir=train_dir, init=init, parent=parent, resume=resume,
-               meta=meta, data_info=data_info, tok_dir=start["tok_dir"], tok_hash=tok_hash, parent_meta=start["parent_meta"],
+    return Run(cfg=cfg, d=d, data=data, out_dir=out_dir, train_dir=train_dir, init=init, parent=parent, resume=resume,
+               meta=meta, tok_dir=start["tok_dir"], tok_hash=tok_hash, parent_meta=start["parent_meta"],
                start_dir=start["start_dir"], started_from=started_from, original_lr=start["original_lr"],
                lr_scale=start["lr_scale"], peak=peak, num_iterations=start["num_iterations"], accum=accum, memory=memory,
                model=model, step_model=step_model, autocast=autocast, optimizer=optimizer, optimizer_choice=optimizer_choice,
@@ -527,7 +520,7 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
     local_count = sum(int((y != -100).sum()) for _, y, _ in batches)
     (global_count,) = d.all_sum([float(local_count)])
     if global_count == 0:
-        raise ValueError(f"step {step}: every target of the batch is masked (-100); the data in {run.data_dir} yields no loss")
+        raise ValueError(f"step {step}: every target of the batch is masked (-100); the data in {run.data.path} yields no loss")
     # DDP and FSDP average gradients over ranks; × world turns that into the sum over all tokens
     scale = d.world_size / global_count
     loss_sum = torch.zeros((), dtype=torch.float64, device=d.device)
@@ -637,8 +630,8 @@ def _write_final_version(run: Run, model, optimizer_state: dict | None, final_me
         "parent_path": None if init else str(parent.resolve()),
         "parent_digest": None if init else run.parent_meta.get("digest"),
         "consolidation_config": cfg.to_dict(),
-        "memory_buffer_stats": {name: st for name, st in (run.data_info.get("sources") or {}).items() if st.get("kind") == "buffer"},
-        "manifest_hash": run.data_info.get("manifest_hash"),
+        "memory_buffer_stats": {name: st for name, st in (run.data.info.get("sources") or {}).items() if st.get("kind") == "buffer"},
+        "manifest_hash": run.data.info.get("manifest_hash"),
         "tokenizer_hash": run.tok_hash,
         "original_lr": run.original_lr,
         "lr_scale": run.lr_scale,
@@ -651,7 +644,7 @@ def _write_final_version(run: Run, model, optimizer_state: dict | None, final_me
         "memory_estimate": run.memory,
         "final_metrics": final_metrics,
         "world_size": run.d.world_size,
-        "data_dir": str(run.data_dir.resolve()),
+        "data_dir": str(run.data.path.resolve()),
         "training_kind": "pretrain" if init else "consolidation",
     }
     version_meta.update(run.meta or {})

@@ -7,7 +7,7 @@
   corpora/<name>/        original corpus shards (parquet, column `text`), validation split in val/
   index/                 curation state that grows night by night (exact hashes, MinHash bands),
                          the token cache (index/tokens) and measured bits per byte (index/eval)
-  runs/<run-id>/         curated/, manifest.parquet, shards/, train/ (snapshots, logs), eval/
+  runs/<run-id>/         curated/, the prepared data (lib/prepared.py), train/ (snapshots, logs), eval/
   memory/<version>/      what an accepted night taught: train/ (replayed later), heldout.parquet (retention set)
   checkpoints/<version>/ Hugging Face model folders + meta.json (+ master/: fp32 master weights)
   serving/champion, serving/latest   links to the full Hugging Face folders of those versions
@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from lib.prepared import PreparedData
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -178,12 +180,9 @@ class RunDir:
         return self.path / "curated"
 
     @property
-    def manifest(self) -> Path:
-        return self.path / "manifest.parquet"
-
-    @property
-    def shards(self) -> Path:
-        return self.path / "shards"
+    def prepared(self) -> PreparedData:
+        """The data stage's output in this folder (data.json, manifest, shards, held-out, exposures)."""
+        return PreparedData(self.path)
 
     @property
     def train(self) -> Path:
@@ -202,6 +201,6 @@ class RunDir:
         return self.path / "eval"
 
     def ensure(self) -> "RunDir":
-        for d in (self.curated, self.shards, self.train, self.eval):
+        for d in (self.curated, self.prepared.shards, self.train, self.eval):
             d.mkdir(parents=True, exist_ok=True)
         return self

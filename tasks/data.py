@@ -205,7 +205,7 @@ def _data_settings(p: dict[str, Any]) -> Any:
 def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str) -> list[dict[str, Any]]:
     """One tokenization job per input file of `sources` (plain dicts, one per mapped task)."""
     from lib.chat_format import template_markers
-    from lib.sampling import tokenize_tasks
+    from lib.tokenization import tokenize_tasks
     from lib.tokenizer import load_tokenizer
 
     with own_time():
@@ -217,7 +217,7 @@ def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tok
 def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> dict[str, Any]:
     """One input file into the workspace's token cache, unless it is there already (the cache is
     keyed on the file's content, the tokenizer and the hold-out and FIM rules)."""
-    from lib.sampling import tokenize_to_cache
+    from lib.tokenization import tokenize_to_cache
 
     with own_time():
         return tokenize_to_cache(job, tokenizer_dir, cache_dir)
@@ -226,7 +226,8 @@ def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> di
 @task(
     name="prepare-training-data",
     cache_policy=content_cache("prepare", _data_inputs, _data_settings,
-                               modules=["lib.sampling", "lib.shards", "lib.fim", "lib.tokenizer"]),
+                               modules=["lib.sampling", "lib.tokenization", "lib.manifest", "lib.prepared", "lib.shards",
+                                        "lib.fim", "lib.tokenizer"]),
     persist_result=True,
     **IO_RETRIES,
 )

@@ -92,7 +92,7 @@ def test_workspace_refuses_paths_outside(tmp_path):
         ws.resolve("link/other")
     with pytest.raises(WorkspaceError, match="not valid"):
         ws.checkpoint("../v1")
-    assert ws.run("night-1").manifest == ws.runs / "night-1" / "manifest.parquet"
+    assert ws.run("night-1").prepared.manifest == ws.runs / "night-1" / "manifest.parquet"
 
 
 # -- presets by name and the run form ------------------------------------------------------------

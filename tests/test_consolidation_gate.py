@@ -139,7 +139,7 @@ def consolidate(ws, lin, curated, run_id: str, **sections) -> str:
     lin.record_version(version, ws.checkpoint(version), parent=parent, run_id=run_id,
                        digest=version_digest(ws.checkpoint(version)),
                        inputs=[b.content_hash for b in lin.buffer_files("pending")],
-                       manifest={"hash": data["manifest_hash"], "path": str(run.manifest), "stats": {"tokens_drawn": data["tokens_drawn"], "tokens_per_source": data["tokens_per_source"]}},
+                       manifest={"hash": data["manifest_hash"], "path": str(run.prepared.manifest), "stats": {"tokens_drawn": data["tokens_drawn"], "tokens_per_source": data["tokens_per_source"]}},
                        metrics={parent: table.parent, version: table.candidate})
     gate_version(lin, cfg.gate, version, apply=True)
     lin.finish_run(run_id, version=version)

@@ -78,7 +78,7 @@ def test_bootstrap_flow_pretrains_v0_and_rerun_hits_the_cache(tmp_path, prefect_
     assert second["train-tokenizer"] == ["Cached"] and second["prepare-training-data"] == ["Cached"]
     assert second["train"] == ["Completed"]  # training is never cached
     run = ws.run(again.result()["run_id"])
-    assert run.manifest.is_file() and (run.path / "data.json").is_file()  # cached outputs adopted
+    assert run.prepared.manifest.is_file() and run.prepared.data_json.is_file()  # cached outputs adopted
 
 
 def test_bootstrap_is_idempotent_with_a_champion(tmp_path, prefect_harness):
@@ -229,4 +229,4 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     assert states["train"] == ["Completed"]
     second = again.result()
     assert second["version"] == "v2" and second["run_id"] != night["run_id"]
-    assert ws.run(second["run_id"]).manifest.is_file() and list(ws.run(second["run_id"]).curated.glob("*.parquet"))
+    assert ws.run(second["run_id"]).prepared.manifest.is_file() and list(ws.run(second["run_id"]).curated.glob("*.parquet"))

@@ -90,7 +90,8 @@ def test_the_memory_source_replays_without_the_held_out_and_hits_the_token_cache
     """A memory file is its night's curated file: tokenized with the night's cut it is the same
     token cache entry, its held-out documents never reach training, and heavier documents come first."""
     from lib.memory import remember
-    from lib.sampling import default_sources, heldout_cut, prepare_training_data
+    from lib.sampling import default_sources, prepare_training_data
+    from lib.tokenization import heldout_cut
     from lib.tokenizer import train_bpe
 
     ws, lin = workspace, Lineage(workspace.lineage_db)
