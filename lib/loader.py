@@ -31,7 +31,6 @@ thousands of times less than the tiny demo model's step on CPU (bench/bench_load
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -40,6 +39,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lib.files import file_hash
 from lib.fim import middle_only_mask
 from lib.packing import BestFitPlanner, PackingStats
 from lib.shards import ShardError, doc_starts, read_shard
@@ -128,7 +128,7 @@ class _Data:
             self.shards.append(tokens.view(np.ndarray))
         self.rows = table.num_rows
         self.manifest_hash = self.meta.get("manifest_hash")
-        actual = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
+        actual = file_hash(manifest_path)
         if self.manifest_hash is not None and actual != self.manifest_hash:
             # lineage records manifest_hash as what the run trained on: it must be this file
             raise DataError(f"{manifest_path} changed after preparation (sha256 {actual[:12]}…, data.json says "

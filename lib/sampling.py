@@ -61,6 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from lib.files import atomic_path, file_hash, link_or_copy, write_json
 from lib.fim import fim_rng, fim_tokens, split_spans
 from lib.shards import write_shard_arrays
 from lib.workspace import check_name
@@ -191,14 +192,6 @@ def source_files(source: SourceConfig) -> list[Path]:
     if not files:
         raise FileNotFoundError(f"source {source.name!r}: no .parquet files under {path}")
     return files
-
-
-def file_hash(path: Path) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # Salted: other stages split by an unsalted xxh64 of the id too (the corpus's validation split is
@@ -403,18 +396,6 @@ def cache_key(task: dict, tokenizer_hash: str) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _link(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        dst.unlink()
-    try:
-        os.link(src, dst)  # shards are never modified in place: sharing the inode is safe
-    except OSError:
-        import shutil
-
-        shutil.copy2(src, dst)
-
-
 def cache_store(cache_dir: Path, key: str, task: dict, result: dict) -> None:
     """Keep a tokenized file's shard and per-document records under cache_dir/<key>/."""
     final = cache_dir / key
@@ -423,7 +404,7 @@ def cache_store(cache_dir: Path, key: str, task: dict, result: dict) -> None:
     tmp = cache_dir / f".{key}.tmp{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
     for suffix in _CACHE_FILES:
-        _link(Path(task["stem"] + suffix), tmp / f"shard{suffix}")
+        link_or_copy(Path(task["stem"] + suffix), tmp / f"shard{suffix}")
     pq.write_table(pa.table({"id": pa.array(result["doc_ids"], pa.string()),
                              "hash": pa.array(result["doc_hash"], pa.uint64())}), tmp / "docs.parquet")
     pq.write_table(pa.table({"doc": result["unit_doc"], "len": result["unit_len"], "fim": result["unit_fim"]}),
@@ -445,7 +426,7 @@ def cache_load(cache_dir: Path, key: str, task: dict) -> dict | None:
     if not (entry / "result.json").is_file():
         return None
     for suffix in _CACHE_FILES:
-        _link(entry / f"shard{suffix}", Path(task["stem"] + suffix))
+        link_or_copy(entry / f"shard{suffix}", Path(task["stem"] + suffix))
     docs = pq.read_table(entry / "docs.parquet")
     units = pq.read_table(entry / "units.parquet")
     held = pq.read_table(entry / "heldout.parquet")
@@ -550,11 +531,10 @@ def write_manifest(cols: dict, path: Path) -> str:
     its sha256."""
     table = pa.table({k: pa.array(cols[k], type=MANIFEST_SCHEMA.field(k).type) for k in MANIFEST_SCHEMA.names},
                      schema=MANIFEST_SCHEMA)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd", compression_level=3, row_group_size=1 << 20,
-                   use_dictionary=["source", "shard"], write_statistics=False, store_schema=False)
-    os.replace(tmp, path)
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", compression_level=3, row_group_size=1 << 20,
+                       use_dictionary=["source", "shard"], write_statistics=False, store_schema=False)
+    return file_hash(path)
 
 
 def _source_ids(files: list[Path]) -> list[str]:
@@ -584,7 +564,7 @@ def tokenize_tasks(sources: list[SourceConfig], tok, out_dir: str | Path, sampli
                 cut = int(json.loads((f.parent.parent / MEMORY_NIGHT).read_text(encoding="utf-8"))["heldout_cut"])
             tasks.append({
                 "source": s.name, "kind": s.kind, "file": str(f), "file_index": k,
-                "stem": str(Path(out_dir) / "shards" / s.name / f"shard-{k:05d}"), "input_hash": file_hash(f),
+                "stem": str(Path(out_dir) / "shards" / s.name / f"shard-{k:05d}"), "input_hash": file_hash(f, "xxh3_128"),
                 "heldout_fraction": sampling.heldout_fraction, "heldout_cut": cut,
                 "markers": sorted(markers) if (markers and new_data) else [],
                 # new data keeps its FIM draws when it comes back as memory (one token cache entry)
@@ -792,5 +772,5 @@ def prepare_training_data(
         "warnings": warnings,
         "notes": notes,
     }
-    (out / "data.json").write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    write_json(out / "data.json", data, indent=1, sort_keys=True, default=str, newline=True)
     return data

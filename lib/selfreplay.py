@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from lib.files import file_hash
+
 log = logging.getLogger(__name__)
 
 GENERATE_PREFIX = "generate:"
@@ -90,7 +92,7 @@ def generate_replay(
     check_name(name, "corpus name")
     version_dir = Path(version_dir)
     folder = materialize(version_dir)
-    digest = read_meta(version_dir).get("digest") or hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    digest = read_meta(version_dir).get("digest") or file_hash(folder / "model.safetensors")
     tok = load_tokenizer(folder)
     sep_id, _ = tok.separator()
     prompt_ids = [ids[:prompt_tokens] for ids in tok.encode_batch(list(prompts))] if prompts else []
