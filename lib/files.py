@@ -48,11 +48,12 @@ def fsync_path(path: str | Path) -> None:
 
 
 @contextmanager
-def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
+def atomic_path(path: str | Path, suffix: str = "", tmp: Path | None = None) -> Iterator[Path]:
     """Yield a temporary path for a library that writes by name (pyarrow, numpy); on a clean exit
-    it is fsynced and renamed over `path`, on an error removed."""
+    it is fsynced and renamed over `path`, on an error removed. `tmp` overrides the temporary
+    name, for a writer whose leftovers a sweeper recognises by a name of its own."""
     path = Path(path)
-    tmp = temp_sibling(path, suffix)
+    tmp = Path(tmp) if tmp is not None else temp_sibling(path, suffix)
     try:
         yield tmp
         fsync_path(tmp)
