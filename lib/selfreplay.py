@@ -29,13 +29,12 @@ import hashlib
 import json
 import logging
 import math
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from lib.files import file_hash
+from lib.files import file_hash, temp_folder
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +115,8 @@ def generate_replay(
 
     final = workspace.corpus(name)
     final.parent.mkdir(parents=True, exist_ok=True)
-    building = final.parent / f".{name}.building-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
+    building = temp_folder(final)
+    building.mkdir()
     train, val = ShardWriter(building / "train", 4_000_000), ShardWriter(building / "val", 4_000_000)
     docs: list[Document] = []
     produced, batches, t0 = 0, 0, time.perf_counter()
