@@ -61,7 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from lib.files import atomic_path, file_hash, link_or_copy, write_json
+from lib.files import atomic_path, file_hash, link_or_copy, temp_folder, write_json
 from lib.fim import fim_rng, fim_tokens, split_spans
 from lib.shards import write_shard_arrays
 from lib.workspace import check_name
@@ -401,7 +401,7 @@ def cache_store(cache_dir: Path, key: str, task: dict, result: dict) -> None:
     final = cache_dir / key
     if final.exists():
         return
-    tmp = cache_dir / f".{key}.tmp{os.getpid()}"
+    tmp = temp_folder(final)  # unique per writer: two threads may store the same key
     tmp.mkdir(parents=True, exist_ok=True)
     for suffix in _CACHE_FILES:
         link_or_copy(Path(task["stem"] + suffix), tmp / f"shard{suffix}")
