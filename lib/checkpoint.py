@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lib.files import atomic_path, file_hash, publish_folder, temp_folder, temp_sibling, write_json
 from lib.delta import DELTA_FORMAT, DELTA_FORMATS, CheckpointError, decode_delta_to, encode_delta_to
+from lib.files import atomic_path, file_hash, publish_folder, temp_folder, temp_sibling, write_json
 
 MODEL_FILE = "model.safetensors"
 DELTA_FILE = "model.delta.zst"
