@@ -151,7 +151,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1200)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    print(f"load %.1f/%.1f/%.1f" % os.getloadavg())
+    print("load %.1f/%.1f/%.1f" % os.getloadavg())
     pkg = sample(args.docs, args.seed)
     foreign = gnupg_entries()
     records = pkg + foreign

@@ -410,7 +410,7 @@ def main() -> None:
         print(f"\nbase: {base.label}\nhead: {head.label}")
         print(f"rounds: {args.rounds} alternating (base, head) per benchmark, best round of each side; tolerance = "
               f"max({args.floor:.0%}, the round-to-round spread max/min-1 of either side)\n")
-        hdr = f"| benchmark | figure | base | head | head/base | tolerance | verdict | script | load during |"
+        hdr = "| benchmark | figure | base | head | head/base | tolerance | verdict | script | load during |"
         print(hdr)
         print("|" + "---|" * 9)
         for r in rows:

@@ -330,18 +330,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(stats, indent=2))
             return
         from rich.console import Console
-        from rich.table import Table
 
-        table = Table(title=f"memory buffer {stats['buffer_dir']}", show_header=False)
-        table.add_column(justify="left")
-        table.add_column(justify="right")
-        for key, label in (
-            ("files", "parquet files"), ("records", "records in files"), ("bytes", "bytes on disk"),
-            ("pending_log", "records pending in write-ahead logs"), ("log_segments", "write-ahead logs"),
-            ("abandoned_segments", "  of stopped writers (replayed on next open)"), ("log_bytes", "log bytes"),
-        ):
-            table.add_row(label, f"{stats[key]:,}")
-        Console().print(table)
+        from lib.tables import fields_table
+
+        labels = (("files", "parquet files"), ("records", "records in files"), ("bytes", "bytes on disk"),
+                  ("pending_log", "records pending in write-ahead logs"), ("log_segments", "write-ahead logs"),
+                  ("abandoned_segments", "  of stopped writers (replayed on next open)"), ("log_bytes", "log bytes"))
+        Console().print(fields_table(f"memory buffer {stats['buffer_dir']}", [(label, f"{stats[key]:,}") for key, label in labels]).rich())
         for problem in stats["unreadable_files"]:
             typer.secho(f"warning: unreadable {problem}", fg=typer.colors.YELLOW, err=True)
 

@@ -3,7 +3,7 @@ workspace's night lock for the commands that change what a night reads or writes
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
 
@@ -35,25 +35,29 @@ def resolve_config(
     return cfg, Workspace(cfg.workspace.root)
 
 
+def exit_busy(exc: Exception, hint: str = "") -> typer.Exit:
+    """Say who holds the workspace (a `LockBusy`) on stderr; the exit to raise: code 75."""
+    typer.secho(f"busy: {exc}{hint}", fg=typer.colors.YELLOW, err=True)
+    return typer.Exit(EXIT_BUSY)
+
+
 @contextmanager
 def night_lock(cfg: ConsolidationConfig, ws: Workspace, purpose: str, wait: bool) -> Iterator[None]:
-    """The workspace's night lock (lib.locks) around a command that moves buffer files or aliases
-    (`curate`, `gate --apply`, `promote`, `rollback`), so that it never runs beside a night. With
-    `wait`, a busy lock is waited for up to `orchestration.night_lock_timeout_s`, the holder named
-    on stderr; past it, or at once without `wait`, the command exits 75 naming the holder."""
-    from lib.locks import LockBusy, WorkspaceLock
+    """The workspace's night lock (lib.runs.night_lock, the one the flows take) around a command
+    that moves buffer files or aliases (`curate`, `gate --apply`, `promote`, `rollback`, `init`),
+    so that it never runs beside a night. With `wait`, a busy lock is waited for up to
+    `orchestration.night_lock_timeout_s`, the holder named on stderr; past it, or at once without
+    `wait`, the command exits 75 naming the holder."""
+    from lib.locks import LockBusy
+    from lib.runs import night_lock as hold_night_lock
 
-    lock = WorkspaceLock(ws.night_lock, purpose)
-    try:
-        if wait:
-            lock.acquire(cfg.orchestration.night_lock_timeout_s, log=lambda m: typer.echo(m, err=True),
-                         what="orchestration.night_lock_timeout_s")
-        else:
-            lock.acquire(0)
-    except LockBusy as exc:
-        typer.secho(f"busy: {exc}" + ("" if wait else " Pass --wait to wait for it."), fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(EXIT_BUSY) from None
-    try:
+    if wait:
+        lock = hold_night_lock(ws, purpose, cfg.orchestration.night_lock_timeout_s, log=lambda m: typer.echo(m, err=True))
+    else:
+        lock = hold_night_lock(ws, purpose, 0, what="")
+    with ExitStack() as held:
+        try:
+            held.enter_context(lock)  # only the taking of the lock: a LockBusy from the body is the body's
+        except LockBusy as exc:
+            raise exit_busy(exc, "" if wait else " Pass --wait to wait for it.") from None
         yield
-    finally:
-        lock.release()

@@ -8,35 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WorkspaceOpt, resolve_config
-
-
-def corpus_table(stats: dict, title: str):
-    from rich.table import Table
-
-    table = Table(title=title, show_header=False)
-    table.add_column(justify="left")
-    table.add_column(justify="right")
-    table.add_row("documents", f"{stats['docs']:,}  ({', '.join(f'{v} {k}' for k, v in stats['kinds'].items())})")
-    table.add_row("text bytes", f"{stats['bytes']:,}")
-    table.add_row("train", f"{stats['train_docs']:,} docs, {stats['train_bytes']:,} bytes")
-    table.add_row("validation", f"{stats['val_docs']:,} docs, {stats['val_bytes']:,} bytes")
-    table.add_row("shards", f"{len(stats['shards'])}")
-    if stats.get("skipped"):
-        table.add_row("skipped files", ", ".join(f"{v} {k}" for k, v in stats["skipped"].items()))
-    table.add_row("python", stats["python"])
-    return table
-
-
-def demo_buffer_table(stats: dict, title: str):
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col, justify in (("package", "left"), ("version", "left"), ("docs", "right"), ("bytes", "right")):
-        table.add_column(col, justify=justify)
-    for package, info in stats["packages"].items():
-        table.add_row(package, info["version"] or info.get("note", "-"), f"{info['docs']}", f"{info['bytes']:,}")
-    table.add_row("[bold]total", "", f"[bold]{stats['records']}", f"[bold]{stats['bytes']:,}")
-    return table
+from lib.tables import corpus_table, demo_buffer_table
 
 
 def register(app: typer.Typer) -> None:
@@ -66,7 +38,7 @@ def register(app: typer.Typer) -> None:
         if json_:
             typer.echo(json.dumps(stats, indent=2))
         else:
-            Console().print(corpus_table(stats, f"corpus {stats['name']} → {ws.corpus(stats['name'])}"))
+            Console().print(corpus_table(stats, f"corpus {stats['name']} → {ws.corpus(stats['name'])}").rich())
 
     @group.command("build-demo-buffer")
     def build_demo(
@@ -87,6 +59,6 @@ def register(app: typer.Typer) -> None:
         if json_:
             typer.echo(json.dumps(stats, indent=2))
         else:
-            Console().print(demo_buffer_table(stats, f"demo memory buffer → {ws.buffers}"))
+            Console().print(demo_buffer_table(stats, f"demo memory buffer → {ws.buffers}").rich())
 
     app.add_typer(group, name="corpus")

@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         dedup steps, run here)."""
         from lib.config import CurationConfig
         from lib.curation import dedup_files
+        from lib.files import write_json
 
         if not 0 < threshold < 1:
             raise ValueError(f"--threshold must be between 0 and 1, got {threshold}")
@@ -66,7 +67,7 @@ def register(app: typer.Typer) -> None:
         stats = dedup_files(inputs, out, section)
         stats.update(verify=verify, threshold=threshold, num_perm=num_perm, ngram=ngram, shingle=shingle,
                      seconds=round(time.perf_counter() - started, 3))
-        (out / "stats.json").write_text(json.dumps(stats, indent=1))
+        write_json(out / "stats.json", stats, indent=1)
         typer.echo(json.dumps(stats))
 
     quality = typer.Typer(help="The fastText quality classifier.", no_args_is_help=True)

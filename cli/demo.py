@@ -20,24 +20,17 @@ from cli.common import ConfigOpt, JsonOpt, SetOpt, WorkspaceOpt, resolve_config
 
 def show_embedded(console, stats: dict) -> None:
     """Readable tables of what `ensure_embedded_default` found or built."""
-    from rich.table import Table
-
-    from cli.corpus import corpus_table, demo_buffer_table
+    from lib.tables import corpus_table, demo_buffer_table, fields_table
 
     corpus = stats["corpus"]
     verb = "built" if stats["corpus_built"] else "already there"
-    console.print(corpus_table(corpus, f"original corpus '{corpus['name']}' ({verb})"))
+    console.print(corpus_table(corpus, f"original corpus '{corpus['name']}' ({verb})").rich())
     if stats["demo_buffer"] is not None:
-        console.print(demo_buffer_table(stats["demo_buffer"], "demo memory buffer (built)"))
+        console.print(demo_buffer_table(stats["demo_buffer"], "demo memory buffer (built)").rich())
     buf = stats["buffer"]
-    table = Table(title="memory buffer", show_header=False)
-    table.add_column(justify="left")
-    table.add_column(justify="right")
-    table.add_row("parquet files", f"{buf['files']:,}")
-    table.add_row("records", f"{buf['records']:,}")
-    table.add_row("bytes on disk", f"{buf['bytes']:,}")
-    table.add_row("pending in write-ahead logs", f"{buf['pending_log']:,}")
-    console.print(table)
+    console.print(fields_table("memory buffer", [
+        ("parquet files", f"{buf['files']:,}"), ("records", f"{buf['records']:,}"), ("bytes on disk", f"{buf['bytes']:,}"),
+        ("pending in write-ahead logs", f"{buf['pending_log']:,}")]).rich())
 
 
 def _stored(path: str | None) -> str:

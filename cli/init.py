@@ -48,9 +48,8 @@ def register(app: typer.Typer) -> None:
         import logging
 
         from rich.console import Console
-        from rich.table import Table
-
         from lib.adopt import adopt
+        from lib.tables import adoption_table
 
         logging.getLogger("lib").setLevel(logging.WARNING)
         cfg, ws = resolve_config(config, preset, set_, workspace)
@@ -61,19 +60,6 @@ def register(app: typer.Typer) -> None:
         if json_:
             typer.echo(json.dumps(out, indent=2, default=str))
             return
-        meta, tok, c = out["model"], out["tokenizer"], out["corpus"]
-        t = Table(title=f"adopted as {out['version']} (champion)", show_header=False)
-        t.add_column(justify="left")
-        t.add_column(justify="left")
-        t.add_row("model", f"{meta['architecture']}, {meta['parameters'] / 1e6:,.1f} M parameters, {meta['storage_dtype']}")
-        t.add_row("weights", f"{out['path']}/model.safetensors (sha256 {meta['digest'][:16]}…)")
-        t.add_row("original LR", f"{meta['original_lr']:g} (nights: × training.lr_scale {cfg.training.lr_scale:g})")
-        t.add_row("documents", f"separated by {tok['document_separator']!r}; vocabulary {tok['vocab_size']:,} ids")
-        t.add_row("replay corpus", f"{c['name']}: {c['train_docs']:,} train, {c['val_docs']:,} old_val documents, {c['bytes']:,} bytes")
-        if c["rejected"]:
-            t.add_row("rejected files", "\n".join(f"{r['file']}: {r['reason']}" for r in c["rejected"]))
-        if "warm" in out:
-            t.add_row("old_val", f"{out['warm']['old_val_bpb']:.4f} bits per byte")
-        console.print(t)
+        console.print(adoption_table(out, cfg.training.lr_scale).rich())
         console.print(f"next: put new text into the buffer (consolidate buffer add FILE -w {ws.root}, or serve with "
                       f"consolidate serve -w {ws.root}), then run a night: consolidate run -w {ws.root}")

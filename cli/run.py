@@ -32,7 +32,7 @@ from typing import Iterator
 
 import typer
 
-from cli.common import EXIT_BUSY, ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, resolve_config
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, exit_busy, resolve_config
 
 # The watchdog: waits until its parent (this command) is gone, however it ended, then stops the
 # server if it still runs and is still the same process (its start time in /proc matches).
@@ -140,8 +140,7 @@ def flow_session(ws) -> Iterator[None]:
         from tasks.training import TrainingStopped
 
         if isinstance(exc, LockBusy):
-            typer.secho(f"busy: {exc}", fg=typer.colors.YELLOW, err=True)
-            raise typer.Exit(EXIT_BUSY) from None
+            raise exit_busy(exc) from None
         if isinstance(exc, TrainingStopped):  # the time limit: not a crash, the night is resumable
             typer.secho(f"stopped: {exc}; the next `consolidate run` resumes the night (raise or unset "
                         f"training.time_limit_s if it keeps stopping)", fg=typer.colors.YELLOW, err=True)

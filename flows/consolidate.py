@@ -207,15 +207,10 @@ def _retry(cfg: ConsolidationConfig, book: RunBook, first: RunDir, champion_dir:
 def _link_curated(src: RunDir, dst: RunDir) -> None:
     """The retry trains on exactly the documents the first attempt curated: hard links (copies
     across file systems) of its curated files."""
-    import os
-    import shutil
+    from lib.files import link_or_copy
 
     dst.curated.mkdir(parents=True, exist_ok=True)
     for part in sorted(src.curated.glob("*.parquet")):
         target = dst.curated / part.name
-        if target.exists():
-            continue
-        try:
-            os.link(part, target)
-        except OSError:
-            shutil.copy2(part, target)
+        if not target.exists():
+            link_or_copy(part, target)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from lib.files import copy_hashed, publish_folder
 from lib.runs import new_run_id
 
 log = logging.getLogger(__name__)
@@ -211,17 +212,6 @@ def original_lr(folder: ModelFolder, given: float | None) -> float:
         f"left out only when {folder.path / 'meta.json'} records original_lr.")
 
 
-def _sha256_copy(src: Path, dst: Path) -> str:
-    h = hashlib.sha256()
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        while block := fi.read(1 << 24):
-            h.update(block)
-            fo.write(block)
-        fo.flush()
-        os.fsync(fo.fileno())
-    return h.hexdigest()
-
-
 def merge_safetensors(files: list[Path], out: Path) -> str:
     """Write the tensors of several safetensors shards as one file, streaming tensor by tensor;
     returns its sha256. Tensor bytes are copied unchanged."""
@@ -288,8 +278,8 @@ def _check_loads(folder: Path, weight_bytes: int) -> None:
         model, info = AutoModelForCausalLM.from_pretrained(folder, dtype="auto", output_loading_info=True)
     except Exception as exc:
         if "mismatched" in str(exc) or "size mismatch" in str(exc):
-            raise AdoptionError(f"the weights do not match the architecture in config.json (tensor shapes differ from what "
-                                f"its sizes give): adopt the folder the model is served from, unmodified") from None
+            raise AdoptionError("the weights do not match the architecture in config.json (tensor shapes differ from what "
+                                "its sizes give): adopt the folder the model is served from, unmodified") from None
         raise AdoptionError(f"transformers cannot load the model in {folder}: {type(exc).__name__}: {exc}") from None
     finally:
         hf_logging.set_verbosity(verbosity)
@@ -305,17 +295,15 @@ def _check_loads(folder: Path, weight_bytes: int) -> None:
 
 def write_v0(folder: ModelFolder, out_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """`out_dir` (a new version folder) from the user's folder, atomically; returns meta.json."""
-    from lib.checkpoint import TOKENIZER_FILES
+    from lib.checkpoint import TOKENIZER_FILES, write_meta
 
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} already exists")
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    try:
+    with publish_folder(out_dir) as tmp:
         weights = tmp / "model.safetensors"
         if len(folder.weights) == 1:
-            digest = _sha256_copy(folder.weights[0], weights)
+            digest = copy_hashed(folder.weights[0], weights)
         else:
             digest = merge_safetensors(folder.weights, weights)
         config = dict(folder.config)
@@ -331,12 +319,8 @@ def write_v0(folder: ModelFolder, out_dir: Path, meta: dict[str, Any]) -> dict[s
             _convert_tokenizer(folder.path, tmp)
         full = {**meta, "digest": digest, "model_bytes": weights.stat().st_size, "storage_dtype": folder.dtype,
                 "has_optimizer_state": False, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        (tmp / "meta.json").write_text(json.dumps(full, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        write_meta(tmp / "meta.json", full)
         _check_loads(tmp, folder.weight_bytes)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return full
 
 
@@ -393,6 +377,7 @@ def adopt(
 ) -> dict[str, Any]:
     """`consolidate init`: the user's model becomes v0 (champion) with their replay corpus.
     Every refusal comes before anything is written. Returns what was done (for the CLI table)."""
+    from lib.checkpoint import write_meta
     from lib.lineage import Lineage
     from lib.promotion import promote
     from lib.replay import build_replay_corpus
@@ -450,7 +435,7 @@ def adopt(
             f"{stats['bytes']:,} bytes")
         meta_written.update({"tokenizer_hash": tok_info["tokenizer_hash"], "document_separator": tok_info["document_separator"],
                              "replay_corpus_hash": stats["content_hash"]})
-        (vdir / "meta.json").write_text(json.dumps(meta_written, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        write_meta(vdir / "meta.json", meta_written)
         say(f"{version}: {vdir} (sha256 {meta_written['digest'][:12]}…); documents separated by "
             f"{tok_info['document_separator']!r}; FIM tokens: {'yes' if tok_info['has_fim_tokens'] else 'no (FIM off)'}; "
             f"chat template: {'yes' if tok_info['has_chat_template'] else 'no'}")

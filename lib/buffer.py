@@ -44,8 +44,8 @@ from typing import Iterable, Literal, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import xxhash
 
+from lib.files import atomic_path, file_hash, fsync_path
 from lib.locks import pid_alive
 
 log = logging.getLogger(__name__)
@@ -100,11 +100,7 @@ def new_record_id() -> str:
 
 def content_hash(path: str | Path) -> str:
     """xxh3-128 hex of a file's bytes: the identity of a buffer file in the lineage registry."""
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_hash(path, "xxh3_128")
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -222,14 +218,6 @@ def records_table(records: Sequence[Record]) -> pa.Table:
 
 
 # -- file system -----------------------------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -398,7 +386,7 @@ class MemoryBuffer:
             os.replace(tmp, self.log_path(segment))
             if self.durability == "fsync":
                 os.fsync(fd)
-                _fsync_dir(self.wal_dir)
+                fsync_path(self.wal_dir)
         except BaseException:
             os.close(fd)
             tmp.unlink(missing_ok=True)
@@ -410,20 +398,10 @@ class MemoryBuffer:
             {b"memory_buffer": json.dumps({"format": 1, "segment": segment, "records": len(records)}).encode()}
         )
         # A log-less write (add_file) gets a name `_remove_leftovers` judges by its writer's pid.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp" if logged
-                             else f".import-{os.getpid()}-{secrets.token_hex(3)}.{path.name}.tmp")
-        try:
+        own = None if logged else path.with_name(f".import-{os.getpid()}-{secrets.token_hex(3)}.{path.name}.tmp")
+        with atomic_path(path, tmp=own) as tmp:  # logged: `.<name>.<pid>.<random>.tmp`
             pq.write_table(table, tmp, compression="zstd")
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
+        fsync_path(path.parent)
 
     def _close_segment(self, delete: bool) -> None:
         self._forget_if_forked()
@@ -431,7 +409,7 @@ class MemoryBuffer:
             return
         if delete:
             self.log_path(self._segment).unlink(missing_ok=True)
-            _fsync_dir(self.wal_dir)
+            fsync_path(self.wal_dir)
         os.close(self._fd)  # releases the lock last: nobody replays a log we are still deleting
         self._fd, self._segment, self._log_size, self._pending = None, None, 0, []
 
@@ -507,7 +485,7 @@ class MemoryBuffer:
                         log.warning("%s: dropped a torn tail of %d bytes (a write that never returned)", path, contents.dropped_bytes)
                         report["dropped_bytes"] += contents.dropped_bytes
                     path.unlink(missing_ok=True)
-                    _fsync_dir(self.wal_dir)
+                    fsync_path(self.wal_dir)
                 finally:
                     os.close(fd)
             self._remove_leftovers()

@@ -39,11 +39,11 @@ import mmap
 import os
 import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from lib.delta import DELTA_FORMAT, DELTA_FORMATS, CheckpointError, decode_delta_to, encode_delta_to
+from lib.files import atomic_path, file_hash, publish_folder, temp_folder, temp_sibling, write_json
 
 MODEL_FILE = "model.safetensors"
 DELTA_FILE = "model.delta.zst"
@@ -61,14 +61,6 @@ TOKENIZER_FILES = (
 
 
 # -- digests and meta -----------------------------------------------------------------------------
-def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def read_meta(version_dir: str | Path) -> dict[str, Any]:
     """meta.json of a version; an empty dict for a plain Hugging Face folder (e.g. a user's model)."""
     path = Path(version_dir) / META_FILE
@@ -80,10 +72,9 @@ def read_meta(version_dir: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def write_meta(path: str | Path, data: dict[str, Any]) -> None:
+    """meta.json (or delta.json) in the versions' format: indented, sorted keys, atomic."""
+    write_json(path, data, indent=2, sort_keys=True, default=str, newline=True)
 
 
 def is_full(version_dir: str | Path) -> bool:
@@ -158,18 +149,16 @@ def write_version(
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"version folder {out_dir} already exists; pick a new --out or remove it")
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    try:
+    with publish_folder(out_dir) as tmp:
         before = next(model.parameters()).dtype
         target = getattr(torch, dtype) if dtype is not None else before
         narrower = target.itemsize < before.itemsize
         wrote_master = False
         if master and narrower:
             _save_hf(model, tmp / MASTER_DIR)
-            _write_json_atomic(tmp / MASTER_DIR / META_FILE, {
+            write_meta(tmp / MASTER_DIR / META_FILE, {
                 "version": f"{out_dir.name}/{MASTER_DIR}", "kind": "fp32 master weights",
-                "digest": sha256_file(tmp / MASTER_DIR / MODEL_FILE), "storage_dtype": str(before).removeprefix("torch.")})
+                "digest": file_hash(tmp / MASTER_DIR / MODEL_FILE), "storage_dtype": str(before).removeprefix("torch.")})
             wrote_master = True
         if dtype is not None:
             cast_for_storage(model, target, rounding=rounding, seed=seed, survival=survival)
@@ -179,7 +168,7 @@ def write_version(
             torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
         full = dict(meta)
         full.setdefault("version", out_dir.name)
-        full["digest"] = sha256_file(tmp / MODEL_FILE)
+        full["digest"] = file_hash(tmp / MODEL_FILE)
         full["model_bytes"] = (tmp / MODEL_FILE).stat().st_size
         full["storage_dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
         full["has_optimizer_state"] = optimizer_state is not None
@@ -189,13 +178,7 @@ def write_version(
         if survival is not None:
             full["update_kept"] = survival.result(master_kept=wrote_master)
         full.setdefault("created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-        _write_json_atomic(tmp / META_FILE, full)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_meta(tmp / META_FILE, full)
     return out_dir
 
 
@@ -367,7 +350,7 @@ def verify(version_dir: str | Path) -> str:
     """Check the (materialised) weights against meta.json's digest; returns the digest."""
     folder = materialize(version_dir)
     expected = read_meta(version_dir).get("digest")
-    actual = sha256_file(folder / MODEL_FILE)
+    actual = file_hash(folder / MODEL_FILE)
     if expected and actual != expected:
         raise CheckpointError(f"{folder / MODEL_FILE}: sha256 {actual} does not match meta.json digest {expected}")
     return actual
@@ -470,12 +453,12 @@ def compact(version_dir: str | Path, parent_dir: str | Path, *, level: int = 3) 
     if version_dir.resolve() == parent_dir.resolve():
         raise CheckpointError(f"{version_dir} cannot be a delta against itself")
     target_path = version_dir / MODEL_FILE
-    digest = sha256_file(target_path)
+    digest = file_hash(target_path)
     recorded = read_meta(version_dir).get("digest")
     if recorded and recorded != digest:
         raise CheckpointError(f"{target_path}: sha256 does not match meta.json digest; refusing to compact a corrupt file")
     parent_file = materialize(parent_dir) / MODEL_FILE
-    tmp = version_dir / f".{DELTA_FILE}.tmp"
+    tmp = temp_sibling(version_dir / DELTA_FILE)
     try:
         with _mapped(target_path) as target, _mapped(parent_file) as parent:
             with open(tmp, "wb") as out:
@@ -506,7 +489,7 @@ def compact(version_dir: str | Path, parent_dir: str | Path, *, level: int = 3) 
         **stats,
     }
     os.replace(tmp, version_dir / DELTA_FILE)
-    _write_json_atomic(version_dir / DELTA_META, info)
+    write_meta(version_dir / DELTA_META, info)
     target_path.unlink()
     shutil.rmtree(version_dir / MATERIALIZED, ignore_errors=True)
     return info
@@ -518,9 +501,8 @@ def restore(version_dir: str | Path) -> Path:
     if is_full(version_dir):
         return version_dir
     folder = materialize(version_dir)
-    tmp = version_dir / f".{MODEL_FILE}.tmp"
-    shutil.copyfile(folder / MODEL_FILE, tmp)
-    os.replace(tmp, version_dir / MODEL_FILE)
+    with atomic_path(version_dir / MODEL_FILE) as tmp:
+        shutil.copyfile(folder / MODEL_FILE, tmp)
     (version_dir / DELTA_FILE).unlink()
     (version_dir / DELTA_META).unlink()
     shutil.rmtree(folder, ignore_errors=True)
@@ -544,16 +526,16 @@ def materialize(version_dir: str | Path) -> Path:
         raise CheckpointError(f"{version_dir / DELTA_META}: unknown delta format {info.get('format')!r}")
     cache = version_dir / MATERIALIZED
     cached = cache / MODEL_FILE
-    if cached.is_file() and cached.stat().st_size == info["full_bytes"] and sha256_file(cached) == info["digest"]:
+    if cached.is_file() and cached.stat().st_size == info["full_bytes"] and file_hash(cached) == info["digest"]:
         return cache
     parent_dir = _parent_of_delta(version_dir)
     parent_file = materialize(parent_dir) / MODEL_FILE
-    if sha256_file(parent_file) != info["parent_digest"]:
+    if file_hash(parent_file) != info["parent_digest"]:
         raise CheckpointError(
             f"{version_dir} was stored against parent weights with sha256 {info['parent_digest']}, "
             f"but {parent_dir} now holds different weights; the delta cannot be restored"
         )
-    tmp = version_dir / f".full.tmp-{uuid.uuid4().hex[:8]}"
+    tmp = temp_folder(cache)
     tmp.mkdir()
     try:
         written = _HashingFile(tmp / MODEL_FILE)
@@ -575,7 +557,7 @@ def materialize(version_dir: str | Path) -> Path:
             os.replace(tmp, cache)
         except OSError:
             # another process materialised the same version meanwhile: use its copy if it is good
-            if cached.is_file() and sha256_file(cached) == info["digest"]:
+            if cached.is_file() and file_hash(cached) == info["digest"]:
                 shutil.rmtree(tmp, ignore_errors=True)
                 return cache
             raise

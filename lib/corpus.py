@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from lib.buffer import MemoryBuffer, content_hash
+from lib.files import swap_in, temp_folder
 from lib.workspace import Workspace
 
 CORPUS_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("text", pa.string()), pa.field("kind", pa.string())])
@@ -155,8 +155,8 @@ def build_stdlib_corpus(
 
     final = workspace.corpus(name)
     final.parent.mkdir(parents=True, exist_ok=True)
-    building = final.parent / f".{name}.building-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
+    building = temp_folder(final)
+    building.mkdir()
     train = [d for d in docs if not is_validation(d.id, val_fraction)]
     val = [d for d in docs if is_validation(d.id, val_fraction)]
     shards = _write_shards(train, building / "train", shard_bytes) + _write_shards(val, building / "val", shard_bytes)
@@ -182,16 +182,6 @@ def build_stdlib_corpus(
     (building / "corpus.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     swap_in(building, final)
     return stats
-
-
-def swap_in(building: Path, final: Path) -> None:
-    """Replace the corpus folder `final` by the finished `building`: readers see the old corpus or
-    the new one, never a half-written mix."""
-    old = final.parent / f".{final.name}.old-{os.getpid()}"
-    if final.exists():
-        os.replace(final, old)
-    os.replace(building, final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_corpus_stats(workspace: Workspace, name: str = "stdlib") -> dict | None:

@@ -74,6 +74,7 @@ import pyarrow.parquet as pq
 
 from lib.config import ConsolidationConfig, CurationConfig
 from lib.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup, signature_params
+from lib.files import atomic_path, write_json
 from lib.fasttext_filters import identify_languages, identify_paragraph_languages, quality_scores
 from lib.faults import fault_point
 from lib.ingest import DeferredRegistry, atomic_write_table, ingest, pending_buffer_files, record_ingest
@@ -127,9 +128,7 @@ def shard_count(cfg: ConsolidationConfig, n_files: int) -> int:
 
 def _write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_json(path, obj, indent=1, sort_keys=True)
 
 
 def _read_json(path: Path) -> Any:
@@ -164,9 +163,8 @@ def write_documents(run: Path, rank: int, ids: list[str], texts: list[str], orde
                        **SHARD_PARQUET)
     sig = (compute_signatures(norm, c.num_perm, c.ngram, c.shingle, _SEED, c.workers) if c.near_dedup and len(norm)
            else np.zeros((len(norm), c.num_perm), np.uint32))
-    tmp = run / f"curation/shards/.dedup-{rank:05d}.tmp.npz"
-    np.savez(tmp, exact=exact_hashes(norm), signatures=sig)
-    os.replace(tmp, run / out["dedup"])
+    with atomic_path(run / out["dedup"], suffix=".npz") as tmp:
+        np.savez(tmp, exact=exact_hashes(norm), signatures=sig)
 
 
 # -- 1. ingest ---------------------------------------------------------------------------------------

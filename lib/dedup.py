@@ -36,6 +36,7 @@ import numpy as np
 import xxhash
 from numba import types
 
+from lib.files import atomic_path
 from lib.minhash import (
     _INTS,
     HASH_VERSION,
@@ -378,12 +379,10 @@ class DedupIndex:
         if target.exists():
             return False
         merged = np.union1d(self.exact(), exact.astype(np.uint64))
-        tmp = self.exact_path.with_suffix(".tmp.npy")
-        np.save(tmp, merged)
-        tmp_sig = self.minhash_dir / f".{name}.tmp.npz"
-        np.savez(tmp_sig, ids=np.asarray(ids, dtype=str), signatures=sigs, params=np.array(json.dumps(params, sort_keys=True)))
-        os.replace(tmp, self.exact_path)
-        os.replace(tmp_sig, target)  # last: its presence marks the night as committed
+        with atomic_path(self.exact_path, suffix=".npy") as tmp:
+            np.save(tmp, merged)
+        with atomic_path(target, suffix=".npz") as tmp:  # last: its presence marks the night as committed
+            np.savez(tmp, ids=np.asarray(ids, dtype=str), signatures=sigs, params=np.array(json.dumps(params, sort_keys=True)))
         return True
 
 

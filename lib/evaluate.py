@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from lib.files import write_json
+
 log = logging.getLogger(__name__)
 
 # Metric names as the gate and the lineage registry read them.
@@ -331,9 +333,7 @@ def cached_bits_per_byte(em: EvalModel, texts: Sequence[str], batch_size: int, c
     value = em.bits_per_byte(texts, batch_size=batch_size, on_progress=on_progress, name=name)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps({"bpb": value, "docs": len(texts), "model": str(em.path)}), encoding="utf-8")
-        tmp.replace(path)
+        write_json(path, {"bpb": value, "docs": len(texts), "model": str(em.path)})
     return value
 
 

@@ -20,11 +20,12 @@ scored on their first 4,000 characters (~2 ms each instead of ~30 ms).
 
 from __future__ import annotations
 
-import os
 import tempfile
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+
+from lib.files import atomic_path
 
 _HEAD = 4000
 
@@ -115,9 +116,8 @@ def train_quality_model(positive: list[str], negative: list[str], out: str | Pat
         train = Path(tmp) / "train.txt"
         _write_training_file(positive, negative, train)
         model = fasttext.train_supervised(str(train), epoch=epoch, wordNgrams=2, lr=0.5, thread=1, seed=seed, verbose=0)
-    tmp_out = out.with_name(f".{out.name}.tmp")
-    model.save_model(str(tmp_out))
-    os.replace(tmp_out, out)
+    with atomic_path(out) as tmp_out:
+        model.save_model(str(tmp_out))
     _load.cache_clear()
     return out
 

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lib.buffer import MemoryBuffer, content_hash
+from lib.files import atomic_path, write_json
 from lib.lineage import Lineage
 from lib.workspace import Workspace
 
@@ -75,20 +76,14 @@ def _reason_path(target: Path) -> Path:
     return target.with_name(f"{target.name}.reason.json")
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
 def quarantine_file(ws: Workspace, lineage, path: Path, digest: str, reason: str) -> Path:
     """Move a bad buffer file out of the buffer under a free name, with its reason beside it
     (written first: a kill between the two leaves a reason that `record_quarantine` acts on)."""
     ws.quarantine.mkdir(parents=True, exist_ok=True)
     target = _free_name(ws.quarantine, path.name, digest)
     nbytes = path.stat().st_size
-    _write_json(_reason_path(target), {"file": path.name, "from": str(path), "quarantined_as": target.name,
-                                      "content_hash": digest, "bytes": nbytes, "reason": reason})
+    write_json(_reason_path(target), {"file": path.name, "from": str(path), "quarantined_as": target.name,
+                                      "content_hash": digest, "bytes": nbytes, "reason": reason}, indent=1)
     shutil.move(str(path), target)
     lineage.quarantine_buffer_file(digest, target, reason, nbytes)
     return target
@@ -283,8 +278,8 @@ def ingest(
             rows_file = ws.quarantine / f"{path.stem}.{digest[:12]}.bad-rows.parquet"
             if not rows_file.exists():  # same content, same bad rows: written once
                 atomic_write_table(table.take(bad), rows_file)
-                _write_json(_reason_path(rows_file), {"file": path.name, "content_hash": digest, "rows": bad,
-                                                      "reason": "null or blank text"})
+                write_json(_reason_path(rows_file), {"file": path.name, "content_hash": digest, "rows": bad,
+                                                      "reason": "null or blank text"}, indent=1)
             _bump(counts, "rows_quarantined", len(bad))
         bad_set = set(bad)
         if known is None:
@@ -306,6 +301,5 @@ def ingest(
 def atomic_write_table(table: pa.Table, path: Path, **options) -> None:
     """`table` to `path` through a temporary file and a rename; `options`: pq.write_table's."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, **options)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, **options)

@@ -35,6 +35,8 @@ from typing import Any, Iterator
 
 import duckdb
 
+from lib.files import file_hash
+
 SCHEMA_VERSION = 3
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
@@ -798,11 +800,7 @@ def version_digest(folder: str | Path) -> str:
     weights = folder / "model.safetensors"
     if not weights.is_file():
         raise FileNotFoundError(f"{folder}: no model.safetensors and no digest in meta.json")
-    h = hashlib.sha256()
-    with weights.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+    return file_hash(weights)
 
 
 def code_version_string() -> str:

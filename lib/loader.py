@@ -32,7 +32,6 @@ thousands of times less than the tiny demo model's step on CPU (bench/bench_load
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 
@@ -40,6 +39,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lib.files import file_hash
 from lib.fim import middle_only_mask
 from lib.manifest import MANIFEST_SCHEMA
 from lib.packing import BestFitPlanner, PackingStats
@@ -114,7 +114,7 @@ class _Data:
             self.shards.append(tokens.view(np.ndarray))
         self.rows = table.num_rows
         self.manifest_hash = self.meta.get("manifest_hash")
-        actual = hashlib.sha256(manifest_path.read_bytes()).hexdigest()
+        actual = file_hash(manifest_path)
         if self.manifest_hash is not None and actual != self.manifest_hash:
             # lineage records manifest_hash as what the run trained on: it must be this file
             raise DataError(f"{manifest_path} changed after preparation (sha256 {actual[:12]}…, data.json says "

@@ -21,15 +21,15 @@ deterministically.
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from lib.files import atomic_path, file_hash
 
 if TYPE_CHECKING:
     from lib.config import SamplingConfig
@@ -146,11 +146,10 @@ def write_manifest(cols: dict, path: Path) -> str:
     its sha256."""
     table = pa.table({k: pa.array(cols[k], type=MANIFEST_SCHEMA.field(k).type) for k in MANIFEST_SCHEMA.names},
                      schema=MANIFEST_SCHEMA)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd", compression_level=3, row_group_size=1 << 20,
-                   use_dictionary=["source", "shard"], write_statistics=False, store_schema=False)
-    os.replace(tmp, path)
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", compression_level=3, row_group_size=1 << 20,
+                       use_dictionary=["source", "shard"], write_statistics=False, store_schema=False)
+    return file_hash(path)
 
 
 

@@ -30,23 +30,14 @@ experiment had seen nights learn 1-2 points less). `memory_ratio` 0.05 kept less
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from lib.files import link_or_copy, publish_folder
+
 MEMORY_NIGHT = "night.json"
 RETENTION_PREFIX = "night:"
-
-
-def _link(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        return
-    try:
-        os.link(src, dst)  # curated files are never modified in place
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def remember(ws, lineage, version: str, run_dir) -> dict[str, Any]:
@@ -60,20 +51,15 @@ def remember(ws, lineage, version: str, run_dir) -> dict[str, Any]:
     prepared = PreparedData(run)
     new = prepared.info["sources"].get("new") or {}
     folder = ws.memory / version
-    tmp = ws.memory / f".{version}.tmp-{os.getpid()}"
     if not (folder / MEMORY_NIGHT).is_file():
-        shutil.rmtree(tmp, ignore_errors=True)
-        for part in sorted((run / "curated").glob("*.parquet")):
-            _link(part, tmp / "train" / part.name)
-        heldout = prepared.heldout_file("new")
-        if heldout.is_file():
-            _link(heldout, tmp / "heldout.parquet")
-        (tmp / MEMORY_NIGHT).write_text(json.dumps({"version": version, "run_id": run.name,
-                                                     "heldout_cut": new.get("heldout_cut") or "0"}) + "\n", encoding="utf-8")
-        if folder.exists():  # a half-made folder of a killed promotion
-            shutil.rmtree(folder)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, folder)
+        with publish_folder(folder) as tmp:  # replaces a half-made folder of a killed promotion
+            for part in sorted((run / "curated").glob("*.parquet")):
+                link_or_copy(part, tmp / "train" / part.name)  # curated files are never modified in place
+            heldout = prepared.heldout_file("new")
+            if heldout.is_file():
+                link_or_copy(heldout, tmp / "heldout.parquet")
+            (tmp / MEMORY_NIGHT).write_text(json.dumps({"version": version, "run_id": run.name,
+                                                         "heldout_cut": new.get("heldout_cut") or "0"}) + "\n", encoding="utf-8")
     exposures = prepared.read_exposures()
     first = {r["doc_id"]: int(r["exposures"]) for r in exposures if r["source"] == "new"}
     replayed: dict[str, dict[str, int]] = {}

@@ -60,6 +60,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit, types
 
+from lib.files import atomic_path
+
 log = logging.getLogger(__name__)
 
 MAX_HASH = np.uint32(0xFFFFFFFF)
@@ -608,9 +610,8 @@ def _lower_stable() -> np.ndarray:
     table = np.frombuffer(bytes(chr(c).lower() == chr(c) for c in range(0x10000)), dtype=np.uint8)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-        np.save(tmp, table)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix=".npy") as tmp:
+            np.save(tmp, table)
     except OSError:  # a read-only install: built in every process
         pass
     return table

@@ -26,6 +26,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from lib.files import write_json
+
 DATA_JSON = "data.json"
 MANIFEST = "manifest.parquet"
 SHARDS = "shards"
@@ -155,5 +157,5 @@ class PreparedData:
 
     def write_info(self, info: dict[str, Any]) -> None:
         """data.json, written last: its presence says the folder is complete."""
-        self.data_json.write_text(json.dumps(info, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        write_json(self.data_json, info, indent=1, sort_keys=True, default=str, newline=True)
         self.__dict__.pop("info", None)  # read back as written on next use

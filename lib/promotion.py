@@ -34,6 +34,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lib.files import temp_sibling
 from lib.gate import GateDecision
 from lib.lineage import Lineage, LineageError
 
@@ -230,8 +231,7 @@ def link_served(lineage: Lineage, serving_dir: str | Path) -> dict[str, str]:
         if link.is_symlink() and os.readlink(link) == target:
             links[alias] = target
             continue
-        tmp = serving_dir / f".{alias}.{os.getpid()}.tmp"
-        tmp.unlink(missing_ok=True)
+        tmp = temp_sibling(link)
         os.symlink(target, tmp, target_is_directory=True)
         os.replace(tmp, link)
         links[alias] = target

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Iterator
@@ -41,7 +40,8 @@ import pyarrow.parquet as pq
 import xxhash
 
 from lib.buffer import content_hash
-from lib.corpus import CORPUS_SCHEMA, Document, swap_in
+from lib.corpus import CORPUS_SCHEMA, Document
+from lib.files import swap_in, temp_folder
 from lib.workspace import Workspace, check_name
 
 PARQUET_SUFFIXES = {".parquet"}
@@ -289,8 +289,8 @@ def build_replay_corpus(
 
     final = workspace.corpus(name)
     final.parent.mkdir(parents=True, exist_ok=True)
-    building = final.parent / f".{name}.building-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
+    building = temp_folder(final)
+    building.mkdir()
     train = ShardWriter(building / "train", shard_bytes)
     val = ShardWriter(building / "val", shard_bytes)
     inputs, rejected = [], []

@@ -5,8 +5,12 @@ place for every flow that writes a run (the night, the bootstrap).
   the Prefect flow run id's when there is one (traceable to the flow run in the UI), else random.
   Every run id of the project comes from `new_run_id` (flows, `consolidate init`, the CLI's
   manual runs).
-- `RunBook.session(purpose, timeout_s)`: the workspace's night lock (lib.locks) for the whole
-  body, then the run it started closed in lineage by how the body ended:
+- `night_lock(workspace, purpose, timeout_s)`: the workspace's night lock (lib.locks) for a body;
+  a busy lock is waited for up to `timeout_s`, past it `LockBusy` names the holder. The flows take
+  it through `RunBook.session`, the CLI's commands that move buffer files or aliases through
+  `cli.common.night_lock` (which turns `LockBusy` into exit code 75).
+- `RunBook.session(purpose, timeout_s)`: the night lock for the whole body, then the run it
+  started closed in lineage by how the body ended:
   - returned: `completed`, with the version it set and each stage's seconds;
   - an error: `failed`;
   - stopped from outside (SIGTERM, Ctrl-C, the training time limit: the `stopped` exceptions)
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 DECIDED = ("accepted", "rejected", "rolled_back")
+NIGHT_LOCK_SETTING = "orchestration.night_lock_timeout_s"  # the setting that bounds a wait, named in LockBusy
 # Kinds a later trigger resumes: a stopped run of these stays `running`; any other kind is failed.
 RESUMABLE_KINDS = ("nightly",)
 
@@ -105,6 +110,22 @@ def trained_version(version_dir: Path, run_id: str | None = None) -> dict[str, A
     return {"version_dir": str(version_dir), "final_metrics": meta["final_metrics"], "reused": True}
 
 
+@contextmanager
+def night_lock(workspace, purpose: str, timeout_s: float | None, log: Callable[[str], None] | None = None,
+               what: str = NIGHT_LOCK_SETTING) -> Iterator[Any]:
+    """The workspace's night lock held for the body (yields the `WorkspaceLock`): a busy lock is
+    waited for up to `timeout_s` (None: as long as it takes, 0: not at all), `log` hearing who holds
+    it; past that, `LockBusy` names the holder (and `what`, the setting that bounds the wait)."""
+    from lib.locks import WorkspaceLock
+
+    lock = WorkspaceLock(workspace.night_lock, purpose)
+    lock.acquire(timeout_s, log=log, what=what)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
 class RunRecord:
     """The run a session writes: its id, kind and parent, the version it produced (set by the
     flow) and the clock whose seconds go into lineage as its timings."""
@@ -142,15 +163,13 @@ class RunBook:
 
     # -- the session: lock, then the lifecycle of the run started in it ---------------------------
     @contextmanager
-    def session(self, purpose: str, timeout_s: float | None, what: str = "orchestration.night_lock_timeout_s") -> Iterator["RunBook"]:
-        """The night lock for the body (a busy lock waited for up to `timeout_s`, the holder
-        named in the log), and the run started in it closed by how the body ends."""
+    def session(self, purpose: str, timeout_s: float | None, what: str = NIGHT_LOCK_SETTING) -> Iterator["RunBook"]:
+        """The night lock for the body (`night_lock`, the holder named in the log), and the run
+        started in it closed by how the body ends."""
         from lib.faults import fault_point
-        from lib.locks import WorkspaceLock
 
-        self.lock = WorkspaceLock(self.ws.night_lock, purpose)
-        self.lock.acquire(timeout_s, log=self.log.warning if self.log is not None else None, what=what)
-        try:
+        with night_lock(self.ws, purpose, timeout_s, log=self.log.warning if self.log is not None else None,
+                        what=what) as self.lock:
             fault_point("night-lock")  # the lock just taken, nothing done yet
             try:
                 yield self
@@ -158,8 +177,6 @@ class RunBook:
                 self._close(exc)
                 raise
             self._close(None)
-        finally:
-            self.lock.release()
 
     def night(self, champion: str) -> tuple[str, dict[str, Any] | None]:
         """Tonight's run id and the dead night it resumes (None: a new night)."""

@@ -29,11 +29,12 @@ import hashlib
 import json
 import logging
 import math
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Callable, Sequence
+
+from lib.files import file_hash, temp_folder
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def generate_replay(
     check_name(name, "corpus name")
     version_dir = Path(version_dir)
     folder = materialize(version_dir)
-    digest = read_meta(version_dir).get("digest") or hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    digest = read_meta(version_dir).get("digest") or file_hash(folder / "model.safetensors")
     tok = load_tokenizer(folder)
     sep_id, _ = tok.separator()
     prompt_ids = [ids[:prompt_tokens] for ids in tok.encode_batch(list(prompts))] if prompts else []
@@ -114,8 +115,8 @@ def generate_replay(
 
     final = workspace.corpus(name)
     final.parent.mkdir(parents=True, exist_ok=True)
-    building = final.parent / f".{name}.building-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
+    building = temp_folder(final)
+    building.mkdir()
     train, val = ShardWriter(building / "train", 4_000_000), ShardWriter(building / "val", 4_000_000)
     docs: list[Document] = []
     produced, batches, t0 = 0, 0, time.perf_counter()

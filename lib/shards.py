@@ -20,11 +20,12 @@ of tokens instead of 1 GB), at the cost of a second dtype for vocabularies over 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+
+from lib.files import write_bytes
 
 FORMAT = "token-shard"
 VERSION = 1
@@ -42,14 +43,6 @@ def shard_stem(path: str | Path) -> Path:
 
 def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
-
-
-def _write_atomic(path: Path, data: bytes | memoryview) -> None:
-    # Write-then-rename: a crash mid-write leaves no half shard that looks complete.
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
 
 
 def write_shard_arrays(
@@ -73,8 +66,8 @@ def write_shard_arrays(
     dtype = token_dtype(vocab_size)
     if doc_ends.size and int(doc_ends[-1]) != tokens.size:
         raise ShardError(f"{stem}.idx: last document end {int(doc_ends[-1])} != {tokens.size} tokens")
-    _write_atomic(stem.with_suffix(".bin"), np.ascontiguousarray(tokens, dtype=dtype).data)
-    _write_atomic(stem.with_suffix(".idx"), np.ascontiguousarray(doc_ends).data)
+    write_bytes(stem.with_suffix(".bin"), np.ascontiguousarray(tokens, dtype=dtype).data)
+    write_bytes(stem.with_suffix(".idx"), np.ascontiguousarray(doc_ends).data)
     meta = {
         "format": FORMAT, "version": VERSION, "dtype": dtype.name,
         "num_tokens": int(tokens.size), "num_docs": int(doc_ends.size),
@@ -82,7 +75,7 @@ def write_shard_arrays(
     }
     meta.update(extra or {})
     # The .json goes last: its presence says the shard is complete.
-    _write_atomic(stem.with_suffix(".json"), (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
+    write_bytes(stem.with_suffix(".json"), (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
     return stem
 
 

@@ -22,15 +22,15 @@ preset's 10 MB, ~2 s per GB), which buys never resuming from a torn or bit-rotte
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any
+
+from lib.files import file_hash, swap_in, write_json
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,6 @@ class SnapshotError(ValueError):
 
 def snapshot_name(step: int) -> str:
     return f"step-{step:08d}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            h.update(block)
-    return h.hexdigest()
 
 
 # -- RNG states ----------------------------------------------------------------------------------
@@ -127,15 +119,10 @@ def commit(snapshot_dir: str | Path, step: int, keep: int) -> Path:
     """Rank 0, after every rank wrote its files: checksum marker, rename into place, prune."""
     snapshot_dir = Path(snapshot_dir)
     tmp = tmp_dir(snapshot_dir, step)
-    files = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
-    with open(tmp / MARKER, "w", encoding="utf-8") as f:
-        json.dump({"step": step, "files": files}, f)
-        f.flush()
-        os.fsync(f.fileno())
+    files = {p.name: file_hash(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+    write_json(tmp / MARKER, {"step": step, "files": files})
     final = snapshot_dir / snapshot_name(step)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    swap_in(tmp, final)
     prune(snapshot_dir, keep)
     return final
 
@@ -174,7 +161,7 @@ def check(path: Path) -> str | None:
     if present != set(listed):
         return f"files {sorted(present ^ set(listed))} differ from the marker's list"
     for name, digest in listed.items():
-        if _sha256(path / name) != digest:
+        if file_hash(path / name) != digest:
             return f"{name} fails its sha256 check (corrupt)"
     if "state.json" not in listed:
         return "state.json missing"

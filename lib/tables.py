@@ -1,5 +1,6 @@
 """The tables the CLI prints and the flows publish, built in one place: the gate's rules, bits per
-byte of a version against its parent, tokens per source of a manifest.
+byte of a version against its parent, tokens per source of a manifest, and the labelled values of
+a corpus, the demo buffer and an adopted model.
 
 - Each builder returns a `Table` (title, columns, rows of strings). `.rich()` is what the CLI
   prints (rich is imported only then), `.markdown()` what a log line or a UI artifact shows.
@@ -23,6 +24,7 @@ class Table:
     rows: list[list[str]] = field(default_factory=list)
     left: tuple[str, ...] = ()  # columns aligned left in the terminal (the rest: right); empty: all left
     caption: str | None = None
+    header: bool = True  # False: a label/value table, its column names not shown in the terminal
 
     def markdown(self) -> str:
         """`### title`, a blank line, then a pipe table."""
@@ -33,7 +35,7 @@ class Table:
     def rich(self):
         from rich.table import Table as RichTable
 
-        out = RichTable(title=self.title, caption=self.caption)
+        out = RichTable(title=self.title, caption=self.caption, show_header=self.header)
         for col in self.columns:
             out.add_column(col, justify="left" if not self.left or col in self.left else "right")
         for row in self.rows:
@@ -90,3 +92,51 @@ def sources_table(data: Mapping[str, Any], title: str) -> Table:
         table.rows.append([name, s["kind"], f"{s['docs']:,}", f"{s['heldout_docs']:,}", f"{s['tokens_available']:,}",
                            f"{s['tokens_drawn']:,}", f"{s['share']:.1%}", f"{s['epochs']:.2f}", f"{s['exposures']['mean']:.1f}"])
     return table
+
+
+# -- label/value tables -----------------------------------------------------------------------------
+def fields_table(title: str, fields: Iterable[tuple[str, str]], *, values_left: bool = False) -> Table:
+    """Labelled values, one a row, no header (values right-aligned unless `values_left`)."""
+    return Table(title, ["field", "value"], [[k, v] for k, v in fields], left=("field", "value") if values_left else ("field",),
+                 header=False)
+
+
+def corpus_table(stats: Mapping[str, Any], title: str) -> Table:
+    """A corpus's corpus.json (lib.corpus, lib.replay): documents, bytes, splits, shards."""
+    fields = [
+        ("documents", f"{stats['docs']:,}  ({', '.join(f'{v} {k}' for k, v in stats['kinds'].items())})"),
+        ("text bytes", f"{stats['bytes']:,}"),
+        ("train", f"{stats['train_docs']:,} docs, {stats['train_bytes']:,} bytes"),
+        ("validation", f"{stats['val_docs']:,} docs, {stats['val_bytes']:,} bytes"),
+        ("shards", f"{len(stats['shards'])}"),
+    ]
+    if stats.get("skipped"):
+        fields.append(("skipped files", ", ".join(f"{v} {k}" for k, v in stats["skipped"].items())))
+    fields.append(("python", stats["python"]))
+    return fields_table(title, fields)
+
+
+def demo_buffer_table(stats: Mapping[str, Any], title: str) -> Table:
+    """Documents and bytes per package of the embedded demo buffer (lib.corpus.build_demo_buffer)."""
+    table = Table(title, ["package", "version", "docs", "bytes"], left=("package", "version"))
+    for package, info in stats["packages"].items():
+        table.rows.append([package, info["version"] or info.get("note", "-"), f"{info['docs']}", f"{info['bytes']:,}"])
+    table.rows.append(["[bold]total", "", f"[bold]{stats['records']}", f"[bold]{stats['bytes']:,}"])
+    return table
+
+
+def adoption_table(out: Mapping[str, Any], lr_scale: float) -> Table:
+    """What `consolidate init` made of the user's model (lib.adopt.adopt's result)."""
+    meta, tok, c = out["model"], out["tokenizer"], out["corpus"]
+    fields = [
+        ("model", f"{meta['architecture']}, {meta['parameters'] / 1e6:,.1f} M parameters, {meta['storage_dtype']}"),
+        ("weights", f"{out['path']}/model.safetensors (sha256 {meta['digest'][:16]}…)"),
+        ("original LR", f"{meta['original_lr']:g} (nights: × training.lr_scale {lr_scale:g})"),
+        ("documents", f"separated by {tok['document_separator']!r}; vocabulary {tok['vocab_size']:,} ids"),
+        ("replay corpus", f"{c['name']}: {c['train_docs']:,} train, {c['val_docs']:,} old_val documents, {c['bytes']:,} bytes"),
+    ]
+    if c["rejected"]:
+        fields.append(("rejected files", "\n".join(f"{r['file']}: {r['reason']}" for r in c["rejected"])))
+    if "warm" in out:
+        fields.append(("old_val", f"{out['warm']['old_val_bpb']:.4f} bits per byte"))
+    return fields_table(f"adopted as {out['version']} (champion)", fields, values_left=True)

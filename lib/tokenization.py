@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
+from lib.files import file_hash, link_or_copy, temp_folder
 from lib.fim import fim_rng, fim_tokens, split_spans
 from lib.memory import MEMORY_NIGHT
 from lib.prepared import PreparedData
@@ -66,14 +67,6 @@ def source_files(source: SourceConfig) -> list[Path]:
     if not files:
         raise FileNotFoundError(f"source {source.name!r}: no .parquet files under {path}")
     return files
-
-
-def file_hash(path: Path) -> str:
-    h = xxhash.xxh3_128()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # Salted: other stages split by an unsalted xxh64 of the id too (the corpus's validation split is
@@ -280,27 +273,15 @@ def cache_key(task: dict, tokenizer_hash: str) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _link(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        dst.unlink()
-    try:
-        os.link(src, dst)  # shards are never modified in place: sharing the inode is safe
-    except OSError:
-        import shutil
-
-        shutil.copy2(src, dst)
-
-
 def cache_store(cache_dir: Path, key: str, task: dict, result: dict) -> None:
     """Keep a tokenized file's shard and per-document records under cache_dir/<key>/."""
     final = cache_dir / key
     if final.exists():
         return
-    tmp = cache_dir / f".{key}.tmp{os.getpid()}"
+    tmp = temp_folder(final)  # unique per writer: two threads may store the same key
     tmp.mkdir(parents=True, exist_ok=True)
     for suffix in _CACHE_FILES:
-        _link(Path(task["stem"] + suffix), tmp / f"shard{suffix}")
+        link_or_copy(Path(task["stem"] + suffix), tmp / f"shard{suffix}")  # shards are never modified in place
     pq.write_table(pa.table({"id": pa.array(result["doc_ids"], pa.string()),
                              "hash": pa.array(result["doc_hash"], pa.uint64())}), tmp / "docs.parquet")
     pq.write_table(pa.table({"doc": result["unit_doc"], "len": result["unit_len"], "fim": result["unit_fim"]}),
@@ -322,7 +303,7 @@ def cache_load(cache_dir: Path, key: str, task: dict) -> dict | None:
     if not (entry / "result.json").is_file():
         return None
     for suffix in _CACHE_FILES:
-        _link(entry / f"shard{suffix}", Path(task["stem"] + suffix))
+        link_or_copy(entry / f"shard{suffix}", Path(task["stem"] + suffix))
     docs = pq.read_table(entry / "docs.parquet")
     units = pq.read_table(entry / "units.parquet")
     held = pq.read_table(entry / "heldout.parquet")
@@ -370,7 +351,7 @@ def tokenize_tasks(sources: list[SourceConfig], tok, out_dir: str | Path, sampli
                 cut = int(json.loads((f.parent.parent / MEMORY_NIGHT).read_text(encoding="utf-8"))["heldout_cut"])
             tasks.append({
                 "source": s.name, "kind": s.kind, "file": str(f), "file_index": k,
-                "stem": str(PreparedData(out_dir).shard_stem(s.name, k)), "input_hash": file_hash(f),
+                "stem": str(PreparedData(out_dir).shard_stem(s.name, k)), "input_hash": file_hash(f, "xxh3_128"),
                 "heldout_fraction": sampling.heldout_fraction, "heldout_cut": cut,
                 "markers": sorted(markers) if (markers and new_data) else [],
                 # new data keeps its FIM draws when it comes back as memory (one token cache entry)

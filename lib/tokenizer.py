@@ -45,6 +45,8 @@ from typing import Iterable
 
 import numpy as np
 
+from lib.files import write_json
+
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX]
@@ -106,10 +108,10 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> Pat
     # classic special_tokens_map.json that older loaders and other tools read.
     special_map = out / "special_tokens_map.json"
     if not special_map.exists():
-        special_map.write_text(json.dumps({
+        write_json(special_map, {
             "bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
             "additional_special_tokens": [FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX],
-        }, indent=2) + "\n", encoding="utf-8")
+        }, indent=2, newline=True)
     return out
 
 

@@ -53,6 +53,7 @@ log = logging.getLogger("lib.train")
 EXIT_STOPPED = 3  # stopped early (SIGTERM or time limit) with a snapshot saved: resume with --resume
 
 
+from lib.files import write_text  # noqa: E402
 from lib.distributed import Dist  # noqa: E402  (the process group; the torchrun line is lib.distributed.torchrun_command)
 from lib.prepared import PreparedData  # noqa: E402  (what --data holds: data.json, manifest, shards)
 
@@ -670,7 +671,7 @@ def _truncate_metrics(path: Path, start_step: int) -> None:
             continue
         if rec.get("step", -1) < start_step:
             keep.append(line)
-    path.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
+    write_text(path, "".join(f"{line}\n" for line in keep))
 
 
 # -- entry point -----------------------------------------------------------------------------------

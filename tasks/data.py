@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from prefect import task
 from prefect.tasks import exponential_backoff
 
 from lib.config import ConsolidationConfig
+from lib.files import link_or_copy
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import content_cache, on_workspace
 from tasks.reporting import own_time, publish_table, stage_logger
@@ -262,13 +261,7 @@ def _link_tree(src: Path, dst: Path) -> int:
         for child in sorted(src.iterdir()):
             n += _link_tree(child, dst / child.name)
         return n
-    if dst.exists():
-        dst.unlink()
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:  # another file system: copy
-        shutil.copy2(src, dst)
+    link_or_copy(src, dst)
     return 1
 
 

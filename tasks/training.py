@@ -34,6 +34,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from lib.config import ConsolidationConfig
+from lib.files import write_json, write_text
 from lib.supervised_process import run_supervised
 from tasks.reporting import TrainingProgress, own_time, publish_table, stage_logger
 
@@ -111,11 +112,11 @@ def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, trai
     tdir = Path(train_dir)
     tdir.mkdir(parents=True, exist_ok=True)
     config_path = tdir / "config.json"
-    config_path.write_text(cfg.model_dump_json(indent=1), encoding="utf-8")
+    write_text(config_path, cfg.model_dump_json(indent=1))
     meta_path = None
     if meta:
         meta_path = tdir / "meta.extra.json"
-        meta_path.write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
+        write_json(meta_path, meta, indent=1, default=str)
     cmd = torchrun_command(config_path, data_dir, out_dir, parent=parent, init=init, resume=resume,
                            nproc_per_node=cfg.training.nproc_per_node, nnodes=cfg.training.nnodes,
                            node_rank=node_rank, rdzv_endpoint=cfg.training.rdzv_endpoint, rdzv_id=Path(out_dir).name,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import sysconfig
 from pathlib import Path
 

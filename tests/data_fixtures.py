@@ -4,7 +4,6 @@ written as parquet sources the way the corpus and curation stages write them."""
 
 from __future__ import annotations
 
-import sysconfig
 from pathlib import Path
 
 import pyarrow as pa

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import sysconfig
 from pathlib import Path
 
 import pyarrow.parquet as pq

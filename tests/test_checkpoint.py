@@ -6,9 +6,10 @@ import shutil
 import pytest
 import torch
 
+from lib.files import file_hash  # noqa: E402
 from lib.checkpoint import (
     DELTA_FILE, DELTA_FORMAT, MATERIALIZED, MODEL_FILE, CheckpointError, chain_depth, compact, is_delta, is_full,
-    load_optimizer_state, materialize, read_meta, restore, sha256_file, store_version, verify, write_version,
+    load_optimizer_state, materialize, read_meta, restore, store_version, verify, write_version,
 )
 from lib.config import ModelConfig
 
@@ -61,7 +62,7 @@ def test_write_version_is_hf_loadable_with_meta_and_digest(tmp_path, tokenizer_d
                         optimizer_state=opt.state_dict())
     meta = read_meta(out)
     assert meta["version"] == "v0" and meta["original_lr"] == 3e-3 and meta["manifest_hash"] == "abc"
-    assert meta["digest"] == sha256_file(out / MODEL_FILE) and meta["has_optimizer_state"]
+    assert meta["digest"] == file_hash(out / MODEL_FILE) and meta["has_optimizer_state"]
     loaded = AutoModelForCausalLM.from_pretrained(out)
     for (n, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), n
@@ -163,7 +164,7 @@ def test_optimizer_states_are_kept_only_where_a_night_can_inherit_them(tmp_path,
         model(input_ids=torch.tensor([[0, 5, 6, 7]]), labels=torch.tensor([[0, 5, 6, 7]])).loss.backward()
         opt.step()
         d = write_version(tmp_path / name, model, tokenizer_dir=tokenizer_dir, meta={}, optimizer_state=opt.state_dict())
-        digests[name] = sha256_file(d / MODEL_FILE)
+        digests[name] = file_hash(d / MODEL_FILE)
         lin.record_version(name, d, parent=f"v{i - 1}" if i else None, status=status)
     lin.set_alias("champion", "v1", "person", "rolled back by hand")  # not the newest accepted one
 
@@ -171,7 +172,7 @@ def test_optimizer_states_are_kept_only_where_a_night_can_inherit_them(tmp_path,
     freed = prune_optimizer_states(lin, 1)
     assert set(freed) == {"v0", "v2"} and all(n > 0 for n in freed.values())
     assert [load_optimizer_state(tmp_path / v) is None for v in statuses] == [True, False, True, False]
-    assert all(sha256_file(tmp_path / v / MODEL_FILE) == digests[v] for v in statuses)
+    assert all(file_hash(tmp_path / v / MODEL_FILE) == digests[v] for v in statuses)
     assert prune_optimizer_states(lin, 1) == {}
     lin.set_alias("champion", "v3", "gate")
     assert set(prune_optimizer_states(lin, 1)) == {"v1"}
@@ -381,7 +382,7 @@ def test_master_weights_are_an_hf_folder_whose_delta_against_the_bf16_export_res
     assert 0.35 < out["master"]["ratio"] < 0.65, out["master"]  # the bits below bf16 are noise: ~2 of 4 bytes
     shutil.rmtree(v1 / MATERIALIZED)
     assert (materialize(v1 / "master") / MODEL_FILE).read_bytes() == master_bytes
-    assert verify(v1 / "master") == sha256_file(materialize(v1 / "master") / MODEL_FILE)
+    assert verify(v1 / "master") == file_hash(materialize(v1 / "master") / MODEL_FILE)
     # without widening (format 3) the fp32 tensors have no bf16 counterpart and are stored raw
     export = (materialize(v1) / MODEL_FILE).read_bytes()
     wide, _ = encode_delta(master_bytes, export)

@@ -3,7 +3,6 @@ same content hashes as the thread pool."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 

@@ -13,7 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from train_fixtures import ROOT, prepare, train_cmd, write_config  # noqa: E402
 
-from lib.checkpoint import MODEL_FILE, read_meta, sha256_file  # noqa: E402
+from lib.files import file_hash  # noqa: E402
+from lib.checkpoint import MODEL_FILE, read_meta  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def test_v0_is_a_hf_version_with_meta_and_metrics(prepared, v0):
     meta = read_meta(v0)
     assert meta["version"] == "v0" and meta["parent_checkpoint"] is None
     assert meta["original_lr"] == 3e-3 and meta["training_kind"] == "pretrain"
-    assert meta["digest"] == sha256_file(v0 / MODEL_FILE)
+    assert meta["digest"] == file_hash(v0 / MODEL_FILE)
     assert meta["manifest_hash"] and meta["tokenizer_hash"]
     assert meta["consolidation_config"]["model"]["hidden_size"] == 64
     assert meta["final_metrics"]["steps"] == 12 and meta["final_metrics"]["final_loss"] > 0

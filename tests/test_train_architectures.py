@@ -20,8 +20,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from train_fixtures import prepare, write_config  # noqa: E402
 
+from lib.files import file_hash  # noqa: E402
 from lib.checkpoint import (  # noqa: E402
-    MATERIALIZED, MODEL_FILE, copy_tokenizer_files, is_delta, materialize, read_meta, sha256_file, store_version,
+    MATERIALIZED, MODEL_FILE, copy_tokenizer_files, is_delta, materialize, read_meta, store_version,
 )
 
 KINDS = ("llama", "qwen2", "gpt2")
@@ -126,7 +127,7 @@ def test_a_bf16_model_is_consolidated_stored_as_an_exact_delta_and_continued_fro
     assert out["master"]["stored"] == "delta" and is_delta(v1 / "master")
     shutil.rmtree(v1 / MATERIALIZED, ignore_errors=True)
     assert (materialize(v1) / MODEL_FILE).read_bytes() == served_bytes
-    assert sha256_file(materialize(v1) / MODEL_FILE) == meta["digest"]
+    assert file_hash(materialize(v1) / MODEL_FILE) == meta["digest"]
     assert (materialize(v1 / "master") / MODEL_FILE).read_bytes() == master_bytes
     AutoModelForCausalLM.from_pretrained(materialize(v1))
 
@@ -160,7 +161,7 @@ def test_more_families_train_from_bf16_and_load_as_themselves(prepared, tmp_path
         assert served.lm_head.weight is served.model.embed_tokens.weight
     store_version(v1, v0)  # a delta against the bf16 parent restores exactly
     shutil.rmtree(v1 / MATERIALIZED, ignore_errors=True)
-    assert sha256_file(materialize(v1) / MODEL_FILE) == meta["digest"]
+    assert file_hash(materialize(v1) / MODEL_FILE) == meta["digest"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
