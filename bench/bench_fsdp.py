@@ -37,6 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_train_overhead import add_model_shape, model_shape_args  # noqa: E402  (one model shape for both)
 GiB = 1 << 30
 
 
@@ -113,14 +116,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--width", type=int, default=768)
-    ap.add_argument("--layers", type=int, default=10)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--mlp", type=int, default=2048)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--accum", type=int, default=2, help="micro-batches per rank per step")
+    add_model_shape(ap)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank (2 ranks on 2 cores: 1)")
     ap.add_argument("--port", type=int, default=29640, help="first loopback rendezvous port")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -145,9 +141,8 @@ def main() -> None:
         tokens = args.steps * args.batch * args.seq * args.accum * world
         paths = prepare(work, token_budget=2 * tokens + 20_000, seq_len=args.seq, vocab_size=4096)
         v0 = work / "v0"
-        build = [sys.executable, str(ROOT / "bench" / "bench_train_overhead.py"), "--child", "build", "--width", str(args.width),
-                 "--layers", str(args.layers), "--heads", str(args.heads), "--mlp", str(args.mlp), "--vocab", str(args.vocab),
-                 "--seq", str(args.seq), "--v0", str(v0), "--tokenizer", str(paths["tokenizer"])]
+        build = [sys.executable, str(ROOT / "bench" / "bench_train_overhead.py"), "--child", "build", *model_shape_args(args),
+                 "--v0", str(v0), "--tokenizer", str(paths["tokenizer"])]
         built = json.loads(subprocess.run(build, cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
         cfg = write_config(work / "cfg.yaml", training={
             "seq_len": args.seq, "device_batch_size": args.batch, "total_batch_size": args.batch * args.seq * args.accum * world,

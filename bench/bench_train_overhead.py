@@ -130,10 +130,11 @@ def run_child(kind: str, args, extra: list[str]) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=2)
+MODEL_SHAPE = ("width", "layers", "heads", "mlp", "vocab", "seq", "batch", "accum")
+
+
+def add_model_shape(ap: argparse.ArgumentParser) -> None:
+    """The model and batch shape both training benchmarks take (bench_fsdp builds its model here)."""
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--layers", type=int, default=10)
     ap.add_argument("--heads", type=int, default=12)
@@ -141,7 +142,19 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--accum", type=int, default=2)
+    ap.add_argument("--accum", type=int, default=2, help="micro-batches per rank per step")
+
+
+def model_shape_args(args: argparse.Namespace) -> list[str]:
+    """`add_model_shape`'s values as command-line arguments, for a child process."""
+    return [x for name in MODEL_SHAPE for x in (f"--{name}", str(getattr(args, name)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=2)
+    add_model_shape(ap)
     ap.add_argument("--snapshot-every", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1, help="torch threads; 1 keeps CPU time free of spin-waits")
     ap.add_argument("--activation-checkpointing", action="store_true")
@@ -165,9 +178,7 @@ def main() -> None:
     from train_fixtures import prepare, write_config
 
     work = Path(tempfile.mkdtemp(prefix="bench_overhead_"))
-    shape = ["--width", str(args.width), "--layers", str(args.layers), "--heads", str(args.heads), "--mlp", str(args.mlp),
-             "--vocab", str(args.vocab), "--seq", str(args.seq), "--batch", str(args.batch), "--accum", str(args.accum),
-             "--steps", str(args.steps), "--threads", str(args.threads)] + (["--activation-checkpointing"] if args.activation_checkpointing else [])
+    shape = model_shape_args(args) + ["--steps", str(args.steps), "--threads", str(args.threads)] + (["--activation-checkpointing"] if args.activation_checkpointing else [])
     try:
         tokens = args.steps * args.batch * args.seq * args.accum
         paths = prepare(work, token_budget=2 * tokens + 20_000, seq_len=args.seq, vocab_size=4096)
