@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -385,32 +386,32 @@ def test_killed_during_promotion_leaves_no_half_promotion(lin, workspace):
     assert lin.alias("champion") == "v1" and [b.consumed_by for b in lin.buffer_files()] == ["v1"]
 
 
-def test_ctrl_c_during_a_query_is_a_keyboard_interrupt(tmp_path):
-    """DuckDB turns a SIGINT that lands inside a query into RuntimeError("Query interrupted");
-    the registry raises it as KeyboardInterrupt, so a Ctrl-C'd night counts as stopped (resumed by
-    the next trigger), not failed. A real SIGINT during a real long query, in a fresh process (the
-    suite's own SIGINT handler may be replaced by earlier tests, and then DuckDB never sees it)."""
-    child = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-        from lib.lineage import Lineage
-        lin = Lineage({str(tmp_path / "lineage.duckdb")!r})
-        print("querying", flush=True)
-        try:
-            with lin.reading() as con:
+def test_an_interrupted_query_is_a_keyboard_interrupt(tmp_path):
+    """A Ctrl-C that DuckDB catches inside a query comes out of the registry as KeyboardInterrupt,
+    so a Ctrl-C'd night counts as stopped (resumed by the next trigger), not failed.
+
+    DuckDB 2.0 reports it two ways: `InterruptException` (an interrupt of the connection: here a
+    real one, from another thread, during a real long query) and, for a SIGINT that lands during
+    a query, `RuntimeError: Query interrupted`. A real SIGINT cannot be the test: DuckDB 2.0 misses
+    about half of them (measured on plain duckdb: a single SIGINT 0.01-1 s into this query, and
+    repeated ones after it, left the query running), so the SIGINT form is raised as DuckDB
+    raises it, inside the registry's connection block."""
+    lin = Lineage(tmp_path / "lineage.duckdb")
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with lin.reading() as con:
+            timer = threading.Timer(0.3, con.interrupt)
+            timer.start()
+            try:
                 con.execute("SELECT count(*) FROM range(1000000000000) t(x) WHERE x % 7 = 3").fetchone()
-        except KeyboardInterrupt as exc:
-            print("KeyboardInterrupt from", type(exc.__cause__).__name__, exc.__cause__, flush=True)
-            sys.exit(130)
-        print("the query ended", flush=True)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "querying"
-        time.sleep(1.0)  # inside the query by now
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, out
-    assert out.strip() == "KeyboardInterrupt from RuntimeError Query interrupted", out
+            finally:
+                timer.cancel()
+    assert isinstance(caught.value.__cause__, duckdb.InterruptException)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with lin.transaction() as con:
+            con.execute("SELECT 1")
+            raise RuntimeError("Query interrupted")
+    assert str(caught.value.__cause__) == "Query interrupted"
+    with pytest.raises(RuntimeError, match="something else"):  # other errors stay what they are
+        with lin.reading() as con:
+            raise RuntimeError("something else")
+    assert lin.schema_version() >= 1  # the registry is usable after both
