@@ -24,7 +24,7 @@ connected components, the smallest index survives.
   install` ran `python -m lib.minhash`), once with an empty NUMBA_CACHE_DIR (what every process
   of a checkout without the warm-up, and every fresh container, paid before).
 
-    .venv/bin/python bench/bench_dedup_e2e.py [--docs 4000] [--synthetic 20000] [--rounds 3] [--workers 2]
+    .venv/bin/python bench/bench_dedup_e2e.py [--docs 4000] [--synthetic 20000] [--rounds 3] [--workers 2] [--stages]
 """
 
 from __future__ import annotations
@@ -184,6 +184,32 @@ def compare(kind: str, texts: list[str], rounds: int, workers: int) -> None:
     print(f"  {rounds} alternating rounds; {before} before, {after} after (2 cores); LSH {bands} bands x {rows} rows both sides")
 
 
+def stages(kind: str, texts: list[str], rounds: int) -> None:
+    """Where one thread's time goes: each stage of `near_duplicate_clusters` timed on its own,
+    best of `rounds` (the stages' sum is close to the end-to-end time above)."""
+    from lib import dedup, minhash
+
+    prep = minhash.prepare_texts(texts)
+    sig = dedup.compute_signatures(prep, NUM_PERM, NGRAM, "word", 1, 1)
+    bands, rows = dedup.lsh_params(dedup.candidate_threshold(THRESHOLD), NUM_PERM)
+    keys = dedup.band_keys(sig, bands, rows)
+    u, v = dedup.candidate_pairs(keys, all_pairs=True)
+    offsets = np.zeros(len(prep) + 1, np.int64)
+    steps = {
+        "prepare the texts (UTF-8, Unicode check, NFKC + lower where needed)": lambda: minhash.prepare_texts(texts),
+        "signatures (shingling + 128-permutation minima)": lambda: dedup.compute_signatures(prep, NUM_PERM, NGRAM, "word", 1, 1),
+        "  of which shingling alone (shingle_hashes)": lambda: minhash._shingle_kernel(
+            prep.buf, prep.starts, prep.ends, NGRAM, False, prep.nbytes // 2 + len(prep), offsets),
+        "LSH band keys": lambda: dedup.band_keys(sig, bands, rows),
+        "candidate pairs": lambda: dedup.candidate_pairs(keys, all_pairs=True),
+        f"verification ({len(u):,} pairs, exact Jaccard)": lambda: dedup.verify_pairs(prep, u, v, THRESHOLD, NGRAM, "word"),
+    }
+    times = timed_rounds(steps, rounds)
+    print(f"\n{kind}: one thread, stage by stage (best of {rounds}; {load()})")
+    for name, ts in times.items():
+        print(f"  {name:<72} {min(ts):.4f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=4000, help="real documents (300-20,000 characters)")
@@ -192,6 +218,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--fresh", choices=["real", "synthetic"], help=argparse.SUPPRESS)
     ap.add_argument("--no-cold", action="store_true", help="skip the fresh process with an empty numba cache (~30 s)")
+    ap.add_argument("--stages", action="store_true", help="also time each stage of one thread's run")
     args = ap.parse_args()
     if args.fresh:
         fresh(args.fresh, args.docs if args.fresh == "real" else args.synthetic, args.workers)
@@ -200,7 +227,10 @@ def main() -> None:
     print(f"near dedup end to end, threshold {THRESHOLD}, {NUM_PERM} permutations, word {NGRAM}-grams; {load()}")
     kinds = [("real", args.docs)] + ([("synthetic", args.synthetic)] if args.synthetic else [])
     for kind, n in kinds:
-        compare(kind, documents(kind, n), args.rounds, args.workers)
+        texts = documents(kind, n)
+        compare(kind, texts, args.rounds, args.workers)
+        if args.stages:
+            stages(kind, texts, max(args.rounds, 5))
 
     print("\nfirst call in a fresh process (import lib.dedup, then near_duplicate_clusters on the same documents):")
     runs = ["numba cache as installed"] + ([] if args.no_cold else ["empty NUMBA_CACHE_DIR (no warm-up)"])
