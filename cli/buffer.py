@@ -104,16 +104,15 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
         raise FileRejected(f"{name}: cannot be read ({exc.strerror or exc})") from None
     text = _decode(data, name)
     if suffix in JSONL_SUFFIXES:
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise FileRejected(f"{name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(obj, dict) or "text" not in obj:
-                raise FileRejected(f"{name}:{lineno}: expected an object with a `text` field")
-            take(obj["text"], f"{name}:{lineno}: text", obj.get("source"))
+        from lib.files import JsonLineError, json_lines
+
+        try:
+            for lineno, obj in json_lines(text.splitlines()):
+                if "text" not in obj:
+                    raise FileRejected(f"{name}:{lineno}: expected an object with a `text` field")
+                take(obj["text"], f"{name}:{lineno}: text", obj.get("source"))
+        except JsonLineError as exc:
+            raise FileRejected(f"{name}:{exc.line}: {exc.problem}") from None
         if not out.texts:
             raise FileRejected(f"{name}: no records (empty JSONL file)")
         return out

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from lib.files import write_json
+from lib.files import JsonLineError, json_lines, write_json
 
 log = logging.getLogger(__name__)
 
@@ -220,16 +220,14 @@ def read_probes(path: str | Path) -> list[Probe]:
     if not path.is_file():
         raise FileNotFoundError(f"probe file {path} does not exist (eval.probes)")
     probes = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not isinstance(row.get("expected"), str) or not row["expected"]:
-            raise ValueError(f'{path}:{n}: expected an object with string fields "prompt" and a non-empty "expected"')
-        probes.append(Probe(row["prompt"], row["expected"]))
+    try:
+        with open(path, "rb") as fh:
+            for n, row in json_lines(fh):
+                if not isinstance(row.get("prompt"), str) or not isinstance(row.get("expected"), str) or not row["expected"]:
+                    raise ValueError(f'{path}:{n}: expected an object with string fields "prompt" and a non-empty "expected"')
+                probes.append(Probe(row["prompt"], row["expected"]))
+    except JsonLineError as exc:
+        raise ValueError(f"{path}:{exc.line}: {exc.problem}") from None
     if not probes:
         raise ValueError(f"probe file {path} holds no probes")
     return probes

@@ -13,6 +13,8 @@ This is the one place for them; every writer in lib/, tasks/, flows/ and cli/ ca
   shards and tokenize inputs (the lineage registry's `content_hash`).
 - `link_or_copy` hard-links a file that is never modified in place and copies it where the file
   system refuses the link (another device, no link support).
+- `json_lines` reads JSON Lines (buffer inputs, replay corpora, eval probes): one object per
+  non-blank line, or an error that names the line and what is wrong with it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import secrets
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator, Literal
+from typing import IO, Any, Iterable, Iterator, Literal
 
 Algorithm = Literal["sha256", "xxh3_128"]
 _CHUNK = 1 << 22
@@ -164,3 +166,33 @@ def link_or_copy(src: str | Path, dst: str | Path) -> None:
         os.link(src, dst)
     except OSError:  # another file system, or links not supported
         shutil.copy2(src, dst)
+
+
+# -- JSON Lines -----------------------------------------------------------------------------------
+class JsonLineError(ValueError):
+    """A line of a JSON Lines file that is not UTF-8, not JSON, or not an object: `line` is its
+    1-based number, `problem` what is wrong (callers prefix the file's name)."""
+
+    def __init__(self, line: int, problem: str):
+        super().__init__(f"line {line}: {problem}")
+        self.line, self.problem = line, problem
+
+
+def json_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of every non-blank line; bytes are decoded as UTF-8 line by line (a
+    file opened in binary mode streams without being read whole)."""
+    for n, line in enumerate(lines, 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise JsonLineError(n, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise JsonLineError(n, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise JsonLineError(n, f"expected a JSON object, got {type(obj).__name__}")
+        yield n, obj

@@ -41,7 +41,7 @@ import xxhash
 
 from lib.buffer import content_hash
 from lib.corpus import CORPUS_SCHEMA, Document
-from lib.files import swap_in, temp_folder
+from lib.files import JsonLineError, json_lines, swap_in, temp_folder
 from lib.workspace import Workspace, check_name
 
 PARQUET_SUFFIXES = {".parquet"}
@@ -126,25 +126,16 @@ def _parquet_docs(path: Path, rel: str, text_column: str) -> Iterator[tuple[str,
 
 def _jsonl_docs(path: Path, rel: str, text_column: str) -> Iterator[tuple[str, str | None, str | None]]:
     with open(path, "rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ReplayFileError(f"line {n}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ReplayFileError(f"line {n}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise ReplayFileError(f"line {n}: expected a JSON object with a `{text_column}` field")
-            text = obj.get(text_column)
-            if text is not None and not isinstance(text, str):
-                raise ReplayFileError(f"line {n}: `{text_column}` is {type(text).__name__}, expected a string")
-            doc_id = obj.get("id")
-            kind = obj.get("kind")
-            yield (str(doc_id) if doc_id is not None else f"{rel}:{n}", text, kind if isinstance(kind, str) else None)
+        try:
+            for n, obj in json_lines(fh):
+                text = obj.get(text_column)
+                if text is not None and not isinstance(text, str):
+                    raise ReplayFileError(f"line {n}: `{text_column}` is {type(text).__name__}, expected a string")
+                doc_id = obj.get("id")
+                kind = obj.get("kind")
+                yield (str(doc_id) if doc_id is not None else f"{rel}:{n}", text, kind if isinstance(kind, str) else None)
+        except JsonLineError as exc:
+            raise ReplayFileError(str(exc)) from None
 
 
 def _text_docs(path: Path, rel: str) -> Iterator[tuple[str, str | None, str | None]]:

@@ -108,3 +108,22 @@ def test_link_or_copy_links_and_copies_when_the_link_is_refused(tmp_path, monkey
     files.link_or_copy(src, dst)
     assert dst.read_bytes() == b"rows"
     assert not os.path.samefile(src, dst)
+
+
+def test_json_lines_name_the_line_and_the_problem(tmp_path):
+    """One object per non-blank line, from text or from a binary file; a line that is not UTF-8,
+    not JSON or not an object stops the read with its number."""
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"text": "one"}\n\n  \n{"text": "two", "n": 2}\n')
+    with open(path, "rb") as fh:
+        assert list(files.json_lines(fh)) == [(1, {"text": "one"}), (4, {"text": "two", "n": 2})]
+    assert list(files.json_lines(['{"a": 1}', "", '{"b": 2}'])) == [(1, {"a": 1}), (3, {"b": 2})]
+    for lines, line, problem in (
+        ([b'{"a": 1}', b'{"text": "caf\xe9"}'], 2, "not valid UTF-8"),
+        (['{"a": 1}', "", '{"text": '], 3, "not valid JSON"),
+        (['["a", "list"]'], 1, "expected a JSON object, got list"),
+    ):
+        with pytest.raises(files.JsonLineError) as caught:
+            list(files.json_lines(lines))
+        assert caught.value.line == line and caught.value.problem.startswith(problem)
+        assert str(caught.value).startswith(f"line {line}: {problem}")
