@@ -70,3 +70,18 @@ def tiny_hf_model(tmp_path_factory) -> Path:
     )
     LlamaForCausalLM(config).save_pretrained(out, safe_serialization=True)
     return out
+
+
+def settled_task_states(read, timeout: float = 60.0) -> dict[str, list[str]]:
+    """Task-run state names by task name (`read()` fetches them), read again until none is still
+    Pending or Running: task-run states reach the API through its event pipeline, after the flow
+    run itself has returned, and under load that takes seconds. Bounded: after `timeout` the last
+    read is returned as it is (the test's assertion then shows what was still running)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        states = read()
+        if not any(name in ("Pending", "Running") for names in states.values() for name in names) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.5)

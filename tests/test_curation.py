@@ -4,13 +4,12 @@ determinism, length filter, real fastText language ID and a locally trained qual
 from __future__ import annotations
 
 import json
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import stdlib_texts
+from conftest import stdlib_texts, settled_task_states
 
 pytest_plugins = ["prefect_fixtures"]
 from lib.buffer import MemoryBuffer
@@ -350,16 +349,14 @@ def test_the_same_steps_run_here_and_as_mapped_tasks_keep_the_same_survivors(tmp
     state = curate_flow(cfg, return_state=True)
     again = state.result()
     assert again["stats"]["docs_out"] == 7 and sorted(r["id"] for r in _kept(ws.run(again["run_id"]))) == kept
-    # task-run states reach the API through its event pipeline, after the flow has returned: read
-    # them until none is still Pending or Running (a bounded wait; under load this takes seconds)
-    deadline = time.monotonic() + 60
-    while True:
-        states: dict[str, list[str]] = {}
+
+    def read() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
         for tr in prefect_client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))):
-            states.setdefault(tr.name.rsplit("-", 1)[0], []).append(tr.state.name)
-        if not any(name in ("Pending", "Running") for names in states.values() for name in names) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+            out.setdefault(tr.name.rsplit("-", 1)[0], []).append(tr.state.name if tr.state else "Pending")  # no state yet
+        return out
+
+    states = settled_task_states(read)
     # the torn file went to quarantine/ on the first run: the shard that held it reads other files
     # now and runs again; its documents are the same bytes, so every step after it is Cached
     assert sorted(states["ingest-shard"]) == ["Cached", "Completed"], states

@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 
+from conftest import settled_task_states
+
 pytest_plugins = ["prefect_fixtures"]
 
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
@@ -37,11 +39,13 @@ def _artifact(key: str) -> dict | None:
 
 
 def _task_states(flow_run_id) -> dict[str, list[str]]:
-    runs = _api("task_runs/filter", {"flow_runs": {"id": {"any_": [str(flow_run_id)]}}})
-    out: dict[str, list[str]] = {}
-    for tr in runs:
-        out.setdefault(tr["name"].rsplit("-", 1)[0], []).append(tr["state"]["name"])
-    return out
+    def read() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for tr in _api("task_runs/filter", {"flow_runs": {"id": {"any_": [str(flow_run_id)]}}}):
+            out.setdefault(tr["name"].rsplit("-", 1)[0], []).append((tr["state"] or {}).get("name", "Pending"))  # no state yet
+        return out
+
+    return settled_task_states(read)
 
 
 @pytest.mark.slow

@@ -35,6 +35,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import settled_task_states
+
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT = str(Path(sys.executable).parent / "prefect")
 
@@ -131,11 +133,13 @@ def _wait_final(api, run_id, timeout=600):
 
 
 def _task_states(api, run_id) -> dict[str, list[str]]:
-    runs = _post(api, "task_runs/filter", {"flow_runs": {"id": {"any_": [run_id]}}, "limit": 200, "offset": 0})
-    out: dict[str, list[str]] = {}
-    for tr in runs:
-        out.setdefault(tr["name"].rsplit("-", 1)[0], []).append(tr["state"]["name"])
-    return out
+    def read() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for tr in _post(api, "task_runs/filter", {"flow_runs": {"id": {"any_": [run_id]}}, "limit": 200, "offset": 0}):
+            out.setdefault(tr["name"].rsplit("-", 1)[0], []).append((tr["state"] or {}).get("name", "Pending"))  # no state yet
+        return out
+
+    return settled_task_states(read)
 
 
 def _create_pools(api, env):
