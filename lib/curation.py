@@ -653,9 +653,8 @@ class KeptStep(Step):
         kept = docs.filter(pa.array(keep)).sort_by("order").select(["id", "text"])
         self.dest.mkdir(parents=True, exist_ok=True)
         atomic_write_table(kept, self.dest / "kept.parquet")
-        tmp = self.dest / ".duplicates.parquet.tmp"  # DedupStep's file as it is (same bytes, no decode and encode)
-        shutil.copyfile(run / "curation" / "duplicates.parquet", tmp)
-        os.replace(tmp, self.dest / "duplicates.parquet")
+        with atomic_path(self.dest / "duplicates.parquet") as tmp:  # DedupStep's file as it is (no decode and encode)
+            shutil.copyfile(run / "curation" / "duplicates.parquet", tmp)
         return Stats({"kept": kept.num_rows})
 
 
