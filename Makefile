@@ -26,10 +26,10 @@ $(VENV)/.installed-test: $(VENV)/.installed
 		echo "warning: could not install docker-compose; tests/test_docker.py will say so"
 	touch $@
 
-# numba compiles the curation kernels (lib/minhash.py, lib/dedup.py) once per installation, ~20 s
+# numba compiles the curation kernels (lib/curation/minhash.py, lib/curation/dedup.py) once per installation, ~20 s
 # on 2 cores, into __pycache__ beside them: no night's first call pays it. Again when they change.
-$(VENV)/.kernels: $(VENV)/.installed lib/minhash.py lib/dedup.py
-	$(PY) -m lib.minhash
+$(VENV)/.kernels: $(VENV)/.installed lib/curation/minhash.py lib/curation/dedup.py
+	$(PY) -m lib.curation.minhash
 	touch $@
 
 install: $(VENV)/.installed $(VENV)/.kernels

@@ -36,8 +36,8 @@ def build_model(folder: Path, texts: list[str]) -> Path:
     import torch
 
     from lib.config import load_config
-    from lib.model import build_model as build
-    from lib.tokenizer import load_tokenizer, train_bpe
+    from lib.training.model import build_model as build
+    from lib.data.tokenizer import load_tokenizer, train_bpe
 
     tok_dir = train_bpe(texts, 4096, folder)
     tok = load_tokenizer(tok_dir)
@@ -57,7 +57,7 @@ def one_window_at_a_time(em, texts: list[str]) -> float:
 def main() -> None:
     import torch
 
-    from lib.evaluate import EvalModel
+    from lib.evaluation.evaluate import EvalModel
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=60)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lib.buffer import MemoryBuffer  # noqa: E402
+from lib.buffer.store import MemoryBuffer  # noqa: E402
 
 
 def per_add_us(folder: Path, durability: str, texts: list[str], batch: int = 1) -> float:

@@ -6,7 +6,7 @@ prose in other languages that the language rule must still drop.
   .rst and each *.dist-info/METADATA), 100 characters to 100 KB; added through `MemoryBuffer` as
   capture does, source `pkg:<path>`. Plus, if /usr/share/gnupg holds them, the GnuPG help texts:
   each entry of help.txt (English) and of its 27 translations (source `gnupg:<file>`).
-- Run: `lib.curation.curate`, default preset (curation.languages: [en]), in a temporary
+- Run: `lib.curation.pipeline.curate`, default preset (curation.languages: [en]), in a temporary
   workspace. Baseline, same buffer, same run: the rules as they were before code was told apart
   (`curation.detect_kinds=false`, language ID on the whole text: `language_min_prose_chars` 10^9).
 - Denominator: the package documents that are neither boilerplate (license, notice, authors,
@@ -15,7 +15,7 @@ prose in other languages that the language rule must still drop.
   copies inside the buffer, e.g. vendored packages). Kept: in some curated document's source_ids.
 - Targets: >= 90% of them kept; the translated help entries dropped (they are prose in other
   languages and the config keeps en), the English ones kept.
-- Also timed: `lib.textfilters.line_features` (one polars query) against the same line rules in a
+- Also timed: `lib.curation.textfilters.line_features` (one polars query) against the same line rules in a
   Python loop (`python_line_features` here), on the buffer's texts.
 
     .venv/bin/python bench/bench_curation_kept.py [--docs 1200] [--seed 0]
@@ -93,7 +93,7 @@ def gnupg_entries() -> list[tuple[str, str, str]]:
 
 # -- the same line rules in plain Python, for the timing comparison only -----------------------
 def python_line_features(texts: list[str]) -> list[tuple[int, int, str]]:
-    from lib import textfilters as tf
+    from lib.curation import textfilters as tf
 
     fence, start, syntax, header = (re.compile(tf._FENCE), re.compile(tf._CODE_START), re.compile(tf._CODE_SYNTAX),
                                     re.compile(tf._HEADER))
@@ -122,9 +122,9 @@ def python_line_features(texts: list[str]) -> list[tuple[int, int, str]]:
 def curate_buffer(records: list[tuple[str, str, str]], overrides: list[str]) -> tuple[list[str], dict, set, dict, set, float]:
     """Curate the records in a fresh workspace: (record ids, stats, kept ids, dropped id -> reason,
     duplicate ids, seconds)."""
-    from lib.buffer import MemoryBuffer
+    from lib.buffer.store import MemoryBuffer
     from lib.config import load_config
-    from lib.curation import curate, shard_outputs
+    from lib.curation.pipeline import curate, shard_outputs
     from lib.workspace import Workspace
 
     root = Path(tempfile.mkdtemp(prefix="bench-kept-"))
@@ -165,7 +165,7 @@ def main() -> None:
         print("  (no /usr/share/gnupg/help*.txt on this machine: the other-language check is skipped)")
     # the translations leave some entries in English: those (near-copies of a help.txt entry) are not
     # "other languages"; each English entry counts once, kept if any of its copies is
-    from lib.dedup import near_duplicate_clusters
+    from lib.curation.dedup import near_duplicate_clusters
 
     rep = near_duplicate_clusters([t for _, t, _ in foreign], workers=1) if foreign else np.zeros(0, np.int64)
     english_reps = {rep[j] for j, (_, _, g) in enumerate(foreign) if g == "en"}
@@ -197,7 +197,7 @@ def main() -> None:
                   f"{kept_en:.1%} of {len(english_clusters)} kept (one copy each)")
         print(f"  warnings: {stats.get('warnings')}")
 
-    from lib.textfilters import detect_kinds, line_features
+    from lib.curation.textfilters import detect_kinds, line_features
 
     kinds = detect_kinds(line_features([t for _, t, _ in pkg]))
     for group, want in (("py", "code"), ("doc", "prose")):

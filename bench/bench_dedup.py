@@ -20,7 +20,7 @@ import resource
 
 import numpy as np
 
-from lib.dedup import deduplicate
+from lib.curation.dedup import deduplicate
 
 
 def make_docs(n: int, seed: int = 0) -> list[str]:

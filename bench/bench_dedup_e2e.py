@@ -1,4 +1,4 @@
-"""Near dedup end to end on real documents: lib.dedup against datasketch doing the same work.
+"""Near dedup end to end on real documents: lib.curation.dedup against datasketch doing the same work.
 
 The work, on both sides, from raw texts to each document's kept representative:
 normalise (NFKC, lower case, whitespace collapsed) -> word 5-gram shingles -> 128-permutation
@@ -6,7 +6,7 @@ MinHash -> LSH with the same (bands, rows) (banded for the candidate threshold 0
 every candidate pair checked with the exact Jaccard of its shingle sets, >= 0.8 joined ->
 connected components, the smallest index survives.
 
-- ours: `lib.dedup.near_duplicate_clusters` (compiled normalisation, signatures in threads,
+- ours: `lib.curation.dedup.near_duplicate_clusters` (compiled normalisation, signatures in threads,
   numpy LSH, compiled verification), in 1 thread and in `--workers` threads.
 - datasketch 2.0: `normalize_text` per document, the same shingles as strings, `MinHash.update_batch`,
   `MinHashLSH(params=(bands, rows))` insert + query, Python sets for the exact Jaccard of each
@@ -19,9 +19,9 @@ connected components, the smallest index survives.
   synthetic ~500-character documents of bench_dedup.py (`--synthetic` of them).
 - Timing: alternating rounds (both sides see the same load), best and median of `--rounds`;
   the load average is printed with the figures. The ratio is datasketch's time over ours.
-- First call: fresh processes (`--fresh`) import lib.dedup and time their first call and then
+- First call: fresh processes (`--fresh`) import lib.curation.dedup and time their first call and then
   the steady state on the same documents: once with the numba cache as installed (`make
-  install` ran `python -m lib.minhash`), once with an empty NUMBA_CACHE_DIR (what every process
+  install` ran `python -m lib.curation.minhash`), once with an empty NUMBA_CACHE_DIR (what every process
   of a checkout without the warm-up, and every fresh container, paid before).
 
     .venv/bin/python bench/bench_dedup_e2e.py [--docs 4000] [--synthetic 20000] [--rounds 3] [--workers 2] [--stages]
@@ -55,7 +55,7 @@ def load() -> str:
 
 
 def ours(texts: list[str], workers: int) -> np.ndarray:
-    from lib.dedup import near_duplicate_clusters
+    from lib.curation.dedup import near_duplicate_clusters
 
     return near_duplicate_clusters(texts, THRESHOLD, NUM_PERM, NGRAM, workers=workers, verify=True)
 
@@ -64,8 +64,8 @@ def datasketch_clusters(texts: list[str], bands: int, rows: int) -> np.ndarray:
     """The same pipeline with datasketch's MinHash and MinHashLSH and Python sets."""
     from datasketch import MinHash, MinHashLSH
 
-    from lib.dedup import components_min_index
-    from lib.minhash import normalize_text
+    from lib.curation.dedup import components_min_index
+    from lib.curation.minhash import normalize_text
 
     shingles = []
     for text in texts:
@@ -93,8 +93,8 @@ def datasketch_clusters(texts: list[str], bands: int, rows: int) -> np.ndarray:
 def truth(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from bench_dedup_quality import ShingleSets
 
-    from lib.dedup import components_min_index
-    from lib.minhash import normalize_text
+    from lib.curation.dedup import components_min_index
+    from lib.curation.minhash import normalize_text
 
     sets = ShingleSets([normalize_text(t) for t in texts], NGRAM)
     u, v, _, _ = sets.pairs_at_least(THRESHOLD)
@@ -132,7 +132,7 @@ def documents(kind: str, n: int) -> list[str]:
 def fresh(kind: str, n: int, workers: int) -> None:
     """Child process: import, first call, steady state; one JSON line."""
     t0 = time.perf_counter()
-    import lib.dedup  # noqa: F401
+    import lib.curation.dedup  # noqa: F401
 
     import_s = time.perf_counter() - t0
     texts = documents(kind, n)
@@ -157,7 +157,7 @@ def run_fresh(kind: str, n: int, workers: int, cache_dir: str | None) -> dict:
 
 
 def compare(kind: str, texts: list[str], rounds: int, workers: int) -> None:
-    from lib.dedup import candidate_threshold, lsh_params
+    from lib.curation.dedup import candidate_threshold, lsh_params
 
     mb = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts) / 1e6
     sizes = np.array([len(t) for t in texts])
@@ -187,7 +187,7 @@ def compare(kind: str, texts: list[str], rounds: int, workers: int) -> None:
 def stages(kind: str, texts: list[str], rounds: int) -> None:
     """Where one thread's time goes: each stage of `near_duplicate_clusters` timed on its own,
     best of `rounds` (the stages' sum is close to the end-to-end time above)."""
-    from lib import dedup, minhash
+    from lib.curation import dedup, minhash
 
     prep = minhash.prepare_texts(texts)
     sig = dedup.compute_signatures(prep, NUM_PERM, NGRAM, "word", 1, 1)
@@ -232,7 +232,7 @@ def main() -> None:
         if args.stages:
             stages(kind, texts, max(args.rounds, 5))
 
-    print("\nfirst call in a fresh process (import lib.dedup, then near_duplicate_clusters on the same documents):")
+    print("\nfirst call in a fresh process (import lib.curation.dedup, then near_duplicate_clusters on the same documents):")
     runs = ["numba cache as installed"] + ([] if args.no_cold else ["empty NUMBA_CACHE_DIR (no warm-up)"])
     for kind, n in kinds:
         for label in runs:

@@ -1,17 +1,17 @@
-"""Near-duplicate quality: lib.dedup's MinHash-LSH and datasketch's MinHashLSH against exact Jaccard.
+"""Near-duplicate quality: lib.curation.dedup's MinHash-LSH and datasketch's MinHashLSH against exact Jaccard.
 
 Documents: real files, the standard library's and the venv's installed packages' sources (.py,
 .txt, .rst, .md), which hold real near-copies (vendored packages, generated modules, "Copied
 from" model files, test variants). A seeded sample of `--docs` non-empty files.
 
-- Shingles: word 5-grams of the normalised text, set semantics (lib.minhash.shingle_hashes;
+- Shingles: word 5-grams of the normalised text, set semantics (lib.curation.minhash.shingle_hashes;
   64-bit hashes, so the sets are the shingle-string sets up to a hash collision; checked below).
 - Ground truth: every pair with exact Jaccard >= threshold, by an exact all-pairs similarity join:
   shingles ordered rarest first, a pair can reach Jaccard t only if the two documents share a
   shingle among their first |x| - ceil(t|x|) + 1 (prefix filter, Bayardo et al. 2007), and only if
   t|x| <= |y| <= |x|/t; every such candidate gets its exact intersection (sorted merge).
 - Ours, as shipped (`curation.verify_jaccard`, on by default): bands for the lower candidate
-  threshold (`lib.dedup.candidate_threshold`, 0.6 for 0.8), every bucket pair checked with the
+  threshold (`lib.curation.dedup.candidate_threshold`, 0.6 for 0.8), every bucket pair checked with the
   exact Jaccard; also with verification off (lib's bands for the threshold itself, every bucket
   pair, as datasketch), and `near_dedup`'s clusters both ways.
 - Baseline: datasketch `MinHashLSH(threshold, num_perm)`, `MinHash(num_perm).update_batch` on
@@ -46,8 +46,8 @@ from numba import njit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lib.dedup import candidate_threshold, components_min_index, lsh_params, near_dedup  # noqa: E402
-from lib.minhash import (  # noqa: E402
+from lib.curation.dedup import candidate_threshold, components_min_index, lsh_params, near_dedup  # noqa: E402
+from lib.curation.minhash import (  # noqa: E402
     MinHasher, band_keys, estimated_jaccard, normalize_text, optimal_bands, s_curve, shingle_hashes,
 )
 

@@ -8,7 +8,7 @@ format and prints each size as a share of the full model.safetensors:
   f1 xor    XOR with the parent, byte planes, zstd (delta format 1)
   f2 diff   zigzag integer difference of the bit patterns, byte planes, zstd (format 2)
   f3 order  the same with each tensor's elements in the parent's exponent order (format 3, what
-            lib.checkpoint.compact stores)
+            lib.checkpoints.checkpoint.compact stores)
   est.      what an entropy coder of one weight at a time would need, with the parent's exponent
             as context (estimated: the entropy of each difference's bit-length class, plus the
             bits below its leading one taken as raw); how far zstd is from such a coder
@@ -45,7 +45,7 @@ def entropy_estimate(target: bytes, parent: bytes) -> float:
     for fp32, where almost every 17-bit difference is unique in a small model); other tensors raw."""
     import numpy as np
 
-    from lib.delta import _EXPONENT, _FLOAT_UINT, _split_safetensors, _tensors
+    from lib.checkpoints.delta import _EXPONENT, _FLOAT_UINT, _split_safetensors, _tensors
 
     head, th, td = _split_safetensors(target, "target")
     _, ph, pd = _split_safetensors(parent, "parent")
@@ -75,10 +75,10 @@ def entropy_estimate(target: bytes, parent: bytes) -> float:
 
 
 def run_one(work: Path, paths: dict, args, pretrain_steps: int, dtype: str) -> dict:
-    from lib.checkpoint import MODEL_FILE, compact, materialize, read_meta
-    from lib.delta import encode_delta
+    from lib.checkpoints.checkpoint import MODEL_FILE, compact, materialize, read_meta
+    from lib.checkpoints.delta import encode_delta
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
     from train_fixtures import write_config
 
     import torch
@@ -135,8 +135,8 @@ def watch():  # anonymous memory (heap), sampled: RSS also counts the memory-map
                 peak_anon[0] = max(peak_anon[0], int(line.split()[1]))
         time.sleep(0.005)
 threading.Thread(target=watch, daemon=True).start()
-from lib.checkpoint import _Sha256Sink, _mapped
-from lib.delta import decode_delta, decode_delta_to, encode_delta, encode_delta_to
+from lib.checkpoints.checkpoint import _Sha256Sink, _mapped
+from lib.checkpoints.delta import decode_delta, decode_delta_to, encode_delta, encode_delta_to
 work, method, mode = Path(sys.argv[2]), sys.argv[3], sys.argv[4]
 t0 = time.perf_counter()
 if mode == "streaming":  # what compact and materialize do: memory-mapped files, tensor by tensor

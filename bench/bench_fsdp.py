@@ -5,8 +5,8 @@ Setup (once): the ~100 M-parameter Llama of bench_train_overhead.py (`--width` 7
 original_lr) and data prepared from the standard library.
 
 Each variant is a real `torchrun --standalone --nproc-per-node 2` (gloo) of this script's child,
-which runs the product's own code: `lib.train.set_up` (model loaded, then DDP or FSDP2 per block
-and root, AdamW) and `lib.train.train_step` for `--steps` optimizer steps of `--accum`
+which runs the product's own code: `lib.training.train.set_up` (model loaded, then DDP or FSDP2 per block
+and root, AdamW) and `lib.training.train.train_step` for `--steps` optimizer steps of `--accum`
 micro-batches. Each rank reports:
   - bytes of the parameters, gradients and AdamW state it holds (the local shard with FSDP),
     counted from the tensors after a step (gradients from one more backward, before zero_grad);
@@ -63,9 +63,9 @@ def child(args) -> None:
     import torch
 
     from lib.config import load_config
-    from lib.distributed import Dist
-    from lib.prepared import PreparedData
-    from lib.train import default_loader, set_up, train_step
+    from lib.training.distributed import Dist
+    from lib.data.prepared import PreparedData
+    from lib.training.train import default_loader, set_up, train_step
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, overrides=[f"training.parallelism={args.parallelism}"])

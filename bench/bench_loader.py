@@ -1,7 +1,7 @@
 """Loader batch rate against the rate the tiny demo model consumes batches (baseline).
 
 Data: stdlib sources (corpus) + installed packages' sources (new data) prepared by
-lib.sampling.prepare_training_data at the tiny preset's seq_len. Model: a LlamaForCausalLM built
+lib.data.sampling.prepare_training_data at the tiny preset's seq_len. Model: a LlamaForCausalLM built
 directly with transformers from the tiny preset's `model` section; one step = forward, backward
 and AdamW update on a [device_batch_size, seq_len] batch on CPU. Target: loader ≥ 50× faster.
 
@@ -52,9 +52,9 @@ def main() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from lib.config import SourceConfig, load_config
-    from lib.loader import TrainLoader
-    from lib.sampling import prepare_training_data
-    from lib.tokenizer import load_tokenizer, train_bpe
+    from lib.data.loader import TrainLoader
+    from lib.data.sampling import prepare_training_data
+    from lib.data.tokenizer import load_tokenizer, train_bpe
 
     cfg = load_config(preset="tiny")
     B, T = cfg.training.device_batch_size, cfg.training.seq_len

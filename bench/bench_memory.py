@@ -17,7 +17,7 @@ same documents); a fifth package is never trained: its text measures general dri
 made permissive (every threshold 1000%) so that every night is accepted and forgetting can be
 measured, as in the issue's measurement. One seed.
 
-At the end every version of every configuration is scored with lib.evaluate (bits per byte, the
+At the end every version of every configuration is scored with lib.evaluation.evaluate (bits per byte, the
 nights' eval cache reused where the nightly evaluation scored the same text with the same weights)
 on the same fixed sets: old_val (the stdlib corpus's held-out split, all of it), night 1's
 trained-on documents, each night's held-out documents, the control package. Printed per
@@ -100,7 +100,7 @@ def package_texts(name: str, max_bytes: int, max_chars: int = 4000, min_chars: i
 
 def night_buffers(folder: Path, night_bytes: int) -> list[Path]:
     """One buffer parquet file per night (through MemoryBuffer: the ids are fixed from here on)."""
-    from lib.buffer import MemoryBuffer
+    from lib.buffer.store import MemoryBuffer
 
     files = []
     for k, pkg in enumerate(NIGHT_PACKAGES, start=1):
@@ -128,8 +128,8 @@ def bootstrap_v0(base: Path, args) -> float:
     """v0 pre-trained by the bootstrap flow (the embedded stdlib corpus); a placeholder buffer
     record keeps the demo buffer out, and is removed afterwards."""
     from flows.bootstrap import bootstrap
-    from lib.buffer import MemoryBuffer
-    from lib.lineage import Lineage
+    from lib.buffer.store import MemoryBuffer
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
     ws = Workspace(base)
@@ -152,7 +152,7 @@ def bootstrap_v0(base: Path, args) -> float:
 
 def clone(src: Path, dst: Path):
     """A copy of a workspace whose lineage points at the copy's own version folders."""
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
     shutil.rmtree(dst, ignore_errors=True)
@@ -164,7 +164,7 @@ def clone(src: Path, dst: Path):
 
 def adopt_generated(base: Path, dst: Path, args, extra: list[str]) -> None:
     """`consolidate init --model <copy of v0> --replay generate:N --original-lr <v0's>`."""
-    from lib.checkpoint import read_meta
+    from lib.checkpoints.checkpoint import read_meta
 
     shutil.rmtree(dst, ignore_errors=True)
     incoming = dst / "incoming" / "v0"
@@ -207,7 +207,7 @@ def run_children(work: Path, configs: dict[str, list[str]], args) -> float:
 
 def run_nights(name: str, ws_root: Path, files: list[Path], args, extra: list[str]) -> list[dict]:
     from flows.consolidate import nightly_consolidation
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
     ws = Workspace(ws_root)
@@ -235,11 +235,11 @@ def run_nights(name: str, ws_root: Path, files: list[Path], args, extra: list[st
 
 
 def eval_sets(base: Path, ws_root: Path, args) -> dict[str, list[str]]:
-    """The fixed sets, built the way the nightly evaluation builds them (lib.evaluate's sample:
+    """The fixed sets, built the way the nightly evaluation builds them (lib.evaluation.evaluate's sample:
     the same texts, so the eval cache hits): old_val of the stdlib corpus (in the v0 workspace
     `base`), night 1's trained-on documents and each night's held-out documents (of `ws_root`: the
     same in every workspace, main() checks), the control package."""
-    from lib.evaluate import OLD_VAL, _parquet_texts, _sample, run_eval_sets
+    from lib.evaluation.evaluate import OLD_VAL, _parquet_texts, _sample, run_eval_sets
     from lib.workspace import Workspace
 
     cfg = config(ws_root, args)
@@ -256,9 +256,9 @@ def eval_sets(base: Path, ws_root: Path, args) -> dict[str, list[str]]:
 
 
 def evaluate_all(name: str, ws_root: Path, sets: dict[str, list[str]], args) -> dict[str, dict[str, float]]:
-    """{version: {set: bpb}} for v0..v4, lib.evaluate with the workspace's eval cache."""
-    from lib.evaluate import EvalModel, cached_bits_per_byte, eval_window
-    from lib.lineage import Lineage
+    """{version: {set: bpb}} for v0..v4, lib.evaluation.evaluate with the workspace's eval cache."""
+    from lib.evaluation.evaluate import EvalModel, cached_bits_per_byte, eval_window
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
     ws = Workspace(ws_root)

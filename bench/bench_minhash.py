@@ -1,4 +1,4 @@
-"""MinHash signatures only: lib.minhash (one compiled numba pass) vs datasketch, same documents and
+"""MinHash signatures only: lib.curation.minhash (one compiled numba pass) vs datasketch, same documents and
 parameters. Normalisation, LSH and verification are not in this figure; bench_dedup_e2e.py times
 the whole near dedup against datasketch doing all of it.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from datasketch import MinHash
 
-from lib.minhash import MinHasher, normalize_text
+from lib.curation.minhash import MinHasher, normalize_text
 
 
 def stdlib_docs(limit: int) -> list[str]:
@@ -68,11 +68,11 @@ def main() -> None:
         base_s.append(time.perf_counter() - t)
     ours, base = mb / min(ours_s), base_mb / min(base_s)
     ours_med, base_med = mb / statistics.median(ours_s), base_mb / statistics.median(base_s)
-    print(f"documents: {len(docs)} ({mb:.1f} MB) for lib.minhash, {len(base_docs)} ({base_mb:.1f} MB) for datasketch; "
+    print(f"documents: {len(docs)} ({mb:.1f} MB) for lib.curation.minhash, {len(base_docs)} ({base_mb:.1f} MB) for datasketch; "
           f"best of {args.rounds} alternating rounds")
-    print(f"lib.minhash first call (numba kernels loaded from their cache, or compiled): {cold:.2f} s ({mb / cold:.1f} MB/s)")
-    print(f"median: lib.minhash {ours_med:.1f} MB/s, datasketch {base_med:.2f} MB/s, ratio {ours_med / base_med:.1f}x")
-    print(f"signatures only: lib.minhash: {ours:.1f} MB/s   datasketch update_batch: {base:.2f} MB/s   ratio: {ours / base:.1f}x  "
+    print(f"lib.curation.minhash first call (numba kernels loaded from their cache, or compiled): {cold:.2f} s ({mb / cold:.1f} MB/s)")
+    print(f"median: lib.curation.minhash {ours_med:.1f} MB/s, datasketch {base_med:.2f} MB/s, ratio {ours_med / base_med:.1f}x")
+    print(f"signatures only: lib.curation.minhash: {ours:.1f} MB/s   datasketch update_batch: {base:.2f} MB/s   ratio: {ours / base:.1f}x  "
           f"(load %.1f/%.1f/%.1f)" % os.getloadavg())
 
 

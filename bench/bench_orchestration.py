@@ -2,7 +2,7 @@
 
 Part 1, overhead. Baseline "own": the work inside each stage of
 `flows.consolidate.nightly_consolidation`, i.e. the lib calls its tasks wrap in
-`tasks.reporting.own_time` (ingest: flush, hash, registry; curate: the lib.curation steps;
+`tasks.reporting.own_time` (ingest: flush, hash, registry; curate: the lib.curation.pipeline steps;
 prepare: tokenize + manifest; train: the torchrun process; record; evaluate; gate: decision, delta
 store, dedup index), added up per stage by `StageClock.own`. Measured "flow": the flow's wall time
 from outside, call to return, on the Prefect ephemeral API that `consolidate run` uses (already
@@ -58,8 +58,8 @@ def add_package_buffer(ws, cfg, max_bytes: int) -> dict:
     default preset's buffer.flush_size)."""
     import sysconfig
 
-    from lib.buffer import MemoryBuffer
-    from lib.corpus import iter_stdlib_documents
+    from lib.buffer.store import MemoryBuffer
+    from lib.data.corpus import iter_stdlib_documents
 
     texts, size = [], 0
     for doc in iter_stdlib_documents(Path(sysconfig.get_paths()["purelib"])):
@@ -94,7 +94,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-orch-"))
     isolate_prefect(tmp / "prefect-home")
     from lib.config import load_config
-    from lib.corpus import build_demo_buffer, build_stdlib_corpus
+    from lib.data.corpus import build_demo_buffer, build_stdlib_corpus
     from lib.workspace import Workspace
 
     cfg = load_config(None, preset="tiny", overrides=[

@@ -3,7 +3,7 @@
 Documents: the standard library's sources tokenized with a BPE trained on them. Both packers
 put BOS before every document and never pad (utilisation 100%); they differ in how many tokens
 they crop. Reported at two sequence lengths, for whole documents (nanochat's setting) and for
-documents cut into pieces of at most seq_len tokens (what lib.manifest's manifest feeds the
+documents cut into pieces of at most seq_len tokens (what lib.data.manifest's manifest feeds the
 loader). Also the seed-002 concatenate-and-chunk mode, and packing speed.
 
     .venv/bin/python bench/bench_packing.py --mb 3
@@ -32,8 +32,8 @@ def main() -> None:
 
     import numpy as np
 
-    from lib.packing import PackingStats, bos_bestfit_rows, chunk_rows, greedy_rows
-    from lib.tokenizer import load_tokenizer, train_bpe
+    from lib.data.packing import PackingStats, bos_bestfit_rows, chunk_rows, greedy_rows
+    from lib.data.tokenizer import load_tokenizer, train_bpe
 
     root = Path(sysconfig.get_paths()["stdlib"])
     texts, total = [], 0

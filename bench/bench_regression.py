@@ -17,7 +17,7 @@ the same file), with small arguments so that the whole comparison takes ~11 minu
   tokenize        bench_tokenize.py: tokenize-to-shards, 1 and 2 processes, and against raw
                   `encode_batch` (2 MB)
   loader          bench_loader.py: `next_batch` time against the tiny model's step
-  train overhead  bench_train_overhead.py: lib.train against a bare PyTorch loop, CPU time per
+  train overhead  bench_train_overhead.py: lib.training.train against a bare PyTorch loop, CPU time per
                   step, on a small Llama (2 × 256, vocab 4096, 128 tokens)
   consolidate dedup  the CLI (`consolidate dedup`, fresh process) on 5.6 MB of stdlib sources
                   with exact and near copies: its reported seconds; outputs compared byte for byte
@@ -141,12 +141,12 @@ def parse_train(out: str) -> dict[str, float]:
     trainer = re.findall(r"lib\.train\s+([\d.]+)\s+runs", out)  # wall, then CPU
     bare_cpu = _num(r"CPU seconds per step\s+bare\s+([\d.]+)", out)
     if len(trainer) >= 2:
-        got["lib.train CPU s/step"] = float(trainer[1])
+        got["lib.training.train CPU s/step"] = float(trainer[1])
         if bare_cpu:
-            got["lib.train / bare loop, CPU"] = float(trainer[1]) / bare_cpu
+            got["lib.training.train / bare loop, CPU"] = float(trainer[1]) / bare_cpu
     peak = _num(r"lib\.train ([\d.]+) GiB", out)
     if peak is not None:
-        got["lib.train peak RSS"] = peak
+        got["lib.training.train peak RSS"] = peak
     return got
 
 
@@ -203,7 +203,7 @@ BENCHES = [
     Bench("train overhead", "bench_train_overhead.py",
           ["--width", "256", "--layers", "2", "--heads", "4", "--mlp", "512", "--vocab", "4096", "--seq", "128",
            "--steps", "4", "--repeats", "1"],
-          [Figure("lib.train / bare loop, CPU", "x"), Figure("lib.train CPU s/step", "s"), Figure("lib.train peak RSS", "GiB")],
+          [Figure("lib.training.train / bare loop, CPU", "x"), Figure("lib.training.train CPU s/step", "s"), Figure("lib.training.train peak RSS", "GiB")],
           parse_train),
     Bench("consolidate dedup", None, [], [Figure("seconds", "s")], parse_cli_dedup,
           command=lambda side, out: [PY, "-c", "import sys; from cli.main import main; sys.exit(main())", "dedup",
@@ -246,7 +246,7 @@ def make_side(name: str, rev: str | None, tmp: Path) -> Side:
 def check_side(side: Side) -> None:
     """The side imports its own tree's code, and its numba kernels are loaded (compiled on a fresh
     worktree: not timed)."""
-    probe = side.run([PY, "-c", "import lib.dedup, cli.main, flows; print(lib.dedup.__file__); print(flows.__file__)"], 120)
+    probe = side.run([PY, "-c", "import lib.curation.dedup, cli.main, flows; print(lib.curation.dedup.__file__); print(flows.__file__)"], 120)
     paths = probe.stdout.split()
     if probe.returncode or not paths or not all(Path(p).resolve().is_relative_to(side.tree.resolve()) for p in paths):
         raise SystemExit(f"{side.name}: imports do not come from {side.tree}: {probe.stdout}{probe.stderr[-2000:]}")
@@ -256,9 +256,9 @@ def check_side(side: Side) -> None:
                          f"as new data (a light venv whose packages live elsewhere?): pass --python with the interpreter of "
                          f"the environment that holds them (e.g. /work/main/.venv/bin/python)")
     t = time.perf_counter()
-    warm = side.run([PY, "-m", "lib.minhash"], 600)
+    warm = side.run([PY, "-m", "lib.curation.minhash"], 600)
     if warm.returncode:
-        raise SystemExit(f"{side.name}: python -m lib.minhash failed:\n{warm.stderr[-2000:]}")
+        raise SystemExit(f"{side.name}: python -m lib.curation.minhash failed:\n{warm.stderr[-2000:]}")
     print(f"  {side.name}: {side.label}; numba kernels ready in {time.perf_counter() - t:.1f} s")
 
 

@@ -1,7 +1,7 @@
 """Load test of the inference server on loopback: N concurrent clients for M seconds.
 
 - Builds a throw-away workspace with one random-initialised Llama of the `tiny` preset's shape
-  (or serves the champion of --workspace), starts `lib.serve` with uvicorn on 127.0.0.1.
+  (or serves the champion of --workspace), starts `lib.serving.serve` with uvicorn on 127.0.0.1.
 - Runs the same load twice in one process: capture off (the baseline: HTTP + generation only)
   and capture on (each answer written to the memory buffer, fsync'd write-ahead log).
 - Checks the capture guarantee: after shutdown, records in the buffer == successful requests, each
@@ -28,8 +28,8 @@ import httpx  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from lib.config import load_config  # noqa: E402
-from lib.lineage import Lineage, now, to_json  # noqa: E402
-from lib.serve import BackgroundServer, create_app  # noqa: E402
+from lib.registry.lineage import Lineage, now, to_json  # noqa: E402
+from lib.serving.serve import BackgroundServer, create_app  # noqa: E402
 from lib.workspace import Workspace  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """Tokenize-to-shards throughput against raw `tokenizers.Tokenizer.encode_batch` on the same text.
 
 Baseline: `encode_batch` over every input file's texts (one thread, fresh tokenizer, ids taken
-out of the Encodings as any consumer must). Measured: lib.tokenization's per-file pipeline (read
+out of the Encodings as any consumer must). Measured: lib.data.tokenization's per-file pipeline (read
 parquet, encode, write .bin/.idx/.json) with 1 process and with 2 processes (worker start-up
 included). Each measurement runs in a fresh interpreter (same heap and cache state for all),
 rounds interleaved, best of each reported. Targets: pipeline ≥ 0.9× baseline; 2 processes ≥ 1.7× 1.
@@ -54,8 +54,8 @@ def measure(spec: dict) -> dict:
     """One measurement in this (fresh) process: wall and CPU seconds, tokens."""
     import pyarrow.parquet as pq
 
-    from lib.tokenization import run_tokenize_tasks
-    from lib.tokenizer import load_tokenizer
+    from lib.data.tokenization import run_tokenize_tasks
+    from lib.data.tokenizer import load_tokenizer
 
     files, tok_dir = spec["files"], spec["tokenizer"]
     if spec["what"] == "raw":
@@ -63,7 +63,7 @@ def measure(spec: dict) -> dict:
 
         texts = [pq.read_table(f, columns=["text"]).column("text").to_pylist() for f in files]
         raw = Tokenizer.from_file(str(Path(tok_dir) / "tokenizer.json"))
-        raw.encode_special_tokens = True  # as lib.tokenizer encodes
+        raw.encode_special_tokens = True  # as lib.data.tokenizer encodes
         t0, c0 = time.perf_counter(), time.process_time()
         ids = [[e.ids for e in raw.encode_batch(part, add_special_tokens=False)] for part in texts]
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -101,7 +101,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lib.tokenizer import load_tokenizer, train_bpe
+    from lib.data.tokenizer import load_tokenizer, train_bpe
 
     docs = stdlib_docs(args.mb)
     nbytes = sum(len(t.encode("utf-8")) for _, t in docs)

@@ -1,4 +1,4 @@
-"""Seconds per optimizer step of lib.train against a bare PyTorch loop, and the memory estimate
+"""Seconds per optimizer step of lib.training.train against a bare PyTorch loop, and the memory estimate
 against the measured peak, on CPU with a ~100 M-parameter Llama built locally (random weights).
 
 Setup (once): a BPE tokenizer and prepared data from the standard library (tests/train_fixtures),
@@ -11,7 +11,7 @@ peak resident memory from /proc/self/status (VmHWM, and RssAnon at the end):
   bare     from_pretrained(dtype=float32) of v0, the same TrainLoader over the same prepared data,
            and per step: `accum` micro-batches of forward → fp32 cross-entropy → backward, clip,
            AdamW step. Nothing else.
-  trainer  lib.train.train(parent=v0): the product's consolidation (memory check, LR schedule,
+  trainer  lib.training.train.train(parent=v0): the product's consolidation (memory check, LR schedule,
            exact token-mean loss, per-step metrics line and stop/metrics collective, deterministic
            algorithms, a snapshot every `--snapshot-every` steps), then the version write (bf16
            stochastic rounding, fp32 master weights, update survival), all inside the measured peak.
@@ -58,7 +58,7 @@ def child_bare(args) -> dict:
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM
 
-    from lib.loader import TrainLoader
+    from lib.data.loader import TrainLoader
 
     torch.set_num_threads(args.threads)
     base = proc_status()
@@ -88,9 +88,9 @@ def child_bare(args) -> dict:
 def child_trainer(args) -> dict:
     import torch
 
-    from lib.checkpoint import read_meta
+    from lib.checkpoints.checkpoint import read_meta
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     torch.set_num_threads(args.threads)
     base = proc_status()
@@ -106,8 +106,8 @@ def child_build(args) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from lib.checkpoint import copy_tokenizer_files
-    from lib.tokenizer import load_tokenizer
+    from lib.checkpoints.checkpoint import copy_tokenizer_files
+    from lib.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(args.tokenizer)
     cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.width, intermediate_size=args.mlp, num_hidden_layers=args.layers,
@@ -207,18 +207,18 @@ def main() -> None:
               f"bf16 on disk; {args.accum} × {args.batch}×{args.seq} tokens per step, {args.steps} steps, "
               f"torch threads {args.threads}{', activation checkpointing' if args.activation_checkpointing else ''}")
         print(f"seconds per step (steps 2..N)  bare {per_step(b):.3f}  runs {[round(per_step(r), 3) for r in bare]}")
-        print(f"                               lib.train {per_step(t):.3f}  runs {[round(per_step(r), 3) for r in trainer]}")
+        print(f"                               lib.training.train {per_step(t):.3f}  runs {[round(per_step(r), 3) for r in trainer]}")
         print(f"trainer overhead, wall: {per_step(t) / per_step(b) - 1:+.1%} (target ≤ +5%)")
         print(f"CPU seconds per step           bare {cpu(bc):.3f}  runs {[round(cpu(r), 3) for r in bare]}")
-        print(f"                               lib.train {cpu(tc):.3f}  runs {[round(cpu(r), 3) for r in trainer]}")
+        print(f"                               lib.training.train {cpu(tc):.3f}  runs {[round(cpu(r), 3) for r in trainer]}")
         print(f"trainer overhead, CPU time: {cpu(tc) / cpu(bc) - 1:+.1%} (steadier than wall time on a shared machine)")
         gib = 1 << 30
         est = t["estimate"]
         peak = t["end"]["VmHWM"]
-        print(f"peak resident memory (VmHWM): bare {b['end']['VmHWM'] / gib:.2f} GiB, lib.train {peak / gib:.2f} GiB "
+        print(f"peak resident memory (VmHWM): bare {b['end']['VmHWM'] / gib:.2f} GiB, lib.training.train {peak / gib:.2f} GiB "
               f"(before loading: {t['base']['VmHWM'] / gib:.2f}); RssAnon at the end: bare {b['end']['RssAnon'] / gib:.2f}, "
-              f"lib.train {t['end']['RssAnon'] / gib:.2f} GiB")
-        print("estimate (lib.footprint, computed by the trainer before loading the model):")
+              f"lib.training.train {t['end']['RssAnon'] / gib:.2f} GiB")
+        print("estimate (lib.training.footprint, computed by the trainer before loading the model):")
         order = ["weights (fp32)", "gradients (fp32)", "AdamW moments (fp32)", "activations", "logits + cross-entropy",
                  "allocator slack", "runtime"]
         for k, v in sorted(est["components"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99):

@@ -3,7 +3,7 @@
 A small Llama (`--layers`×`--width`) is pre-trained with the real trainer (fp32, `--pretrain-steps`
 at 3e-3) and stored in bf16: the adopted v0, as a user's bf16 model would be. Then `--nights`
 consolidations of `--steps` steps each (each night its own manifest draw), peak LR
-`--peak-lr`, run by lib.train under five storage policies:
+`--peak-lr`, run by lib.training.train under five storage policies:
 
   reference        stored fp32 (no rounding at all): the trajectory the others should follow
   nearest          bf16, round-to-nearest, next night from the bf16 weights (the old behaviour)
@@ -49,7 +49,7 @@ POLICIES = {
 def weights(folder: Path) -> dict:
     from safetensors.torch import load_file
 
-    from lib.checkpoint import MODEL_FILE, materialize
+    from lib.checkpoints.checkpoint import MODEL_FILE, materialize
 
     return {k: v.double() for k, v in load_file(str(materialize(folder) / MODEL_FILE)).items()}
 
@@ -65,8 +65,8 @@ def sub(a: dict, b: dict) -> dict:
 def storage_shares(folder: Path, parent: Path) -> tuple[float, float]:
     """(bytes of the stored weights as a delta against the parent's, bytes of the master weights
     as a delta against the version's own stored weights), each as a share of the full stored file."""
-    from lib.checkpoint import MODEL_FILE, master_dir, materialize
-    from lib.delta import encode_delta
+    from lib.checkpoints.checkpoint import MODEL_FILE, master_dir, materialize
+    from lib.checkpoints.delta import encode_delta
 
     stored = (materialize(folder) / MODEL_FILE).read_bytes()
     delta, _ = encode_delta(stored, (materialize(parent) / MODEL_FILE).read_bytes())
@@ -81,7 +81,7 @@ def heldout_loss(folder: Path, batches) -> float:
     import torch
     import torch.nn.functional as F
 
-    from lib.model import load_model
+    from lib.training.model import load_model
 
     model = load_model(folder).eval()  # the served (stored) weights, widened to fp32
     total = n = 0.0
@@ -109,11 +109,11 @@ def main() -> None:
 
     import torch
 
-    from lib.checkpoint import read_meta, write_version
+    from lib.checkpoints.checkpoint import read_meta, write_version
     from lib.config import load_config
-    from lib.loader import TrainLoader
-    from lib.model import load_model
-    from lib.train import train
+    from lib.data.loader import TrainLoader
+    from lib.training.model import load_model
+    from lib.training.train import train
     from train_fixtures import prepare, write_config
 
     logging.basicConfig(level=logging.WARNING)

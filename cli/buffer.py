@@ -58,7 +58,7 @@ def _decode(data: bytes, name: str) -> str:
 
 def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInput:
     """Read one input into validated records, or raise FileRejected."""
-    from lib.buffer import InvalidRecordError, validate_text
+    from lib.buffer.store import InvalidRecordError, validate_text
 
     out = ParsedInput(name)
     default_source = source or ("stdin" if name == STDIN else f"file:{name}")
@@ -83,11 +83,11 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
         raise FileRejected(f"{name}: no such file")
     if path.is_dir():  # expand_inputs replaced every folder that has files by its files
         raise FileRejected(f"{name}: a folder with no text, markdown, source code, JSONL or parquet files")
-    from lib.replay import JSONL_SUFFIXES
+    from lib.data.replay import JSONL_SUFFIXES
 
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        from lib.ingest import BadBufferFile, read_buffer_table
+        from lib.buffer.ingest import BadBufferFile, read_buffer_table
 
         try:
             _, texts, _, sources = read_buffer_table(path)
@@ -122,9 +122,9 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
 
 def expand_inputs(names: list[str]) -> tuple[list[str], dict[str, int]]:
     """The inputs with every folder replaced by the supported files under it (recursively,
-    sorted, hidden paths left out: lib.replay.files_under, the rule `init --replay` uses), and
+    sorted, hidden paths left out: lib.data.replay.files_under, the rule `init --replay` uses), and
     per folder how many files of other types were skipped."""
-    from lib.replay import files_under
+    from lib.data.replay import files_under
 
     out: list[str] = []
     skipped: dict[str, int] = {}
@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="The memory buffer: captured text waiting for the nightly consolidation.", no_args_is_help=True)
 
     def open_buffer(config, preset, set_, workspace, recover: bool = True):
-        from lib.buffer import MemoryBuffer
+        from lib.buffer.store import MemoryBuffer
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         return cfg, ws, MemoryBuffer.from_config(ws.buffers, cfg, recover=recover)
@@ -283,12 +283,12 @@ def register(app: typer.Typer) -> None:
         """List the buffer's parquet files: rows, size, lineage status (pending/consumed/quarantined)."""
         import pyarrow.parquet as pq
 
-        from lib.buffer import content_hash
+        from lib.buffer.store import content_hash
 
         cfg, ws, buf = open_buffer(config, preset, set_, workspace, recover=False)
         status: dict[str, str] = {}
         if ws.lineage_db.exists():
-            from lib.lineage import Lineage
+            from lib.registry.lineage import Lineage
 
             status = {f.content_hash: f.status for f in Lineage(ws.lineage_db).buffer_files()}
         rows = []

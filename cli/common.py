@@ -43,13 +43,13 @@ def exit_busy(exc: Exception, hint: str = "") -> typer.Exit:
 
 @contextmanager
 def night_lock(cfg: ConsolidationConfig, ws: Workspace, purpose: str, wait: bool) -> Iterator[None]:
-    """The workspace's night lock (lib.runs.night_lock, the one the flows take) around a command
+    """The workspace's night lock (lib.registry.runs.night_lock, the one the flows take) around a command
     that moves buffer files or aliases (`curate`, `gate --apply`, `promote`, `rollback`, `init`),
     so that it never runs beside a night. With `wait`, a busy lock is waited for up to
     `orchestration.night_lock_timeout_s`, the holder named on stderr; past it, or at once without
     `wait`, the command exits 75 naming the holder."""
     from lib.locks import LockBusy
-    from lib.runs import night_lock as hold_night_lock
+    from lib.registry.runs import night_lock as hold_night_lock
 
     if wait:
         lock = hold_night_lock(ws, purpose, cfg.orchestration.night_lock_timeout_s, log=lambda m: typer.echo(m, err=True))

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         """Write the original corpus from this interpreter's standard library (deterministic)."""
         from rich.console import Console
 
-        from lib.corpus import build_stdlib_corpus
+        from lib.data.corpus import build_stdlib_corpus
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         if shard_mb <= 0:
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         """Add the demo memory buffer: sources and descriptions of installed third-party packages."""
         from rich.console import Console
 
-        from lib.corpus import DEMO_PACKAGES, build_demo_buffer
+        from lib.data.corpus import DEMO_PACKAGES, build_demo_buffer
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         if max_kb <= 0:

@@ -24,8 +24,8 @@ def register(app: typer.Typer) -> None:
         wait: WaitOpt = True, json_: JsonOpt = False,
     ) -> None:
         """Curate the pending memory buffer files into <workspace>/runs/<run-id>/curated (no training)."""
-        from lib.curation import curate
-        from lib.runs import new_run_id
+        from lib.curation.pipeline import curate
+        from lib.registry.runs import new_run_id
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         ws.ensure()
@@ -51,10 +51,10 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[Optional[int], typer.Option("--workers", help="Threads for signatures (default: all cores).")] = None,
         verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Check LSH candidates with the exact Jaccard (candidates banded 0.2 below the threshold).")] = True,
     ) -> None:
-        """Exact + near (MinHash-LSH) deduplication of files, outside any workspace (lib.curation's
+        """Exact + near (MinHash-LSH) deduplication of files, outside any workspace (lib.curation.pipeline's
         dedup steps, run here)."""
         from lib.config import CurationConfig
-        from lib.curation import dedup_files
+        from lib.curation.pipeline import dedup_files
         from lib.files import write_json
 
         if not 0 < threshold < 1:
@@ -80,8 +80,8 @@ def register(app: typer.Typer) -> None:
         epoch: Annotated[int, typer.Option("--epoch", help="Training epochs.")] = 25,
     ) -> None:
         """Train the quality classifier; point curation.quality_model at the result."""
-        from lib.curation import read_texts
-        from lib.fasttext_filters import train_quality_model
+        from lib.curation.pipeline import read_texts
+        from lib.curation.fasttext_filters import train_quality_model
 
         _, pos = read_texts(positive)
         _, neg = read_texts(negative)

@@ -1,10 +1,10 @@
 """`consolidate demo`: the whole story on the embedded default (CPU, no downloads, no server).
 
 Stage 1: make sure the stdlib corpus and the demo memory buffer exist and print their
-statistics (`lib.corpus.ensure_embedded_default`, `show_embedded`). Stage 2: the story itself,
+statistics (`lib.data.corpus.ensure_embedded_default`, `show_embedded`). Stage 2: the story itself,
 `flows.demo.demo_story` on the Prefect ephemeral API: bootstrap v0 if there is no champion, one
 night → v1, evaluation before/after, gate, lineage, and `<workspace>/demo.png`; then the retention
-matrix (lib/retention.py) as a table and as a heat map, `<workspace>/retention.png`.
+matrix (lib/evaluation/retention.py) as a table and as a heat map, `<workspace>/retention.png`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def show_embedded(console, stats: dict) -> None:
 def _stored(path: str | None) -> str:
     """The lineage table's `stored` cell: full, "delta, 41% of full", missing (folder gone) or
     unreadable (a damaged delta.json)."""
-    from lib.checkpoint import storage_info
+    from lib.checkpoints.checkpoint import storage_info
 
     if not path or not Path(path).exists():
         return "missing"
@@ -49,10 +49,10 @@ def _stored(path: str | None) -> str:
 
 def show_story(console, ws, story: dict, retention=None) -> None:
     """The night in three tables (before/after, gate, lineage), the retention matrix (a
-    lib.retention.RetentionMatrix) when given, and where to look."""
+    lib.evaluation.retention.RetentionMatrix) when given, and where to look."""
     from rich.table import Table
 
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
     from lib.tables import bpb_table, gate_table
 
     night = story["night"]
@@ -87,12 +87,12 @@ def show_story(console, ws, story: dict, retention=None) -> None:
 
 
 def demo_retention(ws, night: dict):
-    """The retention matrix up to the night's candidate (lib/retention.py), drawn as a heat map
+    """The retention matrix up to the night's candidate (lib/evaluation/retention.py), drawn as a heat map
     into `<workspace>/retention.png`: old_val and each remembered night's held-out set, every
     version against the one that learnt it."""
-    from lib.demo_plot import plot_retention
-    from lib.lineage import Lineage
-    from lib.retention import retention_matrix
+    from lib.evaluation.demo_plot import plot_retention
+    from lib.registry.lineage import Lineage
+    from lib.evaluation.retention import retention_matrix
 
     matrix = retention_matrix(Lineage(ws.lineage_db), candidate=night.get("version"), workspace=ws)
     png = plot_retention(matrix, ws.root / "retention.png")
@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
         """Run the story on the embedded default: corpus and demo buffer (built once), then stats."""
         from rich.console import Console
 
-        from lib.corpus import ensure_embedded_default
+        from lib.data.corpus import ensure_embedded_default
 
         from cli.run import flow_session, prefect_environment
 

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Bits per byte of VERSION and its parent on old_val, new_heldout, new_train (+ probes)."""
-        from lib.evaluate import comparison, evaluate_and_record, evaluate_candidate
+        from lib.evaluation.evaluate import comparison, evaluate_and_record, evaluate_candidate
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         c = comparison(ws, version, parent, run)
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         """Run the regression gate on VERSION's recorded metrics; exit 1 if it is rejected."""
         from contextlib import nullcontext
 
-        from lib.promotion import gate_version
+        from lib.registry.promotion import gate_version
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         lin = lineage_of(ws)

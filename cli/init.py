@@ -2,7 +2,7 @@
 
     consolidate init --model ./my-model --replay ./corpus/ --original-lr 3e-4 -w ./ws
 
-Everything is checked before anything is written (lib/adopt.py says what is refused and why);
+Everything is checked before anything is written (lib/registry/adopt.py says what is refused and why);
 then the replay corpus is ingested, the model becomes v0 (champion and latest), the corpus is
 tokenized into the token cache and v0's bits per byte on old_val measured once. The same
 function runs behind the bootstrap flow's `adopt` parameter (the Prefect UI form).
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         import logging
 
         from rich.console import Console
-        from lib.adopt import adopt
+        from lib.registry.adopt import adopt
         from lib.tables import adoption_table
 
         logging.getLogger("lib").setLevel(logging.WARNING)

@@ -21,7 +21,7 @@ from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, Workspace
 
 def lineage_of(ws, must_exist: bool = True):
     """The workspace's registry; reading commands refuse to create an empty one by accident."""
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
 
     if must_exist and not ws.lineage_db.exists():
         raise FileNotFoundError(f"no lineage registry at {ws.lineage_db}: run the bootstrap first, or pass --workspace")
@@ -39,7 +39,7 @@ def user_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from lib.lineage import LineageError
+        from lib.registry.lineage import LineageError
 
         try:
             return fn(*args, **kwargs)
@@ -86,7 +86,7 @@ def _metrics_text(metrics: dict[str, dict[str, float]], parent: dict[str, dict[s
 
 
 def retention_table(matrix, title: str):
-    """The retention matrix (lib/retention.py) as a rich table: a row per version, a column per set."""
+    """The retention matrix (lib/evaluation/retention.py) as a rich table: a row per version, a column per set."""
     from rich.table import Table
 
     table = Table(title=title, caption=matrix.legend() if matrix.versions else None, caption_justify="left")
@@ -188,13 +188,13 @@ def register(app: typer.Typer) -> None:
                   as_json: JsonOpt = False) -> None:
         """Retention matrix: every version's bits per byte on old_val and on each night's held-out set,
         against the version that learnt it, and the share of each night's gain still kept."""
-        from lib.retention import retention_matrix
+        from lib.evaluation.retention import retention_matrix
 
         lin, ws = open_lineage(config, preset, set_, workspace)
         top = lin.resolve_version(version)
         matrix = retention_matrix(lin, candidate=None if top == lin.alias("champion") else top, workspace=ws)
         if png:
-            from lib.demo_plot import plot_retention
+            from lib.evaluation.demo_plot import plot_retention
 
             png = str(plot_retention(matrix, ws.resolve(png)))
         if as_json:
@@ -215,7 +215,7 @@ def register(app: typer.Typer) -> None:
                     config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
                     wait: WaitOpt = False, as_json: JsonOpt = False) -> None:
         """Make VERSION the champion whatever the gate decided; recorded as a person's override."""
-        from lib.promotion import promote
+        from lib.registry.promotion import promote
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         lin = lineage_of(ws)
@@ -236,7 +236,7 @@ def register(app: typer.Typer) -> None:
                      config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
                      wait: WaitOpt = False, as_json: JsonOpt = False) -> None:
         """Move the champion back to its parent (recorded)."""
-        from lib.promotion import rollback
+        from lib.registry.promotion import rollback
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         lin = lineage_of(ws)

@@ -34,7 +34,7 @@ def serve(
         sets.append("serve.capture=false")
     cfg, ws = resolve_config(config, preset, sets, workspace)
     _require_champion(ws)
-    from lib.serve import run
+    from lib.serving.serve import run
 
     auth = "bearer token required" if cfg.serve.token is not None else "no authentication (set serve.token)"
     typer.echo(f"serving the champion of {ws.root} on http://{cfg.serve.host}:{cfg.serve.port}/v1 ({auth}; capture {'on' if cfg.serve.capture else 'off'})", err=True)
@@ -59,9 +59,9 @@ def chat(
     from rich.prompt import Prompt
     from rich.text import Text
 
-    from lib.capture import open_capture
-    from lib.generate import Champion
-    from lib.lineage import Lineage
+    from lib.buffer.capture import open_capture
+    from lib.serving.generate import Champion
+    from lib.registry.lineage import Lineage
 
     cfg, ws = resolve_config(config, preset, overrides, workspace)
     _require_champion(ws)

@@ -1,11 +1,11 @@
 """`consolidate tokenizer train` and `consolidate tokenize`: the data preparation on its own.
 
 `tokenizer train` fits the demo's byte-level BPE on the corpus's train split. `tokenize` runs
-lib.sampling.prepare_run_data for one run folder (what a night runs): token shards of every
+lib.data.sampling.prepare_run_data for one run folder (what a night runs): token shards of every
 source, held-out new documents, the sampling manifest and data.json, with a table of tokens per
 source and the exposure warnings. `tokenize --check` re-validates a prepared folder against a
-tokenizer. The tokenizer is chosen by lib.tokenizer.resolve_tokenizer, the sources and the token
-budget by lib.sampling, the run id by lib.runs: the same functions the flows call.
+tokenizer. The tokenizer is chosen by lib.data.tokenizer.resolve_tokenizer, the sources and the token
+budget by lib.data.sampling, the run id by lib.registry.runs: the same functions the flows call.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def register(app: typer.Typer) -> None:
         json_: JsonOpt = False,
     ) -> None:
         """Fit a byte-level BPE with BOS/EOS/PAD and FIM special tokens on the corpus's train split."""
-        from lib.corpus import replay_corpus_name
-        from lib.tokenizer import corpus_shards, load_tokenizer, train_on_corpus
+        from lib.data.corpus import replay_corpus_name
+        from lib.data.tokenizer import corpus_shards, load_tokenizer, train_on_corpus
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         folder = ws.corpus_train(corpus or replay_corpus_name(ws, cfg))
@@ -60,16 +60,16 @@ def register(app: typer.Typer) -> None:
         """Tokenize the sources to shards and draw the sampling manifest (the data step alone)."""
         from rich.console import Console
 
-        from lib.runs import new_run_id
-        from lib.sampling import corpus_sources, default_sources, prepare_run_data, token_budget
+        from lib.registry.runs import new_run_id
+        from lib.data.sampling import corpus_sources, default_sources, prepare_run_data, token_budget
         from lib.tables import sources_table
-        from lib.tokenizer import resolve_tokenizer
+        from lib.data.tokenizer import resolve_tokenizer
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         tok_dir = resolve_tokenizer(cfg, ws, tokenizer)
         if check is not None:
-            from lib.loader import validate
-            from lib.tokenizer import load_tokenizer
+            from lib.data.loader import validate
+            from lib.data.tokenizer import load_tokenizer
 
             summary = validate(check, load_tokenizer(tok_dir).hash)
             typer.echo(json.dumps(summary, indent=2) if json_ else f"{check}: ok ({summary['manifest_rows']:,} manifest rows, {summary['shards']} shards)")

@@ -45,7 +45,7 @@ def train(
     """Train once: continue a version on prepared data (or pre-train v0 with --init) and write a version folder."""
     import logging
 
-    from lib.train import EXIT_STOPPED
+    from lib.training.train import EXIT_STOPPED
     from lib.workspace import RunDir
     from tasks.training import TrainingStopped, train_checkpoint
 
@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         workspace: WorkspaceOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Replace model.safetensors by a lossless zstd delta against the parent (verified before deleting)."""
-        from lib.checkpoint import compact, read_meta
+        from lib.checkpoints.checkpoint import compact, read_meta
 
         _, ws = resolve_config(config, preset, overrides, workspace)
         vdir = _version_dir(ws, version)
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None, preset: PresetOpt = "default", overrides: SetOpt = None, workspace: WorkspaceOpt = None,
     ) -> None:
         """Rebuild model.safetensors in place (bit-exact, sha256-checked) and drop the delta."""
-        from lib.checkpoint import restore
+        from lib.checkpoints.checkpoint import restore
 
         _, ws = resolve_config(config, preset, overrides, workspace)
         typer.echo(str(restore(_version_dir(ws, version))))
@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
         workspace: WorkspaceOpt = None, as_json: JsonOpt = False,
     ) -> None:
         """Storage (full/delta, chain depth, size), parent, LR and final metrics of a version."""
-        from lib.checkpoint import read_meta, storage_info
+        from lib.checkpoints.checkpoint import read_meta, storage_info
 
         _, ws = resolve_config(config, preset, overrides, workspace)
         vdir = _version_dir(ws, version)

@@ -1,7 +1,7 @@
 """The bootstrap flow: from an empty workspace to a champion v0.
 
 With `adopt` (your own model): the Hugging Face folder you serve becomes v0 with your replay
-corpus (lib/adopt.py, the same function as `consolidate init`). Without it, the embedded demo:
+corpus (lib/registry/adopt.py, the same function as `consolidate init`). Without it, the embedded demo:
 stdlib corpus + demo memory buffer → BPE tokenizer on the corpus (cached) → manifest + token
 shards of the corpus (cached) → pre-train v0 from scratch with the same torchrun trainer the
 nights use → record v0, make it champion and latest.
@@ -26,9 +26,9 @@ from flows.consolidate import prepare, recorded_manifest
 from flows.runtime import StageClock, recorded_run
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, run_form
-from lib.preflight import ensure_ready
-from lib.runs import RunBook
-from lib.sampling import corpus_sources, token_budget
+from lib.training.preflight import ensure_ready
+from lib.registry.runs import RunBook
+from lib.data.sampling import corpus_sources, token_budget
 from tasks.bootstrap import adopt_model, build_embedded_default, register_v0, train_tokenizer
 from tasks.cache_keys import on_workspace
 

@@ -1,7 +1,7 @@
 """The nightly consolidation flow: the table of contents of one night.
 
 ingest → exact dedup → near dedup → length filter and concatenation → fastText filters
-(flows/curation.py) → tokenize (a task per input file) → manifest (lib.sampling, lib.manifest) → train (torchrun,
+(flows/curation.py) → tokenize (a task per input file) → manifest (lib.data.sampling, lib.data.manifest) → train (torchrun,
 inline or on the GPU deployment) → record → evaluate → gate and promote → store (dedup index,
 delta, optimizer-state pruning).
 
@@ -21,13 +21,13 @@ delta, optimizer-state pruning).
   - not decided, the champion moved since: closed as failed, a fresh night starts.
 - A night that fails with an error is closed as failed; the next trigger starts a fresh one.
 - A night the gate rejects for forgetting is retried once, with `gate.retry_on_forgetting`, as run
-  `<run>-retry1` on the same curated documents with lib.gate.safer_settings; buffers are consumed
+  `<run>-retry1` on the same curated documents with lib.evaluation.gate.safer_settings; buffers are consumed
   only by an accepted attempt.
 - Nothing to do is not an error: no pending buffer files, or nothing left after curation, ends
   the run as completed without training.
 
 The bookkeeping (lock, run id, resume of a dead night, the run's lifecycle in lineage) is
-lib/runs.py, applied by flows.runtime.recorded_run; what follows here is the night's stages.
+lib/registry/runs.py, applied by flows.runtime.recorded_run; what follows here is the night's stages.
 
 Trade-off: the champion's own tokenizer is used (not `tokenizer.path`) unless one is configured,
 so a night can never train a model on token ids it was not pre-trained with.
@@ -45,10 +45,10 @@ from flows.runtime import StageClock, cached_stage, map_over, recorded_run
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, run_form
 from lib.faults import fault_point
-from lib.gate import RETRY_SUFFIX, rejected_for_forgetting, safer_settings
-from lib.preflight import ensure_ready
-from lib.prepared import PreparedData
-from lib.runs import RunBook, champion_of, claim_version, finish_decided, trained_version
+from lib.evaluation.gate import RETRY_SUFFIX, rejected_for_forgetting, safer_settings
+from lib.training.preflight import ensure_ready
+from lib.data.prepared import PreparedData
+from lib.registry.runs import RunBook, champion_of, claim_version, finish_decided, trained_version
 from lib.workspace import RunDir, Workspace
 from tasks.data import commit_dedup_index, plan_tokenization, prepare_data, resolve_tokenizer, tokenize_file
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate, remember_night, store_candidate
@@ -73,7 +73,7 @@ def nightly_consolidation(cfg: NightlyConfig) -> dict[str, Any]:
 def _night(cfg: ConsolidationConfig, book: RunBook) -> dict[str, Any]:
     """The night's stages in order; the run is closed by `recorded_run` (completed, failed, or
     left running to resume when stopped)."""
-    from lib.corpus import with_replay_corpus
+    from lib.data.corpus import with_replay_corpus
 
     champion, champion_dir = champion_of(book.lineage)
     cfg = with_replay_corpus(book.ws, cfg)
@@ -111,7 +111,7 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
              clock: StageClock) -> dict[str, Any]:
     """Tokenize and mix the curated data of `run`, continue the champion on it, record, evaluate,
     gate, remember and store: one attempt at the night (the first, or its safer retry)."""
-    from lib.sampling import default_sources, token_budget
+    from lib.data.sampling import default_sources, token_budget
 
     ws, champion, result = book.ws, book.current.parent, {}
     tokenizer_dir = resolve_tokenizer(cfg, champion_dir)
@@ -187,7 +187,7 @@ def finish_decided_nights(cfg: ConsolidationConfig, book: RunBook) -> list[str]:
 
 def _retry(cfg: ConsolidationConfig, book: RunBook, first: RunDir, champion_dir: str, inputs: list[str]) -> dict[str, Any]:
     """The gate rejected the night for forgetting and `gate.retry_on_forgetting` is on: the same
-    curated documents again, under run `<run>-retry1`, with `lib.gate.safer_settings`. Both
+    curated documents again, under run `<run>-retry1`, with `lib.evaluation.gate.safer_settings`. Both
     attempts stay in lineage (starting the retry closes the first as completed: rejected); the
     buffers are consumed only by an accepted one. A retry killed half-way is resumed as a retry."""
     run = book.ws.run(first.run_id + RETRY_SUFFIX).ensure()

@@ -2,10 +2,10 @@
 nightly flow.
 
 - ingest: list the buffer folder, hash every file once (a task per file, on threads or Ray),
-  keep the ones the registry does not know as consumed or quarantined (lib.ingest.select_pending);
-- curate: the step list of lib.curation (`curation_steps`), each step mapped as tasks: a task per
+  keep the ones the registry does not know as consumed or quarantined (lib.buffer.ingest.select_pending);
+- curate: the step list of lib.curation.pipeline (`curation_steps`), each step mapped as tasks: a task per
   rank for a per-shard step (ingest + signatures, filters), one task for a reduce (registry,
-  dedup, report). The same list `lib.curation.curate` runs in one process (CLI, tests), with the
+  dedup, report). The same list `lib.curation.pipeline.curate` runs in one process (CLI, tests), with the
   same survivors. A cached step is keyed on the content it reads (`Step.reads`, the buffer files
   by the hash taken at ingest), the curation config and code; a cache hit hard-links the earlier
   run's files (`Step.writes`) into this run folder, and a hit whose files are gone runs again.
@@ -23,8 +23,8 @@ from prefect import flow, unmapped
 
 from flows.runtime import StageClock, cached_stage, map_over, new_run_id, recorded_run
 from lib.config import ConsolidationConfig, run_form
-from lib.curation import curation_steps, shard_count
-from lib.steps import Step, ranks_of
+from lib.curation.pipeline import curation_steps, shard_count
+from lib.curation.steps import Step, ranks_of
 from lib.workspace import RunDir, Workspace
 from tasks.data import find_buffer_files, inspect_buffer_file, select_pending, step_task
 
@@ -56,7 +56,7 @@ def map_step(step: Step, cfg: ConsolidationConfig, given: Any, here: str, world_
 
 
 def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, Any]], clock: StageClock) -> dict[str, Any]:
-    """Curation of `pending` into `run.curated`: lib.curation's steps in order, each mapped over
+    """Curation of `pending` into `run.curated`: lib.curation.pipeline's steps in order, each mapped over
     the shards; returns the night's counts (curated/stats.json)."""
     ws = Workspace(cfg.workspace.root)
     n = shard_count(cfg, len(pending))

@@ -4,7 +4,7 @@ evaluation before/after, the gate's decision, the lineage, and a PNG of it all.
 - `DEMO_SETTINGS` trims the tiny preset so the whole story, installation included, fits in ten
   minutes on 2 CPU cores: v0 pre-trains 300 steps of 8×256 tokens (~115 s) instead of 500
   (~190 s); a user's `--set` still wins.
-- The picture (lib/demo_plot.py) shows both loss curves and old/new bits per byte.
+- The picture (lib/evaluation/demo_plot.py) shows both loss curves and old/new bits per byte.
 
 Trade-off: 300 pre-training steps leave v0 weaker (higher BPB) than 500 would; the night's
 relative changes are what the demo shows, and they keep their sign at 300 steps.
@@ -26,8 +26,8 @@ DEMO_SETTINGS = ["model.pretrain_iterations=300"]
 
 def story_figures(cfg: ConsolidationConfig, night: dict[str, Any]) -> dict[str, Any]:
     """Loss curves and before/after BPB of the night from lineage, drawn into `<workspace>/demo.png`."""
-    from lib.demo_plot import plot_story
-    from lib.lineage import Lineage
+    from lib.evaluation.demo_plot import plot_story
+    from lib.registry.lineage import Lineage
 
     ws = Workspace(cfg.workspace.root)
     lin = Lineage(ws.lineage_db)

@@ -41,7 +41,7 @@ def evaluate_version(cfg: EvaluateConfig, version: str = "latest", parent: Optio
         parent: Compare with this version instead of the recorded parent. Empty: the recorded parent.
         record: Store the metrics in lineage under the version's run (what the gate reads).
     """
-    from lib.evaluate import comparison
+    from lib.evaluation.evaluate import comparison
 
     c = comparison(Workspace(cfg.workspace.root), version, parent)
     rows = evaluate_versions(cfg, str(c.run_dir.path) if c.run_dir else None, c.run_id, c.version, c.parent, record=record)

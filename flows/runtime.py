@@ -2,11 +2,11 @@
 the task runner of the per-shard stages, cached stages that reuse or refresh their outputs.
 
 - `recorded_run(cfg, purpose)`: the one context manager around a flow that writes a run (the
-  night, the bootstrap, curation): lib.runs.RunBook with this flow run's id, logger and stop
+  night, the bootstrap, curation): lib.registry.runs.RunBook with this flow run's id, logger and stop
   signals. It holds the workspace's night lock (one night per workspace, waited for with a
   timeout and a log line that names the holder) and closes the run started in it in lineage:
   completed, failed, or left running for the next trigger when stopped from outside.
-- Run ids are `<kind>-<UTC time>-<8 hex of the Prefect flow run id>` (lib.runs.new_run_id):
+- Run ids are `<kind>-<UTC time>-<8 hex of the Prefect flow run id>` (lib.registry.runs.new_run_id):
   sortable by time, unique across workers, and traceable to the flow run in the UI.
 - `StageClock` times each stage on the flow's side (`seconds`, into lineage as runs.timings) and
   adds up the stage's own work (`own`: the lib calls its tasks wrap in `tasks.reporting.own_time`,
@@ -32,10 +32,10 @@ from typing import Any, Callable, Iterator
 
 
 def new_run_id(kind: str) -> str:
-    """A run id of this flow run (lib.runs.new_run_id)."""
+    """A run id of this flow run (lib.registry.runs.new_run_id)."""
     from prefect.runtime import flow_run
 
-    from lib.runs import new_run_id as run_id
+    from lib.registry.runs import new_run_id as run_id
 
     return run_id(kind, flow_run.get_id())
 
@@ -128,14 +128,14 @@ def _stop_signals() -> tuple[type[BaseException], ...]:
 
 @contextmanager
 def recorded_run(cfg, purpose: str) -> Iterator[Any]:
-    """The bookkeeping of this flow run on `cfg`'s workspace (lib.runs.RunBook): the night lock
+    """The bookkeeping of this flow run on `cfg`'s workspace (lib.registry.runs.RunBook): the night lock
     for the body, and the lineage run the body starts (`book.start`) closed by how it ends. A
     busy lock is waited for up to `orchestration.night_lock_timeout_s`, the holder named in the
     run log (and so in the UI) when the wait starts and every minute; past the timeout the flow
     fails with `LockBusy` naming the holder."""
     from prefect.runtime import flow_run
 
-    from lib.runs import RunBook
+    from lib.registry.runs import RunBook
     from lib.workspace import Workspace
     from tasks.reporting import stage_logger
 

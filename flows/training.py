@@ -78,7 +78,7 @@ def _train_here_or_there(request: TrainRequest) -> dict[str, Any]:
         return train(request)
     from prefect.deployments import run_deployment
 
-    from lib.checkpoint import read_meta
+    from lib.checkpoints.checkpoint import read_meta
 
     nnodes = request.cfg.training.nnodes
     if nnodes == 1:

@@ -85,7 +85,7 @@ def bpb_table(rows: Iterable[Mapping[str, Any]], parent: str, candidate: str, ti
 
 
 def sources_table(data: Mapping[str, Any], title: str) -> Table:
-    """Tokens per source of a prepared manifest (lib.sampling.prepare_training_data's summary)."""
+    """Tokens per source of a prepared manifest (lib.data.sampling.prepare_training_data's summary)."""
     table = Table(title, ["source", "kind", "docs", "held out", "tokens available", "tokens drawn", "share", "epochs", "exposures"],
                   left=("source", "kind"))
     for name, s in data["sources"].items():
@@ -102,7 +102,7 @@ def fields_table(title: str, fields: Iterable[tuple[str, str]], *, values_left: 
 
 
 def corpus_table(stats: Mapping[str, Any], title: str) -> Table:
-    """A corpus's corpus.json (lib.corpus, lib.replay): documents, bytes, splits, shards."""
+    """A corpus's corpus.json (lib.data.corpus, lib.data.replay): documents, bytes, splits, shards."""
     fields = [
         ("documents", f"{stats['docs']:,}  ({', '.join(f'{v} {k}' for k, v in stats['kinds'].items())})"),
         ("text bytes", f"{stats['bytes']:,}"),
@@ -117,7 +117,7 @@ def corpus_table(stats: Mapping[str, Any], title: str) -> Table:
 
 
 def demo_buffer_table(stats: Mapping[str, Any], title: str) -> Table:
-    """Documents and bytes per package of the embedded demo buffer (lib.corpus.build_demo_buffer)."""
+    """Documents and bytes per package of the embedded demo buffer (lib.data.corpus.build_demo_buffer)."""
     table = Table(title, ["package", "version", "docs", "bytes"], left=("package", "version"))
     for package, info in stats["packages"].items():
         table.rows.append([package, info["version"] or info.get("note", "-"), f"{info['docs']}", f"{info['bytes']:,}"])
@@ -126,7 +126,7 @@ def demo_buffer_table(stats: Mapping[str, Any], title: str) -> Table:
 
 
 def adoption_table(out: Mapping[str, Any], lr_scale: float) -> Table:
-    """What `consolidate init` made of the user's model (lib.adopt.adopt's result)."""
+    """What `consolidate init` made of the user's model (lib.registry.adopt.adopt's result)."""
     meta, tok, c = out["model"], out["tokenizer"], out["corpus"]
     fields = [
         ("model", f"{meta['architecture']}, {meta['parameters'] / 1e6:,.1f} M parameters, {meta['storage_dtype']}"),

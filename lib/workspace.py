@@ -7,7 +7,7 @@
   corpora/<name>/        original corpus shards (parquet, column `text`), validation split in val/
   index/                 curation state that grows night by night (exact hashes, MinHash bands),
                          the token cache (index/tokens) and measured bits per byte (index/eval)
-  runs/<run-id>/         curated/, the prepared data (lib/prepared.py), train/ (snapshots, logs), eval/
+  runs/<run-id>/         curated/, the prepared data (lib/data/prepared.py), train/ (snapshots, logs), eval/
   memory/<version>/      what an accepted night taught: train/ (replayed later), heldout.parquet (retention set)
   checkpoints/<version>/ Hugging Face model folders + meta.json (+ master/: fp32 master weights)
   serving/champion, serving/latest   links to the full Hugging Face folders of those versions
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lib.prepared import PreparedData
+from lib.data.prepared import PreparedData
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

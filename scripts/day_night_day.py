@@ -6,7 +6,7 @@ next to a control paragraph of the same shape that was never captured.
     python scripts/day_night_day.py [--workspace DIR] [--steps 400] [--pretrain 150]
 
 Every step is a subprocess of the `consolidate` command (bootstrap, serve, run), the chat goes
-through the official `openai` client, and the figures are computed with lib.evaluate.bits_per_byte
+through the official `openai` client, and the figures are computed with lib.evaluation.evaluate.bits_per_byte
 on the versions the lineage registry names. The server keeps running through the night: after a
 promotion it answers as the new champion without a restart.
 """
@@ -91,7 +91,7 @@ def main() -> None:
               f"({time.time() - t_night:.0f} s; curated {night.get('curated_docs')} documents)")
 
         # Day 2: the same server, no restart.
-        from lib.lineage import Lineage
+        from lib.registry.lineage import Lineage
         from lib.workspace import Workspace
 
         lin = Lineage(Workspace(ws).lineage_db)
@@ -111,8 +111,8 @@ def main() -> None:
     # Figures: the captured conversation (as stored) and the control, under v0 and the new version.
     import pyarrow.parquet as pq
 
-    from lib.evaluate import bits_per_byte
-    from lib.tokenization import is_heldout
+    from lib.evaluation.evaluate import bits_per_byte
+    from lib.data.tokenization import is_heldout
 
     captured = [r for f in sorted(Workspace(ws).buffers.glob("*.parquet"))
                 for r in pq.read_table(f).to_pylist() if str(r.get("source", "")).startswith("serve:")]

@@ -1,11 +1,11 @@
 """Bootstrap stages: the embedded default (corpus + demo buffer), the tokenizer, v0 registered.
 
-- `build_embedded_default`: lib.corpus.ensure_embedded_default (builds only what is missing).
-- `train_tokenizer`: lib.tokenizer.train_on_corpus on the corpus's train split into
+- `build_embedded_default`: lib.data.corpus.ensure_embedded_default (builds only what is missing).
+- `train_tokenizer`: lib.data.tokenizer.train_on_corpus on the corpus's train split into
   `<workspace>/tokenizer/`; cached on the corpus content and the vocabulary size.
 - `register_v0`: the pre-trained model recorded as v0 and promoted to champion and latest with
-  actor "bootstrap" (lib.promotion.promote), so the first night has a parent.
-- `adopt_model`: lib.adopt.adopt, the user's own model as v0 with their replay corpus (what
+  actor "bootstrap" (lib.registry.promotion.promote), so the first night has a parent.
+- `adopt_model`: lib.registry.adopt.adopt, the user's own model as v0 with their replay corpus (what
   `consolidate init` runs); paths from the form must lie inside the workspace.
 
 Trade-off: the tokenizer trains on every train shard (12 MB of stdlib text, ~20 s on 2 cores);
@@ -21,7 +21,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from lib.config import ConsolidationConfig
-from lib.corpus import DEFAULT_CORPUS
+from lib.data.corpus import DEFAULT_CORPUS
 from lib.workspace import Workspace
 from tasks.cache_keys import content_cache
 from tasks.data import IO_RETRIES
@@ -30,7 +30,7 @@ from tasks.reporting import own_time, publish_table, stage_logger
 
 @task(name="build-embedded-default", cache_policy=NO_CACHE, **IO_RETRIES)
 def build_embedded_default(cfg: ConsolidationConfig) -> dict[str, Any]:
-    from lib.corpus import ensure_embedded_default
+    from lib.data.corpus import ensure_embedded_default
 
     with own_time():
         info = ensure_embedded_default(Workspace(cfg.workspace.root), cfg)
@@ -53,13 +53,13 @@ def _corpus_files(p: dict[str, Any]) -> list[str]:
 @task(
     name="train-tokenizer",
     cache_policy=content_cache("tokenizer", _corpus_files, lambda p: {"vocab_size": p["cfg"].tokenizer.vocab_size},
-                               modules=["lib.tokenizer"]),
+                               modules=["lib.data.tokenizer"]),
     persist_result=True,
     **IO_RETRIES,
 )
 def train_tokenizer(cfg: ConsolidationConfig) -> str:
     """A byte-level BPE of `tokenizer.vocab_size` on the corpus; returns its folder."""
-    from lib.tokenizer import load_tokenizer, train_on_corpus
+    from lib.data.tokenizer import load_tokenizer, train_on_corpus
 
     ws = Workspace(cfg.workspace.root)
     files = _corpus_files({"cfg": cfg})
@@ -75,10 +75,10 @@ def train_tokenizer(cfg: ConsolidationConfig) -> str:
 def adopt_model(cfg: ConsolidationConfig, model: str, replay: list[str], replay_val: list[str], original_lr: float | None,
                 text_column: str, corpus: str) -> dict[str, Any]:
     """The user's Hugging Face model becomes v0 (champion) with their replay corpus."""
-    from lib.adopt import adopt
+    from lib.registry.adopt import adopt
 
     ws = Workspace(cfg.workspace.root)
-    from lib.selfreplay import parse_generate
+    from lib.data.selfreplay import parse_generate
 
     # a form must not read the host's files: paths resolve inside the workspace (generate:N is no path)
     inside = [p if parse_generate(p) is not None else str(ws.resolve(p)) for p in [model, *replay, *replay_val]]
@@ -100,9 +100,9 @@ def adopt_model(cfg: ConsolidationConfig, model: str, replay: list[str], replay_
 @task(name="register-v0", cache_policy=NO_CACHE, **IO_RETRIES)
 def register_v0(cfg: ConsolidationConfig, run_id: str, version: str, version_dir: str, manifest: dict[str, Any]) -> str:
     """Record the pre-trained model and make it champion and latest."""
-    from lib.checkpoint import read_meta
-    from lib.lineage import Lineage, version_digest
-    from lib.promotion import promote
+    from lib.checkpoints.checkpoint import read_meta
+    from lib.registry.lineage import Lineage, version_digest
+    from lib.registry.promotion import promote
 
     with own_time():
         lin = Lineage(Workspace(cfg.workspace.root).lineage_db)
@@ -110,7 +110,7 @@ def register_v0(cfg: ConsolidationConfig, run_id: str, version: str, version_dir
                            digest=version_digest(version_dir), storage="full", meta=read_meta(version_dir), manifest=manifest)
         promote(lin, version, reason="bootstrap: pre-trained from scratch on the corpus", actor="bootstrap", content_hashes=[])
         # v0's old_val, measured once: the first night reads it from the eval cache
-        from lib.evaluate import measure_root
+        from lib.evaluation.evaluate import measure_root
 
         root = measure_root(Workspace(cfg.workspace.root), cfg, version_dir, cfg.workspace.corpus or DEFAULT_CORPUS)
         lin.record_metrics(version, {"old_val": root["old_val"]}, run_id)

@@ -1,10 +1,10 @@
 """Data stages of a night as Prefect tasks: find and hash buffer files (mapped over files),
-curate (lib.curation's steps, mapped over shards), prepare the training data. Each is a few lines
+curate (lib.curation.pipeline's steps, mapped over shards), prepare the training data. Each is a few lines
 around lib.
 
 - `inspect_buffer_file` runs once per buffer file (`.map`), on threads or on Ray, and yields the
   content hash the registry, the cache keys and ingest all use (the one hash of a file tonight).
-- `curation_step` runs one rank of one lib.curation step; `step_task` names it after the step
+- `curation_step` runs one rank of one lib.curation.pipeline step; `step_task` names it after the step
   (`ingest-shard`, `record-ingest`, `dedup-shards`, `filter-shard`, `curation-report`) and keys a
   cached step on `Step.reads`; flows/curation.py maps it over the shards. `tokenize_file` runs
   once per input file (`.map`) into the token cache, before `prepare_data` draws the manifest.
@@ -42,7 +42,7 @@ IO_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_fac
 @task(name="find-buffer-files", **IO_RETRIES)
 def find_buffer_files(workspace_root: str) -> list[str]:
     """The buffer's parquet files, after replaying the logs of stopped writers into new ones."""
-    from lib.ingest import buffer_files, flush_buffer
+    from lib.buffer.ingest import buffer_files, flush_buffer
 
     ws = Workspace(workspace_root)
     with own_time():
@@ -54,9 +54,9 @@ def find_buffer_files(workspace_root: str) -> list[str]:
 
 @task(name="inspect-buffer-file", **IO_RETRIES)
 def inspect_buffer_file(path: str) -> dict[str, Any]:
-    """Content hash, rows and bytes of one buffer file (lib.ingest.inspect_buffer_file): the one
+    """Content hash, rows and bytes of one buffer file (lib.buffer.ingest.inspect_buffer_file): the one
     hash of the file tonight; unreadable files are reported, not raised (ingest quarantines them)."""
-    from lib.ingest import inspect_buffer_file as inspect
+    from lib.buffer.ingest import inspect_buffer_file as inspect
 
     with own_time():
         return inspect(path)
@@ -64,10 +64,10 @@ def inspect_buffer_file(path: str) -> dict[str, Any]:
 
 @task(name="select-pending-buffers", **IO_RETRIES)
 def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The files the registry does not know as consumed or quarantined (lib.ingest.select_pending:
+    """The files the registry does not know as consumed or quarantined (lib.buffer.ingest.select_pending:
     never consume twice), each with its registry status."""
-    from lib.ingest import select_pending as choose
-    from lib.lineage import Lineage
+    from lib.buffer.ingest import select_pending as choose
+    from lib.registry.lineage import Lineage
 
     with own_time():
         statuses = {b.content_hash: b.status for b in Lineage(Workspace(workspace_root).lineage_db).buffer_files()}
@@ -77,9 +77,9 @@ def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list
     return pending
 
 
-# -- curation: the steps of lib.curation as tasks (a task per rank, cached on content) ------------
-CURATION_MODULES = ["lib.curation", "lib.steps", "lib.ingest", "lib.dedup", "lib.minhash", "lib.buffer", "lib.textfilters",
-                    "lib.fasttext_filters"]
+# -- curation: the steps of lib.curation.pipeline as tasks (a task per rank, cached on content) ------------
+CURATION_MODULES = ["lib.curation.pipeline", "lib.curation.steps", "lib.buffer.ingest", "lib.curation.dedup", "lib.curation.minhash", "lib.buffer.store", "lib.curation.textfilters",
+                    "lib.curation.fasttext_filters"]
 
 
 def _step_inputs(p: dict[str, Any]) -> list[str]:
@@ -104,7 +104,7 @@ def _step_settings(p: dict[str, Any]) -> Any:
 @task(**IO_RETRIES)
 def curation_step(step, cfg: ConsolidationConfig, input: Any, run_dir: str, rank: int, world_size: int,
                   workers: int | None = None) -> dict[str, Any]:
-    """One rank of one curation step (lib.curation): its Stats, and the run folder its files are in
+    """One rank of one curation step (lib.curation.pipeline): its Stats, and the run folder its files are in
     (`workers`: this rank's share of `curation.workers`, when ranks run side by side)."""
     section = cfg.curation.model_copy(update={"workers": workers}) if workers else cfg.curation
     with own_time():
@@ -152,9 +152,9 @@ def _flat_counts(stats: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 @task(name="commit-dedup-index", **IO_RETRIES)
 def commit_dedup_index(cfg: ConsolidationConfig, run_dir: str) -> bool:
-    """After a promotion: what the night kept joins the dedup history (lib.curation.commit_index),
+    """After a promotion: what the night kept joins the dedup history (lib.curation.pipeline.commit_index),
     so later nights drop its near-duplicates; a rejected night never gets here."""
-    from lib.curation import commit_index
+    from lib.curation.pipeline import commit_index
 
     with own_time():
         added = commit_index(Workspace(cfg.workspace.root), RunDir(Path(run_dir)))
@@ -165,10 +165,10 @@ def commit_dedup_index(cfg: ConsolidationConfig, run_dir: str) -> bool:
 # -- manifest and token shards ---------------------------------------------------------------------
 @task(name="resolve-tokenizer", **IO_RETRIES)
 def resolve_tokenizer(cfg: ConsolidationConfig, champion_dir: str) -> str:
-    """The tokenizer a night tokenizes with (lib.tokenizer.resolve_tokenizer): `tokenizer.path`,
+    """The tokenizer a night tokenizes with (lib.data.tokenizer.resolve_tokenizer): `tokenizer.path`,
     else the champion's own, so a night never trains a model on token ids it was not
     pre-trained with."""
-    from lib.tokenizer import resolve_tokenizer as resolve
+    from lib.data.tokenizer import resolve_tokenizer as resolve
 
     with own_time():
         return str(resolve(cfg, Workspace(cfg.workspace.root), model_dir=champion_dir))
@@ -185,7 +185,7 @@ def _data_inputs(p: dict[str, Any]) -> list[str]:
 
 
 def _data_settings(p: dict[str, Any]) -> Any:
-    from lib.sampling import memory_weights
+    from lib.data.sampling import memory_weights
 
     cfg: ConsolidationConfig = p["cfg"]
     weights = memory_weights(Workspace(cfg.workspace.root), cfg, p["sources"])
@@ -203,9 +203,9 @@ def _data_settings(p: dict[str, Any]) -> Any:
 @task(name="plan-tokenization", **IO_RETRIES)
 def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str) -> list[dict[str, Any]]:
     """One tokenization job per input file of `sources` (plain dicts, one per mapped task)."""
-    from lib.chat_format import template_markers
-    from lib.tokenization import tokenize_tasks
-    from lib.tokenizer import load_tokenizer
+    from lib.serving.chat_format import template_markers
+    from lib.data.tokenization import tokenize_tasks
+    from lib.data.tokenizer import load_tokenizer
 
     with own_time():
         return tokenize_tasks(sources, load_tokenizer(tokenizer_dir), run_dir, cfg.sampling, cfg.training.seq_len,
@@ -216,7 +216,7 @@ def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tok
 def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> dict[str, Any]:
     """One input file into the workspace's token cache, unless it is there already (the cache is
     keyed on the file's content, the tokenizer and the hold-out and FIM rules)."""
-    from lib.tokenization import tokenize_to_cache
+    from lib.data.tokenization import tokenize_to_cache
 
     with own_time():
         return tokenize_to_cache(job, tokenizer_dir, cache_dir)
@@ -225,15 +225,15 @@ def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> di
 @task(
     name="prepare-training-data",
     cache_policy=content_cache("prepare", _data_inputs, _data_settings,
-                               modules=["lib.sampling", "lib.tokenization", "lib.manifest", "lib.prepared", "lib.shards",
-                                        "lib.fim", "lib.tokenizer"]),
+                               modules=["lib.data.sampling", "lib.data.tokenization", "lib.data.manifest", "lib.data.prepared", "lib.data.shards",
+                                        "lib.data.fim", "lib.data.tokenizer"]),
     persist_result=True,
     **IO_RETRIES,
 )
 def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str, budget: int) -> dict[str, Any]:
     """Token shards of every source, held-out new documents, and the sampling manifest
-    (lib.sampling.prepare_training_data) into the run folder. Returns the small summary."""
-    from lib.sampling import prepare_run_data
+    (lib.data.sampling.prepare_training_data) into the run folder. Returns the small summary."""
+    from lib.data.sampling import prepare_run_data
 
     # The per-file token cache makes a night tokenize only its new files (the corpus once, ever).
     with own_time():

@@ -2,20 +2,20 @@
 
 - `record_candidate`: the version row, the buffer files its run trained on and its manifest, in
   one lineage transaction (status candidate).
-- `evaluate_versions`: lib.evaluate.evaluate_candidate on the run's sets (old_val for
+- `evaluate_versions`: lib.evaluation.evaluate.evaluate_candidate on the run's sets (old_val for
   forgetting, new_heldout and new_train for acquisition, every earlier night's retention set),
   logging each set's progress; both sides' metrics go to lineage under the run; the table is the
   "eval-before-after" artifact and `<run>/night.png` (training loss, bits per byte before/after)
   the "night-plot" artifact.
-- `gate_and_promote`: lib.promotion.gate_version, then conclude: pass -> champion + consumed
+- `gate_and_promote`: lib.registry.promotion.gate_version, then conclude: pass -> champion + consumed
   buffers, fail -> rejected, buffers stay pending; the decision with every rule's reason is the
   "gate-decision" markdown artifact.
 - After the gate (applied or previewed), the "retention-matrix" table: bits per byte of every
   version of the lineage, tonight's candidate included, on old_val and on each remembered night's
-  held-out set, each against the version that learnt it (lib/retention.py).
-- `remember_night`: an accepted night's documents join the long-term memory (lib.memory.remember),
+  held-out set, each against the version that learnt it (lib/evaluation/retention.py).
+- `remember_night`: an accepted night's documents join the long-term memory (lib.data.memory.remember),
   its held-out set becomes a retention set.
-- `store_candidate`: lib.promotion.apply_storage_policy: the champion and `latest` stay plain
+- `store_candidate`: lib.registry.promotion.apply_storage_policy: the champion and `latest` stay plain
   Hugging Face folders (linked from <workspace>/serving/), every other version (a rejected
   candidate, the champion just replaced) becomes a delta against its parent, and optimizer.pt and
   fp32 master weights are pruned from versions no night will start from. Remembering and storing
@@ -41,7 +41,7 @@ from tasks.reporting import EvalProgress, gate_markdown, own_time, publish_image
 
 
 def _lineage(cfg: ConsolidationConfig):
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
 
     return Lineage(Workspace(cfg.workspace.root).lineage_db)
 
@@ -49,8 +49,8 @@ def _lineage(cfg: ConsolidationConfig):
 @task(name="record-candidate", cache_policy=NO_CACHE, **IO_RETRIES)
 def record_candidate(cfg: ConsolidationConfig, run_id: str, version: str, version_dir: str, parent: str | None,
                      input_hashes: list[str], manifest: dict[str, Any] | None, status: str = "candidate") -> str:
-    from lib.checkpoint import read_meta
-    from lib.lineage import version_digest
+    from lib.checkpoints.checkpoint import read_meta
+    from lib.registry.lineage import version_digest
 
     with own_time():
         meta = read_meta(version_dir)
@@ -68,7 +68,7 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str | None, run_id: str
     """BPB of parent and candidate on the same sets; recorded in lineage under `run_id` (unless
     record=False); returns the rows. Logs each set's progress; publishes the table and a plot of
     the run's training loss and the bits per byte before and after."""
-    from lib.evaluate import evaluate_and_record, evaluate_candidate
+    from lib.evaluation.evaluate import evaluate_and_record, evaluate_candidate
 
     progress = EvalProgress(f"{parent} -> {version}")
     with own_time():
@@ -91,7 +91,7 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str | None, run_id: str
 def _publish_plot(run: RunDir, parent: str, version: str, rows: list[dict[str, Any]]) -> None:
     """`<run>/night.png`: the run's training loss and bits per byte before/after, as the
     "night-plot" artifact."""
-    from lib.demo_plot import plot_story
+    from lib.evaluation.demo_plot import plot_story
 
     bpb = {r["dataset"]: (r["parent"], r["candidate"]) for r in rows if r["metric"] == "bpb"}
     png = plot_story({version: run.train / "metrics.jsonl"}, bpb, run.path / "night.png", labels=(parent, version),
@@ -103,7 +103,7 @@ def _publish_plot(run: RunDir, parent: str, version: str, rows: list[dict[str, A
 def preview_gate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """What the gate would decide on `version` from its recorded metrics, not applied: the
     "gate-preview" artifact."""
-    from lib.promotion import gate_version
+    from lib.registry.promotion import gate_version
 
     with own_time():
         decision, status = gate_version(_lineage(cfg), cfg.gate, version, apply=False)
@@ -119,7 +119,7 @@ def preview_gate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
 def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """The regression gate on the recorded metrics, applied: promote or reject."""
     from lib.faults import fault_point
-    from lib.promotion import conclude, gate_version
+    from lib.registry.promotion import conclude, gate_version
 
     lin = _lineage(cfg)
     with own_time():
@@ -138,7 +138,7 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
 def publish_retention(cfg: ConsolidationConfig, candidate: str) -> None:
     """The "retention-matrix" table artifact: the lineage up to `candidate`, every version on
     old_val and each night's held-out set against the version that learnt it; logged as well."""
-    from lib.retention import retention_matrix
+    from lib.evaluation.retention import retention_matrix
 
     with own_time():
         matrix = retention_matrix(_lineage(cfg), candidate=candidate, workspace=Workspace(cfg.workspace.root))
@@ -151,8 +151,8 @@ def publish_retention(cfg: ConsolidationConfig, candidate: str) -> None:
 @task(name="remember-night", cache_policy=NO_CACHE, **IO_RETRIES)
 def remember_night(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """The accepted `version`'s night joins the memory: its documents are replayed by later nights,
-    its held-out set is checked for retention by later gates (lib.memory.remember; idempotent)."""
-    from lib.memory import remember
+    its held-out set is checked for retention by later gates (lib.data.memory.remember; idempotent)."""
+    from lib.data.memory import remember
 
     lin = _lineage(cfg)
     ws = Workspace(cfg.workspace.root)
@@ -164,11 +164,11 @@ def remember_night(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
 
 @task(name="store-version", cache_policy=NO_CACHE, **IO_RETRIES)
 def store_candidate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
-    """After the gate, accepted or rejected: lib.promotion.apply_storage_policy (served versions
+    """After the gate, accepted or rejected: lib.registry.promotion.apply_storage_policy (served versions
     full, the rest deltas against their parents, a rejected candidate kept for inspection,
     optimizer.pt and fp32 master weights pruned from versions no night will start from, serving
     links moved). Idempotent, so a night that died half-way through is finished by the next trigger."""
-    from lib.promotion import apply_storage_policy, storage_record
+    from lib.registry.promotion import apply_storage_policy, storage_record
 
     lin = _lineage(cfg)
     with own_time():

@@ -124,7 +124,7 @@ class TrainingProgress:
 
 
 class EvalProgress:
-    """The `on_progress(dataset, done, total)` of lib.evaluate: a log line per set at every
+    """The `on_progress(dataset, done, total)` of lib.evaluation.evaluate: a log line per set at every
     tenth of it (and when it is done), and an "eval-progress" table of every set's counts,
     published again each time a set is finished."""
 
@@ -183,7 +183,7 @@ def own_time() -> Iterator[None]:
 def training_curve(metrics_jsonl: str | Path, final: Mapping[str, Any], points: int = 5) -> list[dict[str, Any]]:
     """The loss at `points` evenly spaced steps of a training (first and last included), with the
     run's throughput and time: the numbers of its loss curve as table rows."""
-    from lib.demo_plot import read_losses
+    from lib.evaluation.demo_plot import read_losses
 
     losses = read_losses(metrics_jsonl)
     rows: list[dict[str, Any]] = []

@@ -9,10 +9,10 @@
 - Under the lock, a version folder this run (meta `run_id`) already finished is returned as it
   is, and the leftovers of a killed write of it are removed before torchrun starts.
 - Writes the effective config and the version's extra meta to `<run>/train/`, builds the
-  command with `lib.distributed.torchrun_command`, and runs it with lib.supervised_process: own process
+  command with `lib.training.distributed.torchrun_command`, and runs it with lib.training.supervised_process: own process
   group, killed with the flow run (cancellation SIGTERM, exceptions, our own death).
 - Streams rank-0 output into the run log and turns `metrics.jsonl` into a progress artifact.
-- Exit 0: the version folder is written. Exit 3 (`lib.train.EXIT_STOPPED`, time limit or
+- Exit 0: the version folder is written. Exit 3 (`lib.training.train.EXIT_STOPPED`, time limit or
   SIGTERM): a snapshot is kept and the task raises TrainingStopped; the nightly flow leaves the
   night resumable and the next trigger continues from that snapshot.
 
@@ -35,7 +35,7 @@ from prefect.cache_policies import NO_CACHE
 
 from lib.config import ConsolidationConfig
 from lib.files import write_json, write_text
-from lib.supervised_process import run_supervised
+from lib.training.supervised_process import run_supervised
 from tasks.reporting import TrainingProgress, own_time, publish_table, stage_logger
 
 # Past the trainer's own time limit, how long it may take to snapshot and exit before we kill it.
@@ -63,7 +63,7 @@ def training_lock(cfg: ConsolidationConfig, out_dir: str):
 
 def finished_version(out_dir: str | Path, meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """meta.json of `out_dir` if that version was fully written by the same run (`meta`'s run_id)."""
-    from lib.checkpoint import read_meta
+    from lib.checkpoints.checkpoint import read_meta
 
     found = read_meta(out_dir) if Path(out_dir).is_dir() else {}
     run_id = (meta or {}).get("run_id")
@@ -73,7 +73,7 @@ def finished_version(out_dir: str | Path, meta: dict[str, Any] | None) -> dict[s
 
 
 def _remove_torn_writes(out_dir: str | Path) -> None:
-    """`.<version>.tmp-*` folders a killed trainer left beside the version (lib.checkpoint writes
+    """`.<version>.tmp-*` folders a killed trainer left beside the version (lib.checkpoints.checkpoint writes
     a version there and renames it into place); only called under the training lock."""
     out = Path(out_dir)
     for tmp in out.parent.glob(f".{out.name}.tmp-*"):
@@ -107,7 +107,7 @@ def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, trai
     """The torchrun argv, with the config and meta written beside the run's metrics. With
     training.nnodes > 1: this node's `node_rank` and the rendezvous at training.rdzv_endpoint,
     its id the version's name (a night's nodes meet each other, never another night's)."""
-    from lib.distributed import torchrun_command
+    from lib.training.distributed import torchrun_command
 
     tdir = Path(train_dir)
     tdir.mkdir(parents=True, exist_ok=True)
@@ -140,9 +140,9 @@ def train_checkpoint(
     """Run torchrun to write the version folder `out_dir`; returns its meta's final metrics.
     On several nodes each node runs this task with its `node_rank`; only node 0 holds the
     training lock (the others cannot train without it: the rendezvous waits for every node)."""
-    from lib import snapshot
+    from lib.training import snapshot
     from lib.faults import armed, fault_point
-    from lib.train import EXIT_STOPPED
+    from lib.training.train import EXIT_STOPPED
 
     log = stage_logger()
     cmd = training_command(cfg, data_dir, out_dir, train_dir, parent=parent, init=init, resume=resume,
@@ -186,7 +186,7 @@ def train_checkpoint(
                               f"(a training of its own: resume=True)\n{tail}")
     if result.returncode != 0:
         raise TrainingFailed(f"torchrun exited with code {result.returncode} (training into {out_dir}):\n{tail}")
-    from lib.checkpoint import read_meta
+    from lib.checkpoints.checkpoint import read_meta
 
     final = read_meta(out_dir).get("final_metrics", {})
     progress.update(1.0)

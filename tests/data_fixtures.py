@@ -13,7 +13,7 @@ from conftest import stdlib_texts, site_packages
 
 
 def train_tokenizer(out: Path, vocab_size: int = 512) -> Path:
-    from lib.tokenizer import train_bpe
+    from lib.data.tokenizer import train_bpe
 
     return train_bpe(stdlib_texts(60), vocab_size, out)
 

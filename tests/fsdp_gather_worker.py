@@ -1,7 +1,7 @@
 """Run under torchrun by test_train_fsdp: shard PARENT over the ranks as the trainer does
-(lib.distributed.prepare_model), take one AdamW step, then write OUT/expected.safetensors (the
-sharded fp32 weights, each assembled from its shards) and, through lib.distributed.gather_for_storage
-and lib.checkpoint.write_version, the version OUT/v1 in the parent's dtype with its master/."""
+(lib.training.distributed.prepare_model), take one AdamW step, then write OUT/expected.safetensors (the
+sharded fp32 weights, each assembled from its shards) and, through lib.training.distributed.gather_for_storage
+and lib.checkpoints.checkpoint.write_version, the version OUT/v1 in the parent's dtype with its master/."""
 
 import sys
 from pathlib import Path
@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from lib.checkpoint import storage_dtype, write_version
+from lib.checkpoints.checkpoint import storage_dtype, write_version
 from lib.config import load_config
-from lib.distributed import Dist, gather_for_storage, prepare_model
-from lib.model import load_model
+from lib.training.distributed import Dist, gather_for_storage, prepare_model
+from lib.training.model import load_model
 
 parent, out = Path(sys.argv[1]), Path(sys.argv[2])
 d = Dist("cpu")

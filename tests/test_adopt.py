@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hf_models import build_tiny_model
-from lib.adopt import AdoptionError, adopt, inspect_model, original_lr
+from lib.registry.adopt import AdoptionError, adopt, inspect_model, original_lr
 from lib.config import load_config
 from lib.workspace import Workspace
 
@@ -150,7 +150,7 @@ def test_sharded_bf16_weights_become_one_file_bit_for_bit(tmp_path):
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
 
     src = build_tiny_model("qwen2", tmp_path / "src", dtype="bfloat16")
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16)
@@ -194,7 +194,7 @@ def _bad_utf8_parquet(path: Path) -> None:
 
 
 def test_replay_files_are_validated_one_by_one_and_split_deterministically(tmp_path):
-    from lib.replay import build_replay_corpus
+    from lib.data.replay import build_replay_corpus
 
     root = replay_files(tmp_path / "r")
     bad = tmp_path / "bad"
@@ -240,7 +240,7 @@ def test_replay_files_are_validated_one_by_one_and_split_deterministically(tmp_p
 
 
 def test_replay_val_files_are_the_validation_split(tmp_path):
-    from lib.replay import build_replay_corpus
+    from lib.data.replay import build_replay_corpus
 
     root = replay_files(tmp_path / "r")
     ws = Workspace(tmp_path / "ws").ensure()
@@ -256,7 +256,7 @@ def test_replay_val_files_are_the_validation_split(tmp_path):
 
 # -- the document separator -----------------------------------------------------------------
 def test_each_family_packs_with_its_own_document_separator(models, tmp_path):
-    from lib.tokenizer import TokenizerError, load_tokenizer, train_bpe
+    from lib.data.tokenizer import TokenizerError, load_tokenizer, train_bpe
 
     assert load_tokenizer(models["llama"]).separator() == (load_tokenizer(models["llama"]).bos_id, "<|begin_of_text|>")
     for kind in ("qwen2", "gpt2"):
@@ -283,10 +283,10 @@ def test_qwen2_data_is_uint32_and_rows_start_with_endoftext(models, tmp_path):
     import numpy as np
 
     from lib.config import SamplingConfig, SourceConfig
-    from lib.loader import TrainLoader
-    from lib.sampling import prepare_training_data
-    from lib.shards import read_shard
-    from lib.tokenizer import load_tokenizer
+    from lib.data.loader import TrainLoader
+    from lib.data.sampling import prepare_training_data
+    from lib.data.shards import read_shard
+    from lib.data.tokenizer import load_tokenizer
 
     root = replay_files(tmp_path / "r")
     old = tmp_path / "old"
@@ -312,9 +312,9 @@ def test_trained_token_ratio_is_the_configured_one(tmp_path):
     """Short new documents against long corpus documents: best-fit alone trains the long pieces
     first (a 0.5 mix trained as ~0.25 over a short night); the planner keeps the manifest's mix."""
     from lib.config import SamplingConfig, SourceConfig
-    from lib.loader import TrainLoader
-    from lib.sampling import prepare_training_data
-    from lib.tokenizer import train_bpe
+    from lib.data.loader import TrainLoader
+    from lib.data.sampling import prepare_training_data
+    from lib.data.tokenizer import train_bpe
 
     texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(STDLIB.glob("*.py"))[:60]]
     tok = train_bpe(texts, 512, tmp_path / "tok")

@@ -36,7 +36,7 @@ def _cfg(ws_root: Path, *extra: str):
 
 def _night_buffer(ws) -> None:
     """Tonight's text: sources of an installed package the replay corpus never saw."""
-    from lib.buffer import MemoryBuffer
+    from lib.buffer.store import MemoryBuffer
 
     root = site_packages() / "rich"
     texts = [p.read_text(encoding="utf-8")[:3000] for p in sorted(root.glob("*.py")) if p.stat().st_size > 1500][:16]
@@ -53,8 +53,8 @@ def test_adopted_model_goes_through_a_night(tmp_path, prefect_client, kind, dtyp
 
     from flows.bootstrap import AdoptRequest, bootstrap
     from flows.consolidate import nightly_consolidation
-    from lib.checkpoint import compact, materialize, read_meta
-    from lib.lineage import Lineage
+    from lib.checkpoints.checkpoint import compact, materialize, read_meta
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
     ws = Workspace(tmp_path / "ws").ensure()
@@ -103,13 +103,13 @@ def _chat_is_templated_and_replayed_as_control_tokens(ws, cfg, tmp_path):
     tokenized by the next night with the template's markers as control ids (and nothing else)."""
     import openai
 
-    from lib.chat_format import template_markers
+    from lib.serving.chat_format import template_markers
     from lib.config import SamplingConfig, SourceConfig
-    from lib.lineage import Lineage
-    from lib.sampling import prepare_training_data
-    from lib.serve import BackgroundServer, create_app
-    from lib.shards import read_shard
-    from lib.tokenizer import load_tokenizer
+    from lib.registry.lineage import Lineage
+    from lib.data.sampling import prepare_training_data
+    from lib.serving.serve import BackgroundServer, create_app
+    from lib.data.shards import read_shard
+    from lib.data.tokenizer import load_tokenizer
 
     champion = ws.checkpoint(Lineage(ws.lineage_db).alias("champion"))
     with BackgroundServer(create_app(ws, cfg)) as srv:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from lib.buffer import (
+from lib.buffer.store import (
     LOG_MAGIC,
     SCHEMA,
     InvalidRecordError,
@@ -107,7 +107,7 @@ def test_two_buffers_in_one_process_use_separate_logs(tmp_path):
 # -- durability --------------------------------------------------------------------------------
 KILLED_WRITER = """
 import sys, time
-from lib.buffer import MemoryBuffer
+from lib.buffer.store import MemoryBuffer
 buf = MemoryBuffer(sys.argv[1], flush_size=10**6)
 for i in range(1000):
     buf.add(f"record {i:04d} " + "é" * (i % 50), source=f"writer:{i % 3}")
@@ -144,7 +144,7 @@ def test_sigkill_before_flush_loses_nothing_and_duplicates_nothing(tmp_path):
 
 IMPORTER = """
 import sys
-from lib.buffer import MemoryBuffer
+from lib.buffer.store import MemoryBuffer
 buf = MemoryBuffer(sys.argv[1])
 print("ready", flush=True)
 for k in range(1000):
@@ -192,7 +192,7 @@ def test_crash_between_parquet_and_log_delete_does_not_duplicate(tmp_path):
 
 DEAD_WRITER = """
 import os, sys
-from lib.buffer import MemoryBuffer
+from lib.buffer.store import MemoryBuffer
 buf = MemoryBuffer(sys.argv[1], flush_size=10**6, durability="flush")
 for i in range(int(sys.argv[2])):
     buf.add(f"kept {i}")
@@ -232,7 +232,7 @@ def test_corrupt_frame_checksum_stops_replay_there(tmp_path):
 CONCURRENT_WRITER = """
 import sys, time
 from pathlib import Path
-from lib.buffer import MemoryBuffer
+from lib.buffer.store import MemoryBuffer
 folder, name, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 buf = MemoryBuffer(folder, flush_size=64)
 while not go.exists():

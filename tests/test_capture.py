@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import lib.capture as capture_mod
-from lib.buffer import MemoryBuffer
-from lib.capture import Capture, CapturePolicy, chat_prompt, open_capture, render_conversation
+import lib.buffer.capture as capture_mod
+from lib.buffer.store import MemoryBuffer
+from lib.buffer.capture import Capture, CapturePolicy, chat_prompt, open_capture, render_conversation
 from lib.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,8 +129,8 @@ def test_captured_records_survive_a_killed_server(tmp_path):
         f"""
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from lib.buffer import MemoryBuffer
-        from lib.capture import Capture
+        from lib.buffer.store import MemoryBuffer
+        from lib.buffer.capture import Capture
         hook = Capture(MemoryBuffer({str(buf)!r}, flush_size=1000))
         for i in range(20):
             print(hook.capture(f"prompt {{i}}", f" answer {{i}}"), flush=True)
@@ -193,7 +193,7 @@ def test_plain_format_and_models_without_template_keep_the_transcript(tmp_path, 
 
     base = AutoTokenizer.from_pretrained(tiny_hf_model)  # no chat template
     hook = Capture(MemoryBuffer(tmp_path / "b"))
-    with caplog.at_level("INFO", logger="lib.capture"):
+    with caplog.at_level("INFO", logger="lib.buffer.capture"):
         hook.capture_conversation(messages, tokenizer=base)
         hook.capture_conversation(messages, tokenizer=base)
     hook.close()

@@ -1,4 +1,4 @@
-"""lib/chat_format.py on real tokenizers of the tiny llama / qwen2 / gpt2 models: markers, end of
+"""lib/serving/chat_format.py on real tokenizers of the tiny llama / qwen2 / gpt2 models: markers, end of
 turn, rendering as transformers renders it, and the safety rule (no forged turn)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hf_models import build_tiny_model
 
-from lib import chat_format
+from lib.serving import chat_format
 
 CHATML_MARKERS = ["<|im_start|>", "<|im_end|>"]
 LLAMA3_MARKERS = ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]

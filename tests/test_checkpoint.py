@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lib.files import file_hash  # noqa: E402
-from lib.checkpoint import (
+from lib.checkpoints.checkpoint import (
     DELTA_FILE, DELTA_FORMAT, MATERIALIZED, MODEL_FILE, CheckpointError, chain_depth, compact, is_delta, is_full,
     load_optimizer_state, materialize, read_meta, restore, store_version, verify, write_version,
 )
@@ -19,13 +19,13 @@ MODEL = ModelConfig(hidden_size=64, num_layers=2, num_heads=4, intermediate_size
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     from conftest import stdlib_texts
-    from lib.tokenizer import train_bpe
+    from lib.data.tokenizer import train_bpe
 
     return train_bpe(stdlib_texts(30), 300, tmp_path_factory.mktemp("tok") / "tokenizer")
 
 
 def _model(seed=0):
-    from lib.model import build_model
+    from lib.training.model import build_model
 
     return build_model(MODEL, 300, bos_id=0, eos_id=1, pad_id=2, seed=seed)
 
@@ -135,7 +135,7 @@ def test_storage_info_and_the_demo_lineage_column(tmp_path, tokenizer_dir):
     """storage_info says full or delta (format, sizes, ratio, chain depth); the demo's lineage
     table prints it per version, and "missing" for a folder that is gone."""
     from cli.demo import _stored
-    from lib.checkpoint import storage_info
+    from lib.checkpoints.checkpoint import storage_info
 
     v0, v1, v2 = _versions(tmp_path, tokenizer_dir, 3)
     compact(v1, v0)
@@ -153,8 +153,8 @@ def test_optimizer_states_are_kept_only_where_a_night_can_inherit_them(tmp_path,
     optimizer.pt; rejected and older versions lose it, weights untouched; None keeps all; a
     second call frees nothing. store_version on a version already stored as a delta (a replayed
     night) reports it instead of failing."""
-    from lib.lineage import Lineage
-    from lib.promotion import prune_optimizer_states
+    from lib.registry.lineage import Lineage
+    from lib.registry.promotion import prune_optimizer_states
 
     lin = Lineage(tmp_path / "lineage.duckdb")
     model, digests = _model(), {}
@@ -220,7 +220,7 @@ def test_bf16_storage_stays_bf16_and_its_delta_is_small_and_exact(tmp_path, toke
     most bf16 weights do not move, so the delta is a fraction of what the same change costs fp32."""
     from transformers import AutoModelForCausalLM
 
-    from lib.checkpoint import storage_dtype
+    from lib.checkpoints.checkpoint import storage_dtype
 
     model = _model()
     v0 = write_version(tmp_path / "v0", model, tokenizer_dir=tokenizer_dir, meta={}, dtype="bfloat16")
@@ -263,8 +263,8 @@ def test_older_delta_formats_still_restore_and_format_3_is_smallest(tmp_path, to
     """Deltas written by earlier releases (format 1: XOR; format 2: integer difference without
     the exponent order) still materialise bit-exactly. On a real AdamW update the current format
     (difference, elements in the parent's exponent order) is the smallest of the three."""
-    from lib.checkpoint import DELTA_META
-    from lib.delta import decode_delta, encode_delta
+    from lib.checkpoints.checkpoint import DELTA_META
+    from lib.checkpoints.delta import decode_delta, encode_delta
 
     v0 = write_version(tmp_path / "v0", _model(), tokenizer_dir=tokenizer_dir, meta={}, dtype=dtype)
     v1 = write_version(tmp_path / "v1", _adamw_steps(_model(), 20, 3e-4, 1), tokenizer_dir=tokenizer_dir, meta={}, dtype=dtype)
@@ -296,7 +296,7 @@ def test_every_delta_method_round_trips_every_dtype_across_chunks(monkeypatch):
     """bf16, fp16, fp32 and fp64 tensors, an int tensor, a sign flip (the difference wraps), a
     tensor only the child has and one whose shape changed: each method restores the exact bytes,
     also when a tensor spans several exponent-ordering chunks."""
-    import lib.delta as ck
+    import lib.checkpoints.delta as ck
 
     from safetensors.torch import save
 
@@ -335,7 +335,7 @@ def test_stochastic_rounding_is_unbiased_seeded_and_lands_on_a_neighbour(dtype):
     """Each value rounds to one of its two representable neighbours, with the probability that
     makes the mean the fp32 value: an update of a fifth of a step survives on average where
     round-to-nearest loses all of it. Same seed, same bytes; infinities and NaN pass through."""
-    from lib.checkpoint import stochastic_round
+    from lib.checkpoints.checkpoint import stochastic_round
 
     base = torch.tensor([1.0, -0.75, 3.0e-3], dtype=torch.float32).to(dtype).float()
     step = (torch.nextafter(base.to(dtype), torch.full_like(base, float("inf")).to(dtype)).float() - base).abs()
@@ -363,8 +363,8 @@ def test_master_weights_are_an_hf_folder_whose_delta_against_the_bf16_export_res
     (older releases) still decodes."""
     from transformers import AutoModelForCausalLM
 
-    from lib.checkpoint import DELTA_META, master_dir
-    from lib.delta import decode_delta, encode_delta
+    from lib.checkpoints.checkpoint import DELTA_META, master_dir
+    from lib.checkpoints.delta import decode_delta, encode_delta
 
     parent = write_version(tmp_path / "v0", _model(), tokenizer_dir=tokenizer_dir, meta={}, dtype="bfloat16")
     model = _adamw_steps(AutoModelForCausalLM.from_pretrained(parent, dtype=torch.float32), 3, 1e-4, 2)
@@ -409,8 +409,8 @@ def test_served_versions_stay_plain_hf_folders_and_a_replaced_champion_is_compac
     from transformers import AutoModelForCausalLM
 
     from lib.config import CheckpointConfig
-    from lib.lineage import Lineage
-    from lib.promotion import apply_storage_policy, conclude, rollback
+    from lib.registry.lineage import Lineage
+    from lib.registry.promotion import apply_storage_policy, conclude, rollback
     from lib.workspace import Workspace
 
     ws = Workspace(tmp_path / "ws")

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from cli.main import app
-from lib.buffer import MemoryBuffer, content_hash, read_buffer_files
+from lib.buffer.store import MemoryBuffer, content_hash, read_buffer_files
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -130,7 +130,7 @@ def test_buffer_flush_leaves_a_live_writers_log_alone(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from lib.buffer import MemoryBuffer
+        from lib.buffer.store import MemoryBuffer
         buf = MemoryBuffer(sys.argv[1], flush_size=1000)
         buf.add("held by a live server")
         print("ready", flush=True)
@@ -158,7 +158,7 @@ def test_buffer_ls_shows_rows_and_lineage_status(tmp_path):
         assert cli(ws, "buffer", "add", str(tmp_path / f"{name}.txt")).exit_code == 0
     rows = json.loads(cli(ws, "buffer", "ls", "--json").stdout)
     assert [r["rows"] for r in rows] == [1, 1] and {r["status"] for r in rows} == {"unregistered"}
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
 
     first = ws / "buffers" / rows[0]["file"]
     Lineage(ws / "lineage.duckdb").register_buffer_file(content_hash(first), first, 1, first.stat().st_size)
@@ -189,7 +189,7 @@ def test_corpus_and_demo_commands(tmp_path):
                "--set", "model.num_layers=2", "--set", "training.num_iterations=4")
     assert demo.exit_code == 0, demo.output
     # the whole story ran: v0 bootstrapped, one night gated, the plot written, where to look printed
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
 
     versions = {v["version"]: v for v in Lineage(ws / "lineage.duckdb").versions()}
     assert set(versions) == {"v0", "v1"} and versions["v1"]["parent"] == "v0"

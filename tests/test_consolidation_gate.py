@@ -1,8 +1,8 @@
 """End to end on a real (tiny) model: a harmful consolidation is rejected, a sensible one passes.
 
 A v0 is pre-trained from scratch on standard-library code; then two consolidations of it run the
-real data preparation (`lib.sampling`) and the real trainer (`lib.train`) on new text (installed
-packages' sources), are evaluated with `lib.evaluate` and judged by the gate through lineage:
+real data preparation (`lib.data.sampling`) and the real trainer (`lib.training.train`) on new text (installed
+packages' sources), are evaluated with `lib.evaluation.evaluate` and judged by the gate through lineage:
 - harmful: no replay (new data only, new_data_ratio 0.99), 3× the original LR, many steps;
 - sensible: the seed's replay defaults (new:old 1:9, lr×0.1).
 shared/NOTES.md measured the gap this test relies on: no replay forgets +32.6% on old data,
@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lib.lineage import Lineage, version_digest
-from lib.promotion import gate_version, promote
+from lib.registry.lineage import Lineage, version_digest
+from lib.registry.promotion import gate_version, promote
 
 # Small enough for ~1-2 minutes on 2 cores, large enough that v0 has something to forget.
 TINY = {
@@ -82,9 +82,9 @@ def _cfg(ws, **sections):
 def world(tmp_path_factory):
     """Workspace with the stdlib corpus, a tokenizer, a pre-trained v0 (champion) and tonight's
     curated data from two buffer files registered as pending."""
-    from lib.sampling import prepare_training_data
-    from lib.tokenizer import train_bpe
-    from lib.train import train
+    from lib.data.sampling import prepare_training_data
+    from lib.data.tokenizer import train_bpe
+    from lib.training.train import train
     from lib.workspace import Workspace
 
     ws = Workspace(tmp_path_factory.mktemp("gate") / "ws").ensure()
@@ -120,9 +120,9 @@ def consolidate(ws, lin, curated, run_id: str, **sections) -> str:
     """One night without the orchestrator: prepare, train from the champion, evaluate, record, gate."""
     import shutil
 
-    from lib.evaluate import evaluate_candidate
-    from lib.sampling import default_sources, prepare_training_data
-    from lib.train import train
+    from lib.evaluation.evaluate import evaluate_candidate
+    from lib.data.sampling import default_sources, prepare_training_data
+    from lib.training.train import train
 
     cfg = _cfg(ws, **sections)
     run = ws.run(run_id).ensure()

@@ -8,9 +8,9 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from lib.buffer import SCHEMA, read_buffer_files
+from lib.buffer.store import SCHEMA, read_buffer_files
 from lib.config import load_config
-from lib.corpus import (
+from lib.data.corpus import (
     CORPUS_SCHEMA,
     DEMO_PACKAGES,
     build_demo_buffer,

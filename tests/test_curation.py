@@ -12,13 +12,13 @@ import pytest
 from conftest import stdlib_texts, settled_task_states
 
 pytest_plugins = ["prefect_fixtures"]
-from lib.buffer import MemoryBuffer
+from lib.buffer.store import MemoryBuffer
 from lib.config import load_config
-from lib.curation import commit_index, curate
-from lib.dedup import exact_duplicate_clusters, near_duplicate_clusters
-from lib.fasttext_filters import identify_languages, quality_scores, train_quality_model
-from lib.lineage import Lineage
-from lib.textfilters import Doc, length_filter
+from lib.curation.pipeline import commit_index, curate
+from lib.curation.dedup import exact_duplicate_clusters, near_duplicate_clusters
+from lib.curation.fasttext_filters import identify_languages, quality_scores, train_quality_model
+from lib.registry.lineage import Lineage
+from lib.curation.textfilters import Doc, length_filter
 
 PROSE = [
     f"Note {i}: the consolidation pipeline met a new fact today. The {w} reactor in building {i} runs "
@@ -207,7 +207,7 @@ def test_code_is_kept_and_other_languages_dropped_with_reasons(workspace, caplog
     code rule, German prose still goes, every drop has its reason in stats.json and in the
     shard's dropped list, and the language filter's share above max_drop_share is a warning.
     The same night with the rules of before (no kinds, language ID on whole texts) loses code."""
-    from lib.textfilters import detect_kinds, line_features
+    from lib.curation.textfilters import detect_kinds, line_features
 
     ws = workspace
     sources = stdlib_texts(8, min_chars=2000)
@@ -217,7 +217,7 @@ def test_code_is_kept_and_other_languages_dropped_with_reasons(workspace, caplog
     _add(ws, PROSE[:2] + code + german)
     declared = "# Die Gewichte werden jede Nacht geprüft und gespeichert\nfor step in range(10):\n    weights = load(step)\n"
     pq.write_table(pa.table({"id": ["decl"], "text": [declared], "kind": ["code"]}), ws.buffers / "buffer_z_declared.parquet")
-    with caplog.at_level("WARNING", logger="lib.curation"):
+    with caplog.at_level("WARNING", logger="lib.curation.pipeline"):
         stats = curate(ws, _cfg(ws, "curation.max_drop_share=0.2", "curation.max_chars=100000"), ws.run("n").ensure())
     kept = _kept(ws.run("n"))
     by_kind = {k: [r for r in kept if r["kind"] == k] for k in ("code", "prose")}
@@ -291,10 +291,10 @@ def _night_files(ws):
 def test_a_filter_drop_is_counted_as_dropped_reason(workspace):
     """Each step returns its Stats; a document a filter drops is counted as `dropped_<reason>`
     by the step that dropped it, and the night's stats.json lists it by reason."""
-    from lib.curation import LanguageFilter, curation_steps, shard_count
-    from lib.ingest import pending_buffer_files
-    from lib.steps import Stats, run_steps
-    from lib.textfilters import line_features
+    from lib.curation.pipeline import LanguageFilter, curation_steps, shard_count
+    from lib.buffer.ingest import pending_buffer_files
+    from lib.curation.steps import Stats, run_steps
+    from lib.curation.textfilters import line_features
 
     cfg = _cfg(workspace, "curation.concatenate_short=false", "curation.min_chars=10")
     doc = Doc("g", "Der Speicher des Modells wird jede Nacht in die Gewichte geschrieben und danach geprüft.")
@@ -318,7 +318,7 @@ def test_a_filter_drop_is_counted_as_dropped_reason(workspace):
 
 
 def test_the_same_steps_run_here_and_as_mapped_tasks_keep_the_same_survivors(tmp_path, prefect_client):
-    """lib.curation.curate (the local executor) and the curation flow (the same step list as
+    """lib.curation.pipeline.curate (the local executor) and the curation flow (the same step list as
     mapped Prefect tasks) on the same buffer files, in 2 shards: the same survivors, duplicates,
     drops by reason and registry; the flow's second run is served from the cache."""
     from flows.curation import curate as curate_flow

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from conftest import stdlib_texts
-from lib.dedup import exact_jaccard, near_dedup
-from lib.minhash import MinHasher, estimated_jaccard, normalize_text, optimal_bands, s_curve, shingle_hashes
+from lib.curation.dedup import exact_jaccard, near_dedup
+from lib.curation.minhash import MinHasher, estimated_jaccard, normalize_text, optimal_bands, s_curve, shingle_hashes
 
 
 def _sets(norm):
@@ -60,8 +60,8 @@ def test_compiled_signatures_match_the_shingle_hashes_and_do_not_depend_on_posit
     """The one-pass kernel equals signatures_from_hashes(shingle_hashes(...)) for word and char
     shingles (multi-byte UTF-8, short, empty and whitespace-only documents included); a document
     gets the same signature alone, inside another batch, and across thread chunks."""
-    from lib.dedup import compute_signatures
-    from lib.minhash import MAX_HASH
+    from lib.curation.dedup import compute_signatures
+    from lib.curation.minhash import MAX_HASH
 
     docs = [normalize_text(t) for t in stdlib_texts(12, min_chars=2000)]
     odd = ["", "one", "two words", "naïve café — 東京 über straße ünïcode", "a b c d e", "   "]
@@ -88,7 +88,7 @@ def test_verified_dedup_finds_pairs_at_the_threshold_and_never_below():
     half the time; with verification (candidates banded at 0.6, exact check at 0.8) nearly every one is
     found (18 x 7 bands miss ~1.4% at exactly 0.8) and no pair below 0.8 is joined.
     Without it, recall on these pairs is far lower."""
-    from lib.dedup import candidate_threshold, pair_jaccards
+    from lib.curation.dedup import candidate_threshold, pair_jaccards
 
     rng = np.random.default_rng(7)
     vocab = [f"w{i}" for i in range(5000)]
@@ -118,7 +118,7 @@ def test_verified_dedup_finds_pairs_at_the_threshold_and_never_below():
 
 def test_candidate_pairs_of_big_buckets_stay_linear():
     """Every pair of a small bucket; star + path (connected, linear) for a bucket over max_bucket."""
-    from lib.dedup import candidate_pairs, components_min_index
+    from lib.curation.dedup import candidate_pairs, components_min_index
 
     keys = np.zeros((300, 1), dtype=np.uint64)
     keys[200:, 0] = 7  # buckets of 200 and 100 documents

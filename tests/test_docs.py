@@ -1,6 +1,6 @@
 """The documentation's links hold: every relative link in README.md, docs/ and deployments/README.md
 names a file that exists and, with `#anchor`, a heading of that file; every repository path the docs
-cite in backticks (`lib/train.py`, `flows/consolidate.py:nightly_consolidation`) exists; and the
+cite in backticks (`lib/training/train.py`, `flows/consolidate.py:nightly_consolidation`) exists; and the
 README links every page of docs/.
 
 Anchors are GitHub's: the heading's text, lower case, punctuation dropped, spaces to hyphens, a

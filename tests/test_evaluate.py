@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import stdlib_texts
-from lib.evaluate import (
+from lib.evaluation.evaluate import (
     NEW_HELDOUT, NEW_TRAIN, OLD_VAL, EvalModel, Probe, bits_per_byte, evaluate_pair, read_probes, run_eval_sets, score_probes,
 )
 

@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 
 pytest_plugins = ["prefect_fixtures"]
 
-from lib.lineage import Lineage  # noqa: E402
+from lib.registry.lineage import Lineage  # noqa: E402
 from lib.workspace import Workspace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +95,7 @@ def write_good(folder: Path, texts=GOOD_TEXTS[:3], name: str = "good.parquet") -
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_buffer_add_refuses_a_bad_file_and_imports_the_good_one(tmp_path, kind):
     from cli.main import app
-    from lib.buffer import MemoryBuffer, read_buffer_files
+    from lib.buffer.store import MemoryBuffer, read_buffer_files
 
     bad, good = write_bad(tmp_path / "in", kind), write_good(tmp_path / "in")
     ws = tmp_path / "ws"
@@ -110,8 +110,8 @@ def test_buffer_add_refuses_a_bad_file_and_imports_the_good_one(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_ingest_quarantines_a_bad_file_and_goes_on(workspace, kind):
-    from lib.buffer import content_hash
-    from lib.ingest import ingest
+    from lib.buffer.store import content_hash
+    from lib.buffer.ingest import ingest
 
     bad, good = write_bad(workspace.buffers, kind), write_good(workspace.buffers)
     digest = content_hash(bad)
@@ -129,7 +129,7 @@ def test_ingest_quarantines_a_bad_file_and_goes_on(workspace, kind):
 
 
 def test_curate_flow_quarantines_every_bad_file_and_the_night_goes_on(tmp_path, prefect_harness):
-    from lib.buffer import content_hash
+    from lib.buffer.store import content_hash
     from lib.config import load_config
     from flows.curation import curate
 
@@ -163,7 +163,7 @@ def test_curate_flow_quarantines_every_bad_file_and_the_night_goes_on(tmp_path, 
 
 
 def test_quarantined_names_never_collide(workspace):
-    from lib.ingest import ingest
+    from lib.buffer.ingest import ingest
 
     lin = Lineage(workspace.lineage_db)
     first = write_bad(workspace.buffers, "no-text", "night.parquet")
@@ -184,9 +184,9 @@ def test_quarantined_names_never_collide(workspace):
 def test_a_quarantine_is_recorded_even_when_its_task_died(workspace):
     """A shard task quarantines a file and dies before its registry changes reach lineage (a
     Prefect retry, or a SIGKILL); and a kill can land between the reason file and the move. The
-    next `record-ingest` (lib.ingest.record_quarantine) records both, finishing the move."""
-    from lib.buffer import content_hash
-    from lib.ingest import DeferredRegistry, ingest, record_quarantine
+    next `record-ingest` (lib.buffer.ingest.record_quarantine) records both, finishing the move."""
+    from lib.buffer.store import content_hash
+    from lib.buffer.ingest import DeferredRegistry, ingest, record_quarantine
 
     moved, left = write_bad(workspace.buffers, "no-text"), write_bad(workspace.buffers, "int-source")
     digest_moved, digest_left = content_hash(moved), content_hash(left)
@@ -397,7 +397,7 @@ def _cfg(ws_root: Path, *extra: str):
 @pytest.fixture(scope="module")
 def v0_workspace(tmp_path_factory, prefect_harness) -> Path:
     """A workspace with a 0.3 MB stdlib corpus and a pre-trained tiny v0 (bootstrap flow)."""
-    from lib.corpus import build_stdlib_corpus
+    from lib.data.corpus import build_stdlib_corpus
     from flows.bootstrap import bootstrap
 
     root = tmp_path_factory.mktemp("faults") / "ws"
@@ -488,7 +488,7 @@ def _runs(ws: Workspace) -> list[dict]:
 def check_invariants(ws: Workspace, settled: bool) -> dict:
     """Lineage's promises after any kill. `settled`: a run completed since, so nothing may be
     half done any more."""
-    from lib.checkpoint import is_delta, is_full, read_meta
+    from lib.checkpoints.checkpoint import is_delta, is_full, read_meta
 
     lin = Lineage(ws.lineage_db)
     versions = {v["version"]: v for v in lin.versions()}
@@ -530,7 +530,7 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
     """One night, killed with SIGKILL inside each stage in turn (and stopped with Ctrl-C and with
     SIGTERM mid-training): every next `consolidate run` picks the same night up where it died,
     nobody frees anything, and the lineage invariants hold after every kill."""
-    from lib.buffer import MemoryBuffer, content_hash
+    from lib.buffer.store import MemoryBuffer, content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
     buf = MemoryBuffer(ws.buffers)
@@ -560,7 +560,7 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
     # SIGTERM to the whole process group mid-training, on the command's own ephemeral Prefect
     # server: the night winds down through the API, then server and torchrun are gone
     run = ws.run(night["run_id"])
-    stop_by_signal(ws, signal.SIGTERM, lambda proc: run.metrics.exists(), "lib.train")
+    stop_by_signal(ws, signal.SIGTERM, lambda proc: run.metrics.exists(), "lib.training.train")
     check_invariants(ws, settled=False)
 
     # train: killed while torchrun runs with a snapshot on disk; torchrun snapshots on its own
@@ -641,7 +641,7 @@ def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
     a --no-wait trigger arriving then exits 75 at once, naming it. The first night also stops at
     training.time_limit_s, so the waiter, as the next trigger, resumes it from its snapshot. One
     night: no file curated twice, no version id taken twice, trained in one run folder."""
-    from lib.buffer import MemoryBuffer, content_hash
+    from lib.buffer.store import MemoryBuffer, content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
     pending = MemoryBuffer(ws.buffers).add_file(GOOD_TEXTS, "chat")

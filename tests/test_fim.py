@@ -7,8 +7,8 @@ import pytest
 
 from conftest import stdlib_texts
 from data_fixtures import train_tokenizer
-from lib.fim import fim_rng, fim_tokens, fim_transform, middle_only_mask, split_spans
-from lib.tokenizer import load_tokenizer
+from lib.data.fim import fim_rng, fim_tokens, fim_transform, middle_only_mask, split_spans
+from lib.data.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")

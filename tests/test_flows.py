@@ -50,7 +50,7 @@ def _task_states(flow_run_id) -> dict[str, list[str]]:
 
 @pytest.mark.slow
 def test_bootstrap_flow_pretrains_v0_and_rerun_hits_the_cache(tmp_path, prefect_client):
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
     from flows.bootstrap import bootstrap
 
@@ -86,7 +86,7 @@ def test_bootstrap_flow_pretrains_v0_and_rerun_hits_the_cache(tmp_path, prefect_
 
 
 def test_bootstrap_is_idempotent_with_a_champion(tmp_path, prefect_harness):
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
     from flows.bootstrap import bootstrap
 
@@ -118,7 +118,7 @@ def test_a_night_that_cannot_fit_the_champion_fails_first_with_the_reason(tmp_pa
 
     from flows.consolidate import nightly_consolidation
     from lib.config import load_config
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
     ws = Workspace(tmp_path / "ws").ensure()
@@ -137,8 +137,8 @@ def test_a_night_that_cannot_fit_the_champion_fails_first_with_the_reason(tmp_pa
 def test_dead_nights_are_resumed_or_closed(workspace):
     """Under the night lock every night lineage calls running is dead: the oldest undecided one
     whose parent is still the champion is resumed; one whose champion moved is closed failed."""
-    from lib.runs import claim_version, resumable_night, trained_version
-    from lib.lineage import Lineage
+    from lib.registry.runs import claim_version, resumable_night, trained_version
+    from lib.registry.lineage import Lineage
 
     lin = Lineage(workspace.lineage_db)
     for v in ("v0", "v5"):
@@ -171,7 +171,7 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     """bootstrap → a night that the gate rejects (acquisition rule set out of reach) → the same
     night again: its buffers are still pending, so curation and data preparation are Cached,
     training runs again and a new candidate is recorded."""
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
     from flows.bootstrap import bootstrap
     from flows.consolidate import nightly_consolidation
@@ -179,7 +179,7 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     cfg = _tiny(tmp_path / "ws", "training.num_iterations=4", "eval.max_docs=8", "gate.min_acquisition=10")
     ws = Workspace(cfg.workspace.root)
     assert bootstrap(cfg)["version"] == "v0"
-    from lib.buffer import MemoryBuffer
+    from lib.buffer.store import MemoryBuffer
 
     buf = MemoryBuffer(ws.buffers)  # a second buffer file: curation maps over two shards
     buf.add_many([f"Conversation {i}: the user explained that the {w} valve in hall {i} is checked every "
@@ -197,7 +197,7 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     assert lin.metrics("v1", night["run_id"]) and lin.gate_decisions("v1")
     assert any(b.status == "pending" for b in lin.buffer_files())  # rejected: buffers wait for the next night
     # kept for inspection, stored as a delta against v0 like an accepted version
-    from lib.checkpoint import is_delta, verify
+    from lib.checkpoints.checkpoint import is_delta, verify
 
     assert lin.get_version("v1")["storage"] == "delta" and is_delta(lin.get_version("v1")["path"])
     assert verify(lin.get_version("v1")["path"]) == lin.get_version("v1")["digest"]

@@ -1,4 +1,4 @@
-"""lib.footprint: the estimate's parts against what torch really keeps, and the refusal's message."""
+"""lib.training.footprint: the estimate's parts against what torch really keeps, and the refusal's message."""
 
 import pytest
 import torch
@@ -14,7 +14,7 @@ def _saved_bytes(cfg, batch: int, seq: int, checkpointing: bool = False) -> int:
     model = AutoModelForCausalLM.from_config(cfg).float().train()
     model.config.use_cache = False
     if checkpointing:
-        from lib.model import enable_activation_checkpointing
+        from lib.training.model import enable_activation_checkpointing
 
         enable_activation_checkpointing(model)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -50,7 +50,7 @@ def test_activation_estimate_matches_what_autograd_keeps_per_block(kind):
     """One transformer block's saved activations (3 blocks minus 1 block, so embeddings and
     logits cancel) equal the estimate's per-token formula: exactly for the gated decoders,
     within 5% for GPT-2 (attention dropout on, as its config ships)."""
-    from lib.footprint import activation_elements_per_token, model_shape
+    from lib.training.footprint import activation_elements_per_token, model_shape
 
     make = _configs()[kind]
     batch, seq = 2, 32
@@ -63,7 +63,7 @@ def test_estimate_components_parameters_and_checkpointing():
     from transformers import AutoModelForCausalLM
 
     from lib.config import TrainingConfig
-    from lib.footprint import GiB, estimate_training_memory
+    from lib.training.footprint import GiB, estimate_training_memory
 
     cfg = _configs()["llama"](2)
     tcfg = TrainingConfig(device_batch_size=4, seq_len=64)
@@ -84,7 +84,7 @@ def test_estimate_components_parameters_and_checkpointing():
 
 def test_check_fits_names_the_knobs_only_when_it_does_not_fit():
     from lib.config import TrainingConfig
-    from lib.footprint import check_fits, estimate_training_memory
+    from lib.training.footprint import check_fits, estimate_training_memory
 
     cfg = _configs()["llama"](2)
     tcfg = TrainingConfig(device_batch_size=8, seq_len=64)

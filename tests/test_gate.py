@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lib.config import GateConfig, load_config
-from lib.gate import GateDecision, RegressionGate
+from lib.evaluation.gate import GateDecision, RegressionGate
 
 
 def metrics(old, new=None, heldout=None, em=None):
@@ -93,7 +93,7 @@ def test_decision_round_trips_and_renders_markdown():
 def test_the_gate_artifact_keeps_every_reason_whole():
     """tasks.reporting.gate_markdown (the "gate-decision" artifact): the table holds only the
     numbers; each rule's full reason, however long, is its own line, verbatim."""
-    from lib.gate import RuleResult
+    from lib.evaluation.gate import RuleResult
     from tasks.reporting import gate_markdown
 
     parent = {**metrics(2.0, heldout=3.0, em=0.8), **{f"night:2026-11-{d:02d}": {"bpb": 2.5} for d in range(1, 21)}}

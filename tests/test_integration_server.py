@@ -211,7 +211,7 @@ def _stop(proc, timeout=60) -> float:
 
 def test_deployment_on_a_real_server(server, tmp_path):
     from lib.config import load_config
-    from lib.lineage import Lineage
+    from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
     api, env = server["api"], {**server["env"], "CONSOLIDATION_WORKSPACE": str(tmp_path / "ws")}
@@ -364,7 +364,7 @@ def test_deployment_on_a_real_server(server, tmp_path):
         # Curation alone, as the docs run it: `prefect deployment run curate/curate` with the
         # deployment's own parameters (tiny preset), on a new buffer file and a torn one.
         t1 = time.monotonic()
-        from lib.buffer import MemoryBuffer
+        from lib.buffer.store import MemoryBuffer
 
         known = {b.content_hash for b in Lineage(ws.lineage_db).buffer_files()}
         buf = MemoryBuffer(ws.buffers, flush_size=100)

@@ -16,10 +16,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-import lib.lineage as lineage_mod
-from lib.gate import GateDecision, RegressionGate
-from lib.lineage import Lineage, LineageError, version_digest
-from lib.promotion import conclude, promote, rollback
+import lib.registry.lineage as lineage_mod
+from lib.evaluation.gate import GateDecision, RegressionGate
+from lib.registry.lineage import Lineage, LineageError, version_digest
+from lib.registry.promotion import conclude, promote, rollback
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,7 +154,7 @@ def test_killed_process_mid_transaction_leaves_no_half_version(lin, workspace):
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from lib.lineage import Lineage
+        from lib.registry.lineage import Lineage
         lin = Lineage({str(lin.db_path)!r})
         with lin.transaction() as con:
             con.execute("INSERT INTO versions VALUES ('v1', 'v0', 'p', NULL, 'candidate', 'n1', NULL, now(), '{{}}')")
@@ -269,7 +269,7 @@ NIGHT_SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {tests!r})
-from lib.lineage import Lineage
+from lib.registry.lineage import Lineage
 from lib.workspace import Workspace
 from test_lineage import night
 ws = Workspace({ws!r})
@@ -364,9 +364,9 @@ def test_killed_during_promotion_leaves_no_half_promotion(lin, workspace):
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from lib.gate import GateDecision
-        from lib.lineage import Lineage
-        from lib.promotion import conclude
+        from lib.evaluation.gate import GateDecision
+        from lib.registry.lineage import Lineage
+        from lib.registry.promotion import conclude
 
         def stall(self, hashes, version, con=None):
             print('aliases moved', flush=True)

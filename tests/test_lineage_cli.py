@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from conftest import stdlib_texts
-from lib.lineage import Lineage
+from lib.registry.lineage import Lineage
 from test_lineage import bootstrap, night
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def test_eval_then_gate_on_real_models(workspace, tiny_hf_model):
     shutil.copytree(tiny_hf_model, workspace.checkpoint("v0"))
     lin.start_run("boot", kind="bootstrap")
     lin.record_version("v0", workspace.checkpoint("v0"), run_id="boot")
-    from lib.promotion import promote
+    from lib.registry.promotion import promote
 
     promote(lin, "v0", "base", actor="bootstrap")
     for run_id, version, kwargs in (("n1", "v1", {"texts": new[:8]}), ("n2", "v2", {"scale": 8.0})):

@@ -14,9 +14,9 @@ import torch
 
 from data_fixtures import train_tokenizer, two_sources, write_sources
 from lib.config import SamplingConfig
-from lib.loader import DataError, TrainLoader, validate
-from lib.sampling import prepare_training_data
-from lib.tokenizer import load_tokenizer
+from lib.data.loader import DataError, TrainLoader, validate
+from lib.data.sampling import prepare_training_data
+from lib.data.tokenizer import load_tokenizer
 
 SEQ, B = 64, 4
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import stdlib_texts
 from lib.config import load_config
-from lib.lineage import Lineage
+from lib.registry.lineage import Lineage
 from lib.workspace import Workspace
 
 
@@ -39,8 +39,8 @@ def _register(lin: Lineage, ws: Workspace, version: str, parent: str | None, run
 
 
 def test_accepted_nights_join_the_memory_with_exposures_and_weights(workspace):
-    from lib.memory import RETENTION_PREFIX, forget, remember, replay_weights, retention_sets
-    from lib.promotion import rollback
+    from lib.data.memory import RETENTION_PREFIX, forget, remember, replay_weights, retention_sets
+    from lib.registry.promotion import rollback
 
     ws, lin = workspace, Lineage(workspace.lineage_db)
     _register(lin, ws, "v0", None, "adopt")
@@ -88,10 +88,10 @@ def test_accepted_nights_join_the_memory_with_exposures_and_weights(workspace):
 def test_the_memory_source_replays_without_the_held_out_and_hits_the_token_cache(workspace, tmp_path):
     """A memory file is its night's curated file: tokenized with the night's cut it is the same
     token cache entry, its held-out documents never reach training, and heavier documents come first."""
-    from lib.memory import remember
-    from lib.sampling import default_sources, prepare_training_data
-    from lib.tokenization import heldout_cut
-    from lib.tokenizer import train_bpe
+    from lib.data.memory import remember
+    from lib.data.sampling import default_sources, prepare_training_data
+    from lib.data.tokenization import heldout_cut
+    from lib.data.tokenizer import train_bpe
 
     ws, lin = workspace, Lineage(workspace.lineage_db)
     texts = [t[:1500] for t in stdlib_texts(40)]
@@ -136,7 +136,7 @@ def test_the_memory_source_replays_without_the_held_out_and_hits_the_token_cache
 
 def test_retention_and_cumulative_rules_name_the_night_and_the_figure():
     from lib.config import GateConfig
-    from lib.gate import RegressionGate
+    from lib.evaluation.gate import RegressionGate
 
     gate = RegressionGate(GateConfig(max_memory_forgetting=0.02, max_cumulative_forgetting=0.03))
     parent = {"old_val": {"bpb": 2.0}, "new_heldout": {"bpb": 3.0}, "night:v1": {"bpb": 2.5}, "night:v2": {"bpb": 2.2}}
@@ -158,8 +158,8 @@ def test_retention_and_cumulative_rules_name_the_night_and_the_figure():
 
 def test_self_generated_replay_is_cached_recorded_and_reused(tmp_path):
     from hf_models import build_tiny_model
-    from lib.adopt import adopt
-    from lib.selfreplay import generate_replay, parse_generate
+    from lib.registry.adopt import adopt
+    from lib.data.selfreplay import generate_replay, parse_generate
 
     assert parse_generate("generate:2M") == 2_000_000 and parse_generate("generate:1500") == 1500
     assert parse_generate("corpus/") is None
@@ -182,7 +182,7 @@ def test_self_generated_replay_is_cached_recorded_and_reused(tmp_path):
     other = generate_replay(ws, ws.checkpoint("v0"), "replay", 3000, max_len=64, seed=cfg.sampling.seed + 1)
     assert other["reused"] is False  # other parameters: sampled again
     # the nights replay it: the default mix's corpus is the one recorded with v0
-    from lib.sampling import default_sources
+    from lib.data.sampling import default_sources
 
     assert default_sources(ws, cfg, tmp_path)[0].path == ws.corpus_train("replay")
     shutil.rmtree(ws.root)

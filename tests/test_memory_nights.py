@@ -37,7 +37,7 @@ def _package_texts(name: str, limit: int) -> list[str]:
 
 
 def _buffer(ws, texts: list[str]) -> None:
-    from lib.buffer import MemoryBuffer
+    from lib.buffer.store import MemoryBuffer
 
     buf = MemoryBuffer(ws.buffers)
     buf.add_many(texts)
@@ -48,8 +48,8 @@ def _buffer(ws, texts: list[str]) -> None:
 def test_retention_rejects_a_night_that_damages_night_one_and_the_retry_is_recorded(tmp_path, prefect_harness):
     from flows.bootstrap import bootstrap
     from flows.consolidate import nightly_consolidation
-    from lib.lineage import Lineage
-    from lib.memory import RETENTION_PREFIX
+    from lib.registry.lineage import Lineage
+    from lib.data.memory import RETENTION_PREFIX
     from lib.workspace import Workspace
 
     permissive = ["gate.min_acquisition=0", "gate.max_forgetting=10", "gate.max_cumulative_forgetting=10"]

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from conftest import ROOT, stdlib_texts
-from lib import minhash
-from lib.minhash import MAX_HASH, MinHasher, estimated_jaccard, normalize_text, normalize_texts, shingle_hashes, text_chunks
+from lib.curation import minhash
+from lib.curation.minhash import MAX_HASH, MinHasher, estimated_jaccard, normalize_text, normalize_texts, shingle_hashes, text_chunks
 
 FOX = "the quick brown fox jumps over the lazy dog"
 
@@ -194,7 +194,7 @@ def test_uncachable_kernel_compiles_in_memory(monkeypatch, caplog):
     ns: dict = {}
     exec("def twice(x):\n    return 2 * x\n", ns)  # noqa: S102
     fn = minhash._compiled(types.int64(types.int64))(ns["twice"])
-    with caplog.at_level("WARNING", logger="lib.minhash"):
+    with caplog.at_level("WARNING", logger="lib.curation.minhash"):
         assert fn(21) == 42
     assert minhash._uncached == ["twice"] and "NUMBA_CACHE_DIR" in caplog.text
     with pytest.raises(TypeError, match="No matching definition"):  # one signature, no silent recompilation
@@ -232,7 +232,7 @@ def test_every_kernel_has_one_signature_and_the_install_step_builds_them():
                          "_union_min", "_sort_segments", "_pair_jaccard"}
     assert all(len(k.jit.signatures) == 1 for k in minhash._KERNELS)
     # what `make install` and the worker images run (the kernels are in numba's cache by now)
-    proc = subprocess.run([sys.executable, "-m", "lib.minhash"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "lib.curation.minhash"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "numba kernels ready" in proc.stderr, proc.stderr
 
 

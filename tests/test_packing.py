@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.packing import BestFitPlanner, PackingStats, bos_bestfit_rows, chunk_rows, greedy_rows
+from lib.data.packing import BestFitPlanner, PackingStats, bos_bestfit_rows, chunk_rows, greedy_rows
 
 BOS = 0
 

@@ -1,4 +1,4 @@
-"""lib/preflight.py: the configuration checked against the model before any stage runs."""
+"""lib/training/preflight.py: the configuration checked against the model before any stage runs."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from lib.config import load_config
-from lib.footprint import GiB
-from lib.preflight import CHECKS, PreflightError, ensure_ready, memory_fits, preflight, read_target
+from lib.training.footprint import GiB
+from lib.training.preflight import CHECKS, PreflightError, ensure_ready, memory_fits, preflight, read_target
 
 
 def _champion(tmp_path, max_positions=256, tokenizer=True):

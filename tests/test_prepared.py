@@ -1,4 +1,4 @@
-"""The prepared-data folder (lib/prepared.py): what the data stage writes is what the trainer, the
+"""The prepared-data folder (lib/data/prepared.py): what the data stage writes is what the trainer, the
 loader and the memory open; a folder with a missing or broken file is refused with an error that
 names the folder, the file and what to do."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from data_fixtures import train_tokenizer, two_sources, write_sources
 from lib.config import SamplingConfig
-from lib.loader import TrainLoader, validate
-from lib.prepared import DataError, PreparedData
-from lib.sampling import prepare_training_data
+from lib.data.loader import TrainLoader, validate
+from lib.data.prepared import DataError, PreparedData
+from lib.data.sampling import prepare_training_data
 
 SEQ = 64
 
@@ -81,7 +81,7 @@ def test_a_truncated_data_json_is_refused(prepared, tmp_path):
 
 def test_the_trainer_refuses_a_folder_that_was_not_prepared(tmp_path):
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataError, match=r"empty/data\.json does not exist: .*not a prepared data folder; prepare the data again"):

@@ -15,7 +15,7 @@ def test_ingest_maps_over_buffer_files_on_ray(workspace, prefect_harness):
     from prefect import flow
 
     from flows.runtime import map_over, shard_task_runner
-    from lib.buffer import MemoryBuffer, content_hash
+    from lib.buffer.store import MemoryBuffer, content_hash
     from lib.config import load_config
     from tasks.data import inspect_buffer_file
 
@@ -52,7 +52,7 @@ def test_curation_shards_on_ray_match_threads(tmp_path, prefect_harness):
     import pyarrow.parquet as pq
 
     from flows.curation import curate
-    from lib.buffer import MemoryBuffer
+    from lib.buffer.store import MemoryBuffer
     from lib.config import load_config
     from lib.workspace import Workspace
 

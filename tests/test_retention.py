@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from conftest import stdlib_texts
 from lib.config import load_config
-from lib.lineage import Lineage
-from lib.promotion import gate_version, promote
+from lib.registry.lineage import Lineage
+from lib.registry.promotion import gate_version, promote
 
 runner = CliRunner()
 # the issue's nights ran before the retention rule: night 2 lost 2.18% on night 1's set
@@ -27,7 +27,7 @@ GATE = load_config(preset="tiny", overrides=["gate.max_memory_forgetting=0.05"])
 
 def _night(lin: Lineage, ws, run_id: str, parent: str, before: dict[str, float], after: dict[str, float],
            remember: bool = True) -> tuple[str, str]:
-    """What a night records (lib.evaluate.evaluate_and_record: parent and candidate on the same
+    """What a night records (lib.evaluation.evaluate.evaluate_and_record: parent and candidate on the same
     sets, the root's old_val), then the real gate on those figures; an accepted night joins the
     memory. Returns (version, status)."""
     version = lin.next_version(run_id)
@@ -63,7 +63,7 @@ def nights(workspace):
 
 
 def test_cells_references_and_gain_kept(workspace, nights):
-    from lib.retention import retention_matrix
+    from lib.evaluation.retention import retention_matrix
 
     m = retention_matrix(nights)
     assert m.versions == ["v0", "v1", "v2", "v3"] and m.status["v3"] == "accepted" and m.candidate is None
@@ -106,7 +106,7 @@ def test_cells_references_and_gain_kept(workspace, nights):
 
 
 def test_candidate_row_and_its_own_night(workspace, nights):
-    from lib.retention import retention_matrix
+    from lib.evaluation.retention import retention_matrix
 
     m = retention_matrix(nights, candidate="v4")  # rejected tonight, never remembered
     assert m.versions == ["v0", "v1", "v2", "v3", "v4"] and m.status["v4"] == "rejected"
@@ -124,9 +124,9 @@ def test_candidate_row_and_its_own_night(workspace, nights):
 def test_reference_is_the_retention_set(workspace):
     """What a night measured as new_heldout is what later nights measure as night:<version>: the
     same documents, the same sample; a second buffer source's held-out documents are named."""
-    from lib.evaluate import NEW_HELDOUT, run_eval_sets
-    from lib.memory import remember, retention_sets
-    from lib.retention import _reference_note
+    from lib.evaluation.evaluate import NEW_HELDOUT, run_eval_sets
+    from lib.data.memory import remember, retention_sets
+    from lib.evaluation.retention import _reference_note
 
     texts = [t[:600] for t in stdlib_texts(14)]
     val = workspace.corpus_val("stdlib")
@@ -181,14 +181,14 @@ def test_cli_json_table_and_heat_map(workspace, nights):
 def test_heat_map_png(workspace, nights, tmp_path):
     import matplotlib.image
 
-    from lib.demo_plot import plot_retention
-    from lib.retention import retention_matrix
+    from lib.evaluation.demo_plot import plot_retention
+    from lib.evaluation.retention import retention_matrix
 
     png = plot_retention(retention_matrix(nights, candidate="v4"), tmp_path / "plots" / "retention.png")
     image = matplotlib.image.imread(png)
     assert image.shape[0] > 300 and image.shape[1] > image.shape[0]  # 5 versions × 5 sets, a colour bar beside
     # an empty lineage still draws (a blank grid), so a demo that made no version does not fail here
-    from lib.retention import RetentionMatrix
+    from lib.evaluation.retention import RetentionMatrix
 
     assert plot_retention(RetentionMatrix(), tmp_path / "empty.png").stat().st_size > 0
 

@@ -14,10 +14,10 @@ import pytest
 
 from data_fixtures import package_texts, train_tokenizer, two_sources, write_parquet, write_sources
 from lib.config import SamplingConfig, SourceConfig, load_config
-from lib.manifest import source_probabilities, temperature_at
-from lib.sampling import NEW_SOURCE, default_sources, prepare_training_data
-from lib.shards import read_shard
-from lib.tokenizer import load_tokenizer
+from lib.data.manifest import source_probabilities, temperature_at
+from lib.data.sampling import NEW_SOURCE, default_sources, prepare_training_data
+from lib.data.shards import read_shard
+from lib.data.tokenizer import load_tokenizer
 
 SEQ = 128
 
@@ -60,7 +60,7 @@ def test_manifest_mixes_sources_at_the_token_ratio(env, base):
 
 
 def test_same_inputs_give_a_byte_identical_manifest(env, base, monkeypatch):
-    monkeypatch.setattr("lib.tokenization.MIN_PARALLEL_BYTES", 0)  # really start 2 processes on small inputs
+    monkeypatch.setattr("lib.data.tokenization.MIN_PARALLEL_BYTES", 0)  # really start 2 processes on small inputs
     again = _prepare(env, "again", workers=2)  # two processes must not change anything either
     first = (env["root"] / "base" / "manifest.parquet").read_bytes()
     assert (env["root"] / "again" / "manifest.parquet").read_bytes() == first
@@ -68,7 +68,7 @@ def test_same_inputs_give_a_byte_identical_manifest(env, base, monkeypatch):
     # from a thread (as under a Prefect task runner) the workers are spawned, not forked
     import threading
 
-    from lib.tokenization import pool_context
+    from lib.data.tokenization import pool_context
 
     seen = {}
 
@@ -259,7 +259,7 @@ def test_bad_inputs_name_the_file(env, tmp_path):
 def test_heldout_split_is_independent_of_other_id_hash_splits():
     import xxhash
 
-    from lib.tokenization import is_heldout
+    from lib.data.tokenization import is_heldout
 
     # ids that an unsalted xxh64 split (the corpus's 5% validation split) puts below 5%
     low = [f"doc-{i}" for i in range(20_000) if xxhash.xxh64_intdigest(f"doc-{i}".encode()) < 0.05 * 2**64]
@@ -311,8 +311,8 @@ def test_files_tokenized_one_by_one_into_the_cache_give_the_same_manifest(env, b
     prepare_training_data only links shards, and the manifest is byte-identical."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from lib.tokenization import tokenize_tasks, tokenize_to_cache
-    from lib.tokenizer import load_tokenizer
+    from lib.data.tokenization import tokenize_tasks, tokenize_to_cache
+    from lib.data.tokenizer import load_tokenizer
 
     cache = tmp_path / "cache"
     cfg = SamplingConfig(heldout_fraction=0.2, fim_rate_code=0.0)
@@ -332,14 +332,14 @@ def test_files_tokenized_one_by_one_into_the_cache_give_the_same_manifest(env, b
 def _ids_with_hashes(n: int, *, at_least: float) -> list[str]:
     """n ids whose salted held-out hash is at or above `at_least` of the range: the fraction
     below it holds none of them out."""
-    from lib.tokenization import _heldout_hash
+    from lib.data.tokenization import _heldout_hash
 
     return list(itertools.islice((i for i in (f"night/{k}" for k in itertools.count())
                                   if _heldout_hash(i) >= at_least * 2**64), n))
 
 
 def test_heldout_cut_keeps_a_minimum_when_the_night_has_twice_as_many():
-    from lib.tokenization import _heldout_hash, heldout_cut
+    from lib.data.tokenization import _heldout_hash, heldout_cut
 
     def held(ids, cut):
         return sorted({i for i in ids if _heldout_hash(i) < cut})

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from lib.config import load_config
-from lib.schedule import lr_at, lr_multiplier, peak_lr
+from lib.training.schedule import lr_at, lr_multiplier, peak_lr
 
 
 def curve(n, **kw):

@@ -15,10 +15,10 @@ import openai
 import pyarrow.parquet as pq
 import pytest
 
-from lib.checkpoint import compact
+from lib.checkpoints.checkpoint import compact
 from lib.config import load_config
-from lib.lineage import Lineage, now, to_json
-from lib.serve import BackgroundServer, create_app
+from lib.registry.lineage import Lineage, now, to_json
+from lib.serving.serve import BackgroundServer, create_app
 
 
 @pytest.fixture(autouse=True)
@@ -397,7 +397,7 @@ def test_broken_promotion_keeps_serving_the_old_champion(two_versions):
 
 
 def test_champion_reads_lineage_only_when_the_registry_changed(two_versions):
-    from lib.generate import Champion
+    from lib.serving.generate import Champion
 
     ws = two_versions
     lineage = Lineage(ws.lineage_db)
@@ -499,7 +499,7 @@ def test_plain_capture_format_keeps_the_transcript(workspace):
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
 def test_every_family_serves_completions_after_its_document_start(workspace, kind):
     """BOS or none, pad or none, vocabulary over 65,535: plain completions and chats answer."""
-    from lib.generate import prompt_prefix_ids
+    from lib.serving.generate import prompt_prefix_ids
 
     folder = adopt(workspace, kind, dtype="bfloat16")
     tok = tokenizer_of(folder)

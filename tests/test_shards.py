@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from lib.shards import ShardError, read_shard, read_shard_meta, write_shard
+from lib.data.shards import ShardError, read_shard, read_shard_meta, write_shard
 
 DOCS = [[5, 6, 7], [], [1], [9, 8, 7, 6, 5, 4]]
 

@@ -16,7 +16,7 @@ import pytest
 
 pytest_plugins = ["prefect_fixtures"]
 
-from lib.supervised_process import run_supervised  # noqa: E402
+from lib.training.supervised_process import run_supervised  # noqa: E402
 
 
 def _alive(pid: int) -> bool:
@@ -71,7 +71,7 @@ def test_child_dies_when_its_supervisor_is_killed(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-        from lib.supervised_process import run_supervised
+        from lib.training.supervised_process import run_supervised
         run_supervised([sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(300)"],
                        on_line=lambda l: print(l, flush=True))
     """))
@@ -95,18 +95,18 @@ def test_stage_key_depends_on_content_and_config_not_names(tmp_path):
     a = _parquet(tmp_path / "a.parquet", ["one", "two"])
     b = tmp_path / "renamed.parquet"
     b.write_bytes(a.read_bytes())
-    k1 = stage_key("curate", [a], {"threshold": 0.8}, ["lib.buffer"])
-    assert stage_key("curate", [b], {"threshold": 0.8}, ["lib.buffer"]) == k1  # same bytes, other name
-    assert stage_key("curate", [a], {"threshold": 0.7}, ["lib.buffer"]) != k1  # config changed
+    k1 = stage_key("curate", [a], {"threshold": 0.8}, ["lib.buffer.store"])
+    assert stage_key("curate", [b], {"threshold": 0.8}, ["lib.buffer.store"]) == k1  # same bytes, other name
+    assert stage_key("curate", [a], {"threshold": 0.7}, ["lib.buffer.store"]) != k1  # config changed
     c = _parquet(tmp_path / "c.parquet", ["one", "three"])
-    assert stage_key("curate", [c], {"threshold": 0.8}, ["lib.buffer"]) != k1  # content changed
-    assert stage_key("curate", [a], {"threshold": 0.8}, ["lib.sampling"]) != k1  # other code
+    assert stage_key("curate", [c], {"threshold": 0.8}, ["lib.buffer.store"]) != k1  # content changed
+    assert stage_key("curate", [a], {"threshold": 0.8}, ["lib.data.sampling"]) != k1  # other code
 
 
 # -- tasks as plain functions (CI use) -------------------------------------------------------
 def test_ingest_tasks_run_outside_a_flow(workspace):
-    from lib.buffer import MemoryBuffer, content_hash
-    from lib.lineage import Lineage
+    from lib.buffer.store import MemoryBuffer, content_hash
+    from lib.registry.lineage import Lineage
     from tasks.data import find_buffer_files, inspect_buffer_file, select_pending
 
     buf = MemoryBuffer(workspace.buffers, flush_size=10)
@@ -165,8 +165,8 @@ def test_training_task_stops_at_the_time_limit_and_resumes(tmp_path):
     it stops with a snapshot (TrainingStopped says resume), and resume=True finishes the version."""
     from conftest import stdlib_texts
     from lib.config import SourceConfig, load_config
-    from lib.sampling import prepare_training_data
-    from lib.tokenizer import train_bpe
+    from lib.data.sampling import prepare_training_data
+    from lib.data.tokenizer import train_bpe
     from tasks.training import TrainingStopped, train_checkpoint
 
     texts = stdlib_texts(40)

@@ -7,8 +7,8 @@ import sysconfig
 from pathlib import Path
 
 from conftest import stdlib_texts
-from lib.fasttext_filters import identify_languages, identify_paragraph_languages
-from lib.textfilters import Doc, code_rule, declared_kind, detect_kinds, length_filter, line_features
+from lib.curation.fasttext_filters import identify_languages, identify_paragraph_languages
+from lib.curation.textfilters import Doc, code_rule, declared_kind, detect_kinds, length_filter, line_features
 
 IDLE_DOCS = sorted((Path(sysconfig.get_paths()["stdlib"]) / "idlelib").glob("*.txt"))  # README, NEWS, HISTORY, ...
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import stdlib_texts
 from data_fixtures import train_tokenizer
-from lib.tokenizer import SPECIAL_TOKENS, TokenizerError, load_tokenizer, train_bpe
+from lib.data.tokenizer import SPECIAL_TOKENS, TokenizerError, load_tokenizer, train_bpe
 
 
 @pytest.fixture(scope="module")

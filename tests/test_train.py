@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from train_fixtures import ROOT, prepare, train_cmd, write_config  # noqa: E402
 
 from lib.files import file_hash  # noqa: E402
-from lib.checkpoint import MODEL_FILE, read_meta  # noqa: E402
+from lib.checkpoints.checkpoint import MODEL_FILE, read_meta  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def prepared(tmp_path_factory):
 def v0(prepared):
     """v0 pre-trained from scratch in this process (12 steps), optimizer state kept for inheritance."""
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     cfg = load_config(prepared["config"], overrides=["training.optimizer_state=inherit"])
     out = prepared["root"] / "v0"
@@ -71,7 +71,7 @@ def test_v0_is_a_hf_version_with_meta_and_metrics(prepared, v0):
 
 def test_consolidation_inherits_optimizer_and_scales_lr(prepared, v0, tmp_path):
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     cfg = load_config(prepared["config"], overrides=["training.optimizer_state=inherit", "training.num_iterations=3"])
     out = tmp_path / "v1"
@@ -90,9 +90,9 @@ def test_inheriting_from_a_version_whose_optimizer_state_was_pruned_starts_fresh
     from one with optimizer_state=inherit then starts AdamW fresh and says so in meta.json."""
     import shutil
 
-    from lib.checkpoint import drop_optimizer_state
+    from lib.checkpoints.checkpoint import drop_optimizer_state
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     parent = tmp_path / "v0"
     shutil.copytree(v0, parent)
@@ -107,8 +107,8 @@ def test_inheriting_from_a_version_whose_optimizer_state_was_pruned_starts_fresh
 def test_tokenizer_mismatch_and_bad_batch_are_refused(prepared, v0, tmp_path):
     from conftest import stdlib_texts
     from lib.config import load_config
-    from lib.tokenizer import train_bpe
-    from lib.train import steps_accumulation, train
+    from lib.data.tokenizer import train_bpe
+    from lib.training.train import steps_accumulation, train
 
     other = train_bpe(stdlib_texts(20), 300, tmp_path / "other-tok")
     cfg = load_config(prepared["config"])
@@ -187,11 +187,11 @@ def test_sigkill_then_resume_is_bit_identical_and_sigterm_snapshots(prepared, v0
 
 
 def test_torchrun_command_lines():
-    from lib.distributed import torchrun_command
+    from lib.training.distributed import torchrun_command
 
     cmd = torchrun_command("c.yaml", "run", "out", parent="ckpt/v3", resume=True, nproc_per_node=2)
     assert cmd[:4] == [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
-    assert "--standalone" in cmd and cmd[cmd.index("-m", 3) + 1] == "lib.train"
+    assert "--standalone" in cmd and cmd[cmd.index("-m", 3) + 1] == "lib.training.train"
     assert cmd[-3:] == ["--parent", "ckpt/v3", "--resume"]
     multi = torchrun_command("c.yaml", "run", "out", init=True, nnodes=2, node_rank=1, rdzv_endpoint="head:29500")
     assert "--standalone" not in multi and "--nnodes=2" in multi and "--rdzv-endpoint=head:29500" in multi
@@ -205,7 +205,7 @@ def test_torchrun_command_lines():
 def _snapshot(folder, step, model, world_size=1):
     import torch
 
-    from lib import snapshot as snap
+    from lib.training import snapshot as snap
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     snap.begin(folder, step)
@@ -219,9 +219,9 @@ def _snapshot(folder, step, model, world_size=1):
 def test_partial_or_corrupt_snapshots_are_skipped_with_a_log_line(tmp_path, caplog):
     import logging
 
-    from lib import snapshot as snap
+    from lib.training import snapshot as snap
     from lib.config import ModelConfig
-    from lib.model import build_model
+    from lib.training.model import build_model
 
     model = build_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=16), 64)
     folder = tmp_path / "snaps"
@@ -233,7 +233,7 @@ def test_partial_or_corrupt_snapshots_are_skipped_with_a_log_line(tmp_path, capl
     raw[-5] ^= 0x01                                       # one flipped bit in the weights
     (corrupt / "model.safetensors").write_bytes(bytes(raw))
     (folder / ".step-00000016.tmp").mkdir()               # killed mid-write
-    with caplog.at_level(logging.WARNING, logger="lib.snapshot"):
+    with caplog.at_level(logging.WARNING, logger="lib.training.snapshot"):
         assert snap.latest_complete(folder) == good
     text = caplog.text
     assert "step-00000012" in text and "no completion marker" in text
@@ -249,9 +249,9 @@ def test_partial_or_corrupt_snapshots_are_skipped_with_a_log_line(tmp_path, capl
 
 
 def test_resume_with_another_world_size_is_refused(tmp_path):
-    from lib import snapshot as snap
+    from lib.training import snapshot as snap
     from lib.config import ModelConfig
-    from lib.model import build_model
+    from lib.training.model import build_model
 
     model = build_model(ModelConfig(hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=16), 64)
     path = _snapshot(tmp_path, 4, model, world_size=2)
@@ -266,7 +266,7 @@ def test_rng_states_round_trip():
     import numpy as np
     import torch
 
-    from lib import snapshot as snap
+    from lib.training import snapshot as snap
 
     plain, tensors = snap.rng_state()
     plain = json.loads(json.dumps(plain))  # it goes through JSON in the snapshot
@@ -277,7 +277,7 @@ def test_rng_states_round_trip():
 
 def test_time_limit_stops_with_a_snapshot_and_resume_finishes(prepared, v0, tmp_path):
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     cfg = load_config(prepared["config"], overrides=["training.num_iterations=5", "training.time_limit_s=0.001"])
     out, tdir = tmp_path / "v1", tmp_path / "t"
@@ -295,7 +295,7 @@ def test_build_model_is_seeded_and_leaves_the_global_rng_alone():
     import torch
 
     from lib.config import ModelConfig
-    from lib.model import build_model, count_parameters, intermediate_size
+    from lib.training.model import build_model, count_parameters, intermediate_size
 
     mc = ModelConfig(hidden_size=64, num_layers=2, num_heads=4, max_position_embeddings=64)
     assert intermediate_size(mc) == 192  # 8/3 × 64 = 170 → next multiple of 64
@@ -316,9 +316,9 @@ def test_build_model_is_seeded_and_leaves_the_global_rng_alone():
 def test_consolidation_from_a_delta_stored_parent(prepared, v0, tmp_path):
     import shutil
 
-    from lib.checkpoint import compact, is_delta
+    from lib.checkpoints.checkpoint import compact, is_delta
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     cfg = load_config(prepared["config"], overrides=["training.num_iterations=2"])
     v1 = train(cfg, prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t1", meta={"version": "v1"})["out"]
@@ -338,7 +338,7 @@ def test_a_bf16_parent_gives_a_bf16_child_trained_on_fp32_weights(prepared, v0, 
     from safetensors import safe_open
 
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     cfg = load_config(prepared["config"], overrides=["training.num_iterations=2", "checkpoints.dtype=bfloat16"])
     v1 = train(cfg, prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t1", meta={"version": "v1"})["out"]
@@ -360,7 +360,7 @@ def test_a_parent_without_original_lr_is_refused_with_what_it_is_and_how_to_set_
     import shutil
 
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     parent = shutil.copytree(v0, tmp_path / "v0")
     meta = json.loads((parent / "meta.json").read_text())
@@ -392,7 +392,7 @@ def test_a_run_that_cannot_fit_is_refused_before_training_with_the_numbers_and_t
     needs hundreds of GiB of activations, so the run stops with the estimate per component and
     what to turn (device_batch_size, activation_checkpointing, seq_len, sharding)."""
     from lib.config import load_config
-    from lib.train import InsufficientMemory, train
+    from lib.training.train import InsufficientMemory, train
 
     big = 1 << 20
     cfg = load_config(prepared["config"], overrides=[f"training.device_batch_size={big}", f"training.total_batch_size={big * 64}"])
@@ -419,7 +419,7 @@ def test_activation_checkpointing_gives_the_same_loss_curve(prepared, v0, tmp_pa
     import torch
 
     from lib.config import load_config
-    from lib.train import train
+    from lib.training.train import train
 
     curves, weights = {}, {}
     for ac in (False, True):

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from train_fixtures import prepare, write_config  # noqa: E402
 
 from lib.files import file_hash  # noqa: E402
-from lib.checkpoint import (  # noqa: E402
+from lib.checkpoints.checkpoint import (  # noqa: E402
     MATERIALIZED, MODEL_FILE, copy_tokenizer_files, is_delta, materialize, read_meta, store_version,
 )
 
@@ -34,7 +34,7 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, *, dtype=tor
     files and, unless original_lr is None, a meta.json recording it (as `consolidate init` does)."""
     from transformers import AutoModelForCausalLM, GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config
 
-    from lib.tokenizer import load_tokenizer
+    from lib.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tokenizer_dir)
     ids = {"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id, "pad_token_id": tok.pad_id}
@@ -93,7 +93,7 @@ def _state(folder: Path) -> dict:
 def test_a_bf16_model_is_consolidated_stored_as_an_exact_delta_and_continued_from_its_master(prepared, tmp_path, kind):
     from transformers import AutoModelForCausalLM
 
-    from lib.train import train
+    from lib.training.train import train
 
     v0 = build_tiny_model(kind, tmp_path / "v0", prepared["tokenizer"])
     v1 = Path(train(_cfg(prepared), prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t1",
@@ -146,7 +146,7 @@ def test_more_families_train_from_bf16_and_load_as_themselves(prepared, tmp_path
     family, the dtype and the tied weights, and moves the loss."""
     from transformers import AutoModelForCausalLM
 
-    from lib.train import train
+    from lib.training.train import train
 
     v0 = build_tiny_model(kind, tmp_path / "v0", prepared["tokenizer"])
     out = train(_cfg(prepared), prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t1", meta={"version": "v1"})
@@ -169,7 +169,7 @@ def test_an_interrupted_night_resumes_to_the_same_bytes(prepared, tmp_path, kind
     """Snapshot and resume on each architecture (tied GPT-2 embeddings, Qwen2 biases): stopped
     after its first step and resumed, the run writes the same bf16 weights (same stochastic
     rounding draws) and the same master weights as a run that was not interrupted."""
-    from lib.train import train
+    from lib.training.train import train
 
     v0 = build_tiny_model(kind, tmp_path / "v0", prepared["tokenizer"], seed=1)
     ref = train(_cfg(prepared), prepared["data"], tmp_path / "ref", parent=v0, train_dir=tmp_path / "t-ref", meta={"version": "v1"})

@@ -25,7 +25,7 @@ def test_two_processes_match_one_process_with_double_accumulation(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from lib.distributed import torchrun_command
+    from lib.training.distributed import torchrun_command
 
     paths = prepare(tmp_path)
     # 512 tokens per step = 4 rows × 64 tokens × (2 ranks × 1 micro-batch | 1 rank × 2 micro-batches)

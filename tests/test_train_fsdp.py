@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from train_fixtures import ROOT, prepare, train_cmd, write_config  # noqa: E402
 
-from lib.checkpoint import MODEL_FILE  # noqa: E402
+from lib.checkpoints.checkpoint import MODEL_FILE  # noqa: E402
 
 PORTS = iter(range(29610, 29640))  # rendezvous ports of this module (loopback)
 
@@ -29,7 +29,7 @@ def _losses(train_dir: Path) -> list[float]:
 
 
 def _torchrun(cfg, data, out, train_dir, tokenizer, **kw) -> list[str]:
-    from lib.distributed import torchrun_command
+    from lib.training.distributed import torchrun_command
 
     return torchrun_command(cfg, data, out, init=True, nproc_per_node=kw.pop("nproc", 2), tokenizer=tokenizer,
                             train_dir=train_dir, **kw)
@@ -177,7 +177,7 @@ def test_gathered_version_is_a_hf_folder_equal_to_the_sharded_weights(tmp_path):
 
 def test_torchrun_command_multi_node_and_config_errors():
     from lib.config import ConfigError, load_config
-    from lib.distributed import torchrun_command
+    from lib.training.distributed import torchrun_command
 
     node1 = torchrun_command("c.yaml", "run", "out", init=True, nproc_per_node=8, nnodes=4, node_rank=1,
                              rdzv_endpoint="10.0.0.5:29500", rdzv_id="night-7")
@@ -207,7 +207,7 @@ def test_memory_estimate_shards_state_and_says_when_fsdp_is_needed():
     from transformers import LlamaConfig
 
     from lib.config import load_config
-    from lib.footprint import GiB, check_fits, estimate_training_memory
+    from lib.training.footprint import GiB, check_fits, estimate_training_memory
 
     hf = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                      num_attention_heads=32, max_position_embeddings=4096)
@@ -266,8 +266,8 @@ def test_fsdp_consolidation_inherits_the_parents_optimizer_state(fsdp_runs, tmp_
     """From the one-process v0 (bf16-free fp32, optimizer.pt kept): 3 steps with fsdp over 2 ranks
     and optimizer_state=inherit follow the loss curve of the same consolidation in one process."""
     from lib.config import load_config
-    from lib.distributed import torchrun_command
-    from lib.train import train
+    from lib.training.distributed import torchrun_command
+    from lib.training.train import train
 
     paths, root = fsdp_runs, fsdp_runs["root"]
     over = ["training.optimizer_state=inherit", "training.num_iterations=3"]

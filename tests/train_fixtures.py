@@ -49,8 +49,8 @@ def prepare(root: Path, *, token_budget: int = 40_000, seq_len: int = 64, vocab_
     """tokenizer/, old/, new/ sources and data/ (prepared) under `root`; with `tokenizer`, that
     one instead of a new one, and `seed` draws another manifest (another night's mix)."""
     from lib.config import SamplingConfig, SourceConfig
-    from lib.sampling import prepare_training_data
-    from lib.tokenizer import train_bpe
+    from lib.data.sampling import prepare_training_data
+    from lib.data.tokenizer import train_bpe
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     old_docs = _texts(sorted(stdlib.glob("*.py")), 60)
@@ -79,4 +79,4 @@ def write_config(path: Path, **sections) -> Path:
 
 
 def train_cmd(config: Path, data: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "lib.train", "--config", str(config), "--data", str(data), "--out", str(out), *extra]
+    return [sys.executable, "-m", "lib.training.train", "--config", str(config), "--data", str(data), "--out", str(out), *extra]
