@@ -26,10 +26,11 @@ $(VENV)/.installed-test: $(VENV)/.installed
 		echo "warning: could not install docker-compose; tests/test_docker.py will say so"
 	touch $@
 
-# numba compiles the curation kernels (lib/curation/minhash.py, lib/curation/dedup.py) once per installation, ~20 s
-# on 2 cores, into __pycache__ beside them: no night's first call pays it. Again when they change.
-$(VENV)/.kernels: $(VENV)/.installed lib/curation/minhash.py lib/curation/dedup.py
-	$(PY) -m lib.curation.minhash
+# numba compiles the curation kernels (the modules below) once per installation, ~20 s on 2 cores,
+# into __pycache__ beside them: no night's first call pays it. Again when one of them changes.
+KERNEL_SOURCES := $(addprefix lib/curation/,kernels.py text.py minhash.py dedup.py precompile.py)
+$(VENV)/.kernels: $(VENV)/.installed $(KERNEL_SOURCES)
+	$(PY) -m lib.curation.precompile
 	touch $@
 
 install: $(VENV)/.installed $(VENV)/.kernels

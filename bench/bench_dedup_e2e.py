@@ -21,7 +21,7 @@ connected components, the smallest index survives.
   the load average is printed with the figures. The ratio is datasketch's time over ours.
 - First call: fresh processes (`--fresh`) import lib.curation.dedup and time their first call and then
   the steady state on the same documents: once with the numba cache as installed (`make
-  install` ran `python -m lib.curation.minhash`), once with an empty NUMBA_CACHE_DIR (what every process
+  install` ran `python -m lib.curation.precompile`), once with an empty NUMBA_CACHE_DIR (what every process
   of a checkout without the warm-up, and every fresh container, paid before).
 
     .venv/bin/python bench/bench_dedup_e2e.py [--docs 4000] [--synthetic 20000] [--rounds 3] [--workers 2] [--stages]
@@ -65,7 +65,7 @@ def datasketch_clusters(texts: list[str], bands: int, rows: int) -> np.ndarray:
     from datasketch import MinHash, MinHashLSH
 
     from lib.curation.dedup import components_min_index
-    from lib.curation.minhash import normalize_text
+    from lib.curation.text import normalize_text
 
     shingles = []
     for text in texts:
@@ -94,7 +94,7 @@ def truth(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     from bench_dedup_quality import ShingleSets
 
     from lib.curation.dedup import components_min_index
-    from lib.curation.minhash import normalize_text
+    from lib.curation.text import normalize_text
 
     sets = ShingleSets([normalize_text(t) for t in texts], NGRAM)
     u, v, _, _ = sets.pairs_at_least(THRESHOLD)
@@ -187,16 +187,16 @@ def compare(kind: str, texts: list[str], rounds: int, workers: int) -> None:
 def stages(kind: str, texts: list[str], rounds: int) -> None:
     """Where one thread's time goes: each stage of `near_duplicate_clusters` timed on its own,
     best of `rounds` (the stages' sum is close to the end-to-end time above)."""
-    from lib.curation import dedup, minhash
+    from lib.curation import dedup, minhash, text
 
-    prep = minhash.prepare_texts(texts)
+    prep = text.prepare_texts(texts)
     sig = dedup.compute_signatures(prep, NUM_PERM, NGRAM, "word", 1, 1)
     bands, rows = dedup.lsh_params(dedup.candidate_threshold(THRESHOLD), NUM_PERM)
     keys = dedup.band_keys(sig, bands, rows)
     u, v = dedup.candidate_pairs(keys, all_pairs=True)
     offsets = np.zeros(len(prep) + 1, np.int64)
     steps = {
-        "prepare the texts (UTF-8, Unicode check, NFKC + lower where needed)": lambda: minhash.prepare_texts(texts),
+        "prepare the texts (UTF-8, Unicode check, NFKC + lower where needed)": lambda: text.prepare_texts(texts),
         "signatures (shingling + 128-permutation minima)": lambda: dedup.compute_signatures(prep, NUM_PERM, NGRAM, "word", 1, 1),
         "  of which shingling alone (shingle_hashes)": lambda: minhash._shingle_kernel(
             prep.buf, prep.starts, prep.ends, NGRAM, False, prep.nbytes // 2 + len(prep), offsets),

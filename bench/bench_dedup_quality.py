@@ -48,8 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lib.curation.dedup import candidate_threshold, components_min_index, lsh_params, near_dedup  # noqa: E402
 from lib.curation.minhash import (  # noqa: E402
-    MinHasher, band_keys, estimated_jaccard, normalize_text, optimal_bands, s_curve, shingle_hashes,
+    MinHasher, band_keys, estimated_jaccard, optimal_bands, s_curve, shingle_hashes,
 )
+from lib.curation.text import normalize_text
 
 EXTS = (".py", ".txt", ".rst", ".md")
 

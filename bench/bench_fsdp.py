@@ -5,7 +5,7 @@ Setup (once): the ~100 M-parameter Llama of bench_train_overhead.py (`--width` 7
 original_lr) and data prepared from the standard library.
 
 Each variant is a real `torchrun --standalone --nproc-per-node 2` (gloo) of this script's child,
-which runs the product's own code: `lib.training.train.set_up` (model loaded, then DDP or FSDP2 per block
+which runs the product's own code: `lib.training.setup.set_up` (model loaded, then DDP or FSDP2 per block
 and root, AdamW) and `lib.training.train.train_step` for `--steps` optimizer steps of `--accum`
 micro-batches. Each rank reports:
   - bytes of the parameters, gradients and AdamW state it holds (the local shard with FSDP),
@@ -65,7 +65,8 @@ def child(args) -> None:
     from lib.config import load_config
     from lib.training.distributed import Dist
     from lib.data.prepared import PreparedData
-    from lib.training.train import default_loader, set_up, train_step
+    from lib.training.setup import default_loader, set_up
+    from lib.training.train import train_step
 
     torch.set_num_threads(args.threads)
     cfg = load_config(args.config, overrides=[f"training.parallelism={args.parallelism}"])

@@ -239,7 +239,7 @@ def eval_sets(base: Path, ws_root: Path, args) -> dict[str, list[str]]:
     the same texts, so the eval cache hits): old_val of the stdlib corpus (in the v0 workspace
     `base`), night 1's trained-on documents and each night's held-out documents (of `ws_root`: the
     same in every workspace, main() checks), the control package."""
-    from lib.evaluation.evaluate import OLD_VAL, _parquet_texts, _sample, run_eval_sets
+    from lib.evaluation.sets import OLD_VAL, parquet_texts, fixed_sample, run_eval_sets
     from lib.workspace import Workspace
 
     cfg = config(ws_root, args)
@@ -247,10 +247,10 @@ def eval_sets(base: Path, ws_root: Path, args) -> dict[str, list[str]]:
     ws = Workspace(ws_root)
     sets = {"old_val": run_eval_sets(Workspace(base), "stdlib", None, mx, mb)[OLD_VAL]}
     for k in range(1, len(NIGHT_PACKAGES) + 1):
-        heldout = _parquet_texts([ws.memory / f"v{k}" / "heldout.parquet"])
+        heldout = parquet_texts([ws.memory / f"v{k}" / "heldout.parquet"])
         if k == 1:
-            sets["n1_train"] = _sample(_parquet_texts((ws.memory / "v1" / "train").glob("*.parquet"), {i for i, _ in heldout}), mx, mb)
-        sets[f"n{k}_heldout"] = _sample(heldout, mx, mb)
+            sets["n1_train"] = fixed_sample(parquet_texts((ws.memory / "v1" / "train").glob("*.parquet"), {i for i, _ in heldout}), mx, mb)
+        sets[f"n{k}_heldout"] = fixed_sample(heldout, mx, mb)
     sets["control"] = package_texts(CONTROL_PACKAGE, args.night_kb * 1000)
     return sets
 

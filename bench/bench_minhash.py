@@ -22,7 +22,8 @@ from pathlib import Path
 
 from datasketch import MinHash
 
-from lib.curation.minhash import MinHasher, normalize_text
+from lib.curation.minhash import MinHasher
+from lib.curation.text import normalize_text
 
 
 def stdlib_docs(limit: int) -> list[str]:

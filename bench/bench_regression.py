@@ -256,9 +256,9 @@ def check_side(side: Side) -> None:
                          f"as new data (a light venv whose packages live elsewhere?): pass --python with the interpreter of "
                          f"the environment that holds them (e.g. /work/main/.venv/bin/python)")
     t = time.perf_counter()
-    warm = side.run([PY, "-m", "lib.curation.minhash"], 600)
+    warm = side.run([PY, "-m", "lib.curation.precompile"], 600)
     if warm.returncode:
-        raise SystemExit(f"{side.name}: python -m lib.curation.minhash failed:\n{warm.stderr[-2000:]}")
+        raise SystemExit(f"{side.name}: python -m lib.curation.precompile failed:\n{warm.stderr[-2000:]}")
     print(f"  {side.name}: {side.label}; numba kernels ready in {time.perf_counter() - t:.1f} s")
 
 

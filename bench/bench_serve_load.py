@@ -28,7 +28,8 @@ import httpx  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from lib.config import load_config  # noqa: E402
-from lib.registry.lineage import Lineage, now, to_json  # noqa: E402
+from lib.registry.lineage import Lineage  # noqa: E402
+from lib.registry.records import now, to_json
 from lib.serving.serve import BackgroundServer, create_app  # noqa: E402
 from lib.workspace import Workspace  # noqa: E402
 

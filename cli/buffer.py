@@ -58,7 +58,7 @@ def _decode(data: bytes, name: str) -> str:
 
 def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInput:
     """Read one input into validated records, or raise FileRejected."""
-    from lib.buffer.store import InvalidRecordError, validate_text
+    from lib.buffer.records import InvalidRecordError, validate_text
 
     out = ParsedInput(name)
     default_source = source or ("stdin" if name == STDIN else f"file:{name}")
@@ -283,7 +283,7 @@ def register(app: typer.Typer) -> None:
         """List the buffer's parquet files: rows, size, lineage status (pending/consumed/quarantined)."""
         import pyarrow.parquet as pq
 
-        from lib.buffer.store import content_hash
+        from lib.buffer.records import content_hash
 
         cfg, ws, buf = open_buffer(config, preset, set_, workspace, recover=False)
         status: dict[str, str] = {}

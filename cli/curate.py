@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         """Exact + near (MinHash-LSH) deduplication of files, outside any workspace (lib.curation.pipeline's
         dedup steps, run here)."""
         from lib.config import CurationConfig
-        from lib.curation.pipeline import dedup_files
+        from lib.curation.dedup_files import dedup_files
         from lib.files import write_json
 
         if not 0 < threshold < 1:
@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         epoch: Annotated[int, typer.Option("--epoch", help="Training epochs.")] = 25,
     ) -> None:
         """Train the quality classifier; point curation.quality_model at the result."""
-        from lib.curation.pipeline import read_texts
+        from lib.curation.dedup_files import read_texts
         from lib.curation.fasttext_filters import train_quality_model
 
         _, pos = read_texts(positive)

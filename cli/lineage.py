@@ -39,7 +39,7 @@ def user_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from lib.registry.lineage import LineageError
+        from lib.registry.records import LineageError
 
         try:
             return fn(*args, **kwargs)

@@ -44,11 +44,14 @@ from flows.curation import curate_into, pending_buffers
 from flows.runtime import StageClock, cached_stage, map_over, recorded_run
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, run_form
-from lib.faults import fault_point
-from lib.evaluation.gate import RETRY_SUFFIX, rejected_for_forgetting, safer_settings
-from lib.training.preflight import ensure_ready
+from lib.data.corpus import with_replay_corpus
 from lib.data.prepared import PreparedData
+from lib.data.sampling import default_sources, token_budget
+from lib.evaluation.gate import RETRY_SUFFIX, rejected_for_forgetting, safer_settings
+from lib.faults import fault_point
+from lib.files import link_or_copy
 from lib.registry.runs import RunBook, champion_of, claim_version, finish_decided, trained_version
+from lib.training.preflight import ensure_ready
 from lib.workspace import RunDir, Workspace
 from tasks.data import commit_dedup_index, plan_tokenization, prepare_data, resolve_tokenizer, tokenize_file
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate, remember_night, store_candidate
@@ -73,8 +76,6 @@ def nightly_consolidation(cfg: NightlyConfig) -> dict[str, Any]:
 def _night(cfg: ConsolidationConfig, book: RunBook) -> dict[str, Any]:
     """The night's stages in order; the run is closed by `recorded_run` (completed, failed, or
     left running to resume when stopped)."""
-    from lib.data.corpus import with_replay_corpus
-
     champion, champion_dir = champion_of(book.lineage)
     cfg = with_replay_corpus(book.ws, cfg)
     ensure_ready(cfg, champion_dir)  # fail in the first second, with the reason
@@ -111,8 +112,6 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
              clock: StageClock) -> dict[str, Any]:
     """Tokenize and mix the curated data of `run`, continue the champion on it, record, evaluate,
     gate, remember and store: one attempt at the night (the first, or its safer retry)."""
-    from lib.data.sampling import default_sources, token_budget
-
     ws, champion, result = book.ws, book.current.parent, {}
     tokenizer_dir = resolve_tokenizer(cfg, champion_dir)
     data = prepare(cfg, run, tokenizer_dir, default_sources(ws, cfg, run.curated), token_budget(cfg), clock)
@@ -207,8 +206,6 @@ def _retry(cfg: ConsolidationConfig, book: RunBook, first: RunDir, champion_dir:
 def _link_curated(src: RunDir, dst: RunDir) -> None:
     """The retry trains on exactly the documents the first attempt curated: hard links (copies
     across file systems) of its curated files."""
-    from lib.files import link_or_copy
-
     dst.curated.mkdir(parents=True, exist_ok=True)
     for part in sorted(src.curated.glob("*.parquet")):
         target = dst.curated / part.name

@@ -19,6 +19,8 @@ from prefect import flow
 from flows.bootstrap import bootstrap
 from flows.consolidate import nightly_consolidation
 from lib.config import ConsolidationConfig
+from lib.evaluation.demo_plot import plot_story
+from lib.registry.lineage import Lineage
 from lib.workspace import Workspace
 
 DEMO_SETTINGS = ["model.pretrain_iterations=300"]
@@ -26,9 +28,6 @@ DEMO_SETTINGS = ["model.pretrain_iterations=300"]
 
 def story_figures(cfg: ConsolidationConfig, night: dict[str, Any]) -> dict[str, Any]:
     """Loss curves and before/after BPB of the night from lineage, drawn into `<workspace>/demo.png`."""
-    from lib.evaluation.demo_plot import plot_story
-    from lib.registry.lineage import Lineage
-
     ws = Workspace(cfg.workspace.root)
     lin = Lineage(ws.lineage_db)
     version, parent = night.get("version"), night.get("parent")

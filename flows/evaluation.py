@@ -21,6 +21,7 @@ from prefect import flow
 from pydantic import WithJsonSchema
 
 from lib.config import run_form
+from lib.evaluation.evaluate import comparison
 from lib.workspace import Workspace
 from tasks.evaluation import evaluate_versions, preview_gate
 
@@ -41,8 +42,6 @@ def evaluate_version(cfg: EvaluateConfig, version: str = "latest", parent: Optio
         parent: Compare with this version instead of the recorded parent. Empty: the recorded parent.
         record: Store the metrics in lineage under the version's run (what the gate reads).
     """
-    from lib.evaluation.evaluate import comparison
-
     c = comparison(Workspace(cfg.workspace.root), version, parent)
     rows = evaluate_versions(cfg, str(c.run_dir.path) if c.run_dir else None, c.run_id, c.version, c.parent, record=record)
     out: dict[str, Any] = {"version": c.version, "parent": c.parent, "run_id": c.run_id, "rows": rows}

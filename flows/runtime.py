@@ -24,19 +24,28 @@ runner, so a Ray cluster is started only for the stage that fans out, at ~5-10 s
 
 from __future__ import annotations
 
+# prefect_ray is imported where used: an optional extra (`pip install .[test]`), absent from a plain install
 import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from prefect.exceptions import TerminationSignal
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import unmapped
+
+from lib.registry.runs import RunBook, new_run_id as run_id
+from lib.workspace import Workspace
+from tasks.cache_keys import on_workspace
+from tasks.data import adopt_outputs
+from tasks.reporting import stage_ledger, stage_logger
+from tasks.training import TrainingStopped
+
 
 def new_run_id(kind: str) -> str:
     """A run id of this flow run (lib.registry.runs.new_run_id)."""
-    from prefect.runtime import flow_run
-
-    from lib.registry.runs import new_run_id as run_id
-
     return run_id(kind, flow_run.get_id())
 
 
@@ -50,8 +59,6 @@ class StageClock:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        from tasks.reporting import stage_ledger
-
         t0 = time.perf_counter()
         try:
             with stage_ledger(self._own, name):
@@ -77,7 +84,6 @@ def shard_task_runner(cfg):
         if orch.ray_address:
             return RayTaskRunner(address=orch.ray_address)
         return RayTaskRunner(init_kwargs={"num_cpus": workers, "include_dashboard": False})
-    from prefect.task_runners import ThreadPoolTaskRunner
 
     return ThreadPoolTaskRunner(max_workers=workers)
 
@@ -85,8 +91,6 @@ def shard_task_runner(cfg):
 def map_over(task, cfg, /, **iterables: Any) -> list[Any]:
     """`task.map(**iterables)` on the shard runner of `cfg` (constants wrapped in `unmapped`);
     results in input order."""
-    from prefect.utilities.annotations import unmapped
-
     mapped = [v for v in iterables.values() if not isinstance(v, unmapped)]
     n = len(mapped[0]) if mapped else 0
     if n == 0:
@@ -103,10 +107,6 @@ def cached_stage(task, here: str, outputs: Callable[[dict[str, Any]], list[str]]
     refreshed when the cached result points at files that are gone (an old run folder deleted),
     and the files of a result another run computed hard-linked in (`outputs`, relative to the
     result's `folder`)."""
-    from lib.workspace import Workspace
-    from tasks.cache_keys import on_workspace
-    from tasks.data import adopt_outputs
-
     cached = on_workspace(task, Workspace(params["cfg"].workspace.root))
     entries = outputs if callable(outputs) else (lambda _r: outputs)
     if result is None:
@@ -119,10 +119,6 @@ def cached_stage(task, here: str, outputs: Callable[[dict[str, Any]], list[str]]
 
 def _stop_signals() -> tuple[type[BaseException], ...]:
     """Ways a run is stopped from outside rather than failing (besides Ctrl-C and SystemExit)."""
-    from prefect.exceptions import TerminationSignal
-
-    from tasks.training import TrainingStopped
-
     return (TerminationSignal, TrainingStopped)
 
 
@@ -133,12 +129,6 @@ def recorded_run(cfg, purpose: str) -> Iterator[Any]:
     busy lock is waited for up to `orchestration.night_lock_timeout_s`, the holder named in the
     run log (and so in the UI) when the wait starts and every minute; past the timeout the flow
     fails with `LockBusy` naming the holder."""
-    from prefect.runtime import flow_run
-
-    from lib.registry.runs import RunBook
-    from lib.workspace import Workspace
-    from tasks.reporting import stage_logger
-
     book = RunBook(Workspace(cfg.workspace.root).ensure(), flow_run_id=flow_run.get_id(), log=stage_logger(),
                    stopped=_stop_signals())
     with book.session(purpose, cfg.orchestration.night_lock_timeout_s):

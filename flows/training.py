@@ -20,12 +20,16 @@ to 10 s late; against trainings of minutes to hours that is the price of not hol
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.deployments import run_deployment
 from pydantic import BaseModel, Field
 
+from lib.checkpoints.checkpoint import read_meta
 from lib.config import run_form
 from tasks.reporting import publish_training_curve
 from tasks.training import train_checkpoint
@@ -76,9 +80,6 @@ def _train_here_or_there(request: TrainRequest) -> dict[str, Any]:
             raise ValueError(f"training.nnodes={request.cfg.training.nnodes} needs orchestration.train_deployment (the GPU pool's "
                              f"train deployment, one run per node): inline, this machine would wait for nodes nobody starts")
         return train(request)
-    from prefect.deployments import run_deployment
-
-    from lib.checkpoints.checkpoint import read_meta
 
     nnodes = request.cfg.training.nnodes
     if nnodes == 1:
@@ -99,11 +100,6 @@ def _run_on_nodes(deployment: str, request: TrainRequest, nnodes: int) -> list:
     """One flow run of the training deployment per node (node_rank 0..nnodes-1), all submitted
     before any is waited for: torchrun's rendezvous needs every node up at once. The pool must
     give each run its own GPU machine (one worker per machine, `--limit 1`)."""
-    import time
-
-    from prefect.client.orchestration import get_client
-    from prefect.deployments import run_deployment
-
     if not request.cfg.training.rdzv_endpoint:
         raise ValueError(f"training.nnodes={nnodes} needs training.rdzv_endpoint: host:port of one machine of the GPU pool "
                          f"that every node reaches (its worker must take one of the node runs)")

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Literal
 
+import xxhash
+
 Algorithm = Literal["sha256", "xxh3_128"]
 _CHUNK = 1 << 22
 
@@ -128,8 +130,6 @@ def _hasher(algorithm: Algorithm):
     if algorithm == "sha256":
         return hashlib.sha256()
     if algorithm == "xxh3_128":
-        import xxhash
-
         return xxhash.xxh3_128()
     raise ValueError(f"unknown hash algorithm {algorithm!r}: use 'sha256' or 'xxh3_128'")
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Iterable, Mapping
 
+from rich.table import Table as RichTable
+
 
 @dataclass
 class Table:
@@ -33,8 +35,6 @@ class Table:
         return "\n".join(lines)
 
     def rich(self):
-        from rich.table import Table as RichTable
-
         out = RichTable(title=self.title, caption=self.caption, show_header=self.header)
         for col in self.columns:
             out.add_column(col, justify="left" if not self.left or col in self.left else "right")

@@ -20,8 +20,15 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from lib.checkpoints.checkpoint import read_meta
 from lib.config import ConsolidationConfig
-from lib.data.corpus import DEFAULT_CORPUS
+from lib.data.corpus import DEFAULT_CORPUS, ensure_embedded_default
+from lib.data.selfreplay import parse_generate
+from lib.data.tokenizer import load_tokenizer, train_on_corpus
+from lib.evaluation.evaluate import measure_root
+from lib.registry.adopt import adopt
+from lib.registry.lineage import Lineage, version_digest
+from lib.registry.promotion import promote
 from lib.workspace import Workspace
 from tasks.cache_keys import content_cache
 from tasks.data import IO_RETRIES
@@ -30,8 +37,6 @@ from tasks.reporting import own_time, publish_table, stage_logger
 
 @task(name="build-embedded-default", cache_policy=NO_CACHE, **IO_RETRIES)
 def build_embedded_default(cfg: ConsolidationConfig) -> dict[str, Any]:
-    from lib.data.corpus import ensure_embedded_default
-
     with own_time():
         info = ensure_embedded_default(Workspace(cfg.workspace.root), cfg)
     corpus = info["corpus"] or {}
@@ -59,8 +64,6 @@ def _corpus_files(p: dict[str, Any]) -> list[str]:
 )
 def train_tokenizer(cfg: ConsolidationConfig) -> str:
     """A byte-level BPE of `tokenizer.vocab_size` on the corpus; returns its folder."""
-    from lib.data.tokenizer import load_tokenizer, train_on_corpus
-
     ws = Workspace(cfg.workspace.root)
     files = _corpus_files({"cfg": cfg})
     with own_time():
@@ -75,10 +78,7 @@ def train_tokenizer(cfg: ConsolidationConfig) -> str:
 def adopt_model(cfg: ConsolidationConfig, model: str, replay: list[str], replay_val: list[str], original_lr: float | None,
                 text_column: str, corpus: str) -> dict[str, Any]:
     """The user's Hugging Face model becomes v0 (champion) with their replay corpus."""
-    from lib.registry.adopt import adopt
-
     ws = Workspace(cfg.workspace.root)
-    from lib.data.selfreplay import parse_generate
 
     # a form must not read the host's files: paths resolve inside the workspace (generate:N is no path)
     inside = [p if parse_generate(p) is not None else str(ws.resolve(p)) for p in [model, *replay, *replay_val]]
@@ -100,17 +100,12 @@ def adopt_model(cfg: ConsolidationConfig, model: str, replay: list[str], replay_
 @task(name="register-v0", cache_policy=NO_CACHE, **IO_RETRIES)
 def register_v0(cfg: ConsolidationConfig, run_id: str, version: str, version_dir: str, manifest: dict[str, Any]) -> str:
     """Record the pre-trained model and make it champion and latest."""
-    from lib.checkpoints.checkpoint import read_meta
-    from lib.registry.lineage import Lineage, version_digest
-    from lib.registry.promotion import promote
-
     with own_time():
         lin = Lineage(Workspace(cfg.workspace.root).lineage_db)
         lin.record_version(version, version_dir, parent=None, run_id=run_id, status="candidate",
                            digest=version_digest(version_dir), storage="full", meta=read_meta(version_dir), manifest=manifest)
         promote(lin, version, reason="bootstrap: pre-trained from scratch on the corpus", actor="bootstrap", content_hashes=[])
         # v0's old_val, measured once: the first night reads it from the eval cache
-        from lib.evaluation.evaluate import measure_root
 
         root = measure_root(Workspace(cfg.workspace.root), cfg, version_dir, cfg.workspace.corpus or DEFAULT_CORPUS)
         lin.record_metrics(version, {"old_val": root["old_val"]}, run_id)

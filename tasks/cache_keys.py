@@ -31,7 +31,7 @@ from prefect.filesystems import LocalFileSystem
 from prefect.serializers import Serializer
 from pydantic import Field
 
-from lib.buffer.store import content_hash
+from lib.buffer.records import content_hash
 from lib.workspace import Workspace
 
 

@@ -27,10 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
+from lib.buffer.ingest import (
+    buffer_files, flush_buffer, inspect_buffer_file as inspect, select_pending as choose,
+)
 from lib.config import ConsolidationConfig
+from lib.curation.pipeline import commit_index
+from lib.data.sampling import memory_weights, prepare_run_data
+from lib.data.tokenization import tokenize_tasks, tokenize_to_cache
+from lib.data.tokenizer import load_tokenizer, resolve_tokenizer as resolve
 from lib.files import link_or_copy
+from lib.registry.lineage import Lineage
+from lib.serving.chat_format import template_markers
 from lib.workspace import RunDir, Workspace
 from tasks.cache_keys import content_cache, on_workspace
 from tasks.reporting import own_time, publish_table, stage_logger
@@ -42,8 +52,6 @@ IO_RETRIES = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_fac
 @task(name="find-buffer-files", **IO_RETRIES)
 def find_buffer_files(workspace_root: str) -> list[str]:
     """The buffer's parquet files, after replaying the logs of stopped writers into new ones."""
-    from lib.buffer.ingest import buffer_files, flush_buffer
-
     ws = Workspace(workspace_root)
     with own_time():
         flush_buffer(ws)
@@ -56,8 +64,6 @@ def find_buffer_files(workspace_root: str) -> list[str]:
 def inspect_buffer_file(path: str) -> dict[str, Any]:
     """Content hash, rows and bytes of one buffer file (lib.buffer.ingest.inspect_buffer_file): the one
     hash of the file tonight; unreadable files are reported, not raised (ingest quarantines them)."""
-    from lib.buffer.ingest import inspect_buffer_file as inspect
-
     with own_time():
         return inspect(path)
 
@@ -66,9 +72,6 @@ def inspect_buffer_file(path: str) -> dict[str, Any]:
 def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The files the registry does not know as consumed or quarantined (lib.buffer.ingest.select_pending:
     never consume twice), each with its registry status."""
-    from lib.buffer.ingest import select_pending as choose
-    from lib.registry.lineage import Lineage
-
     with own_time():
         statuses = {b.content_hash: b.status for b in Lineage(Workspace(workspace_root).lineage_db).buffer_files()}
         pending, counts = choose(inspected, statuses)
@@ -119,8 +122,6 @@ def curation_step(step, cfg: ConsolidationConfig, input: Any, run_dir: str, rank
 def step_task(step, ws: Workspace):
     """`curation_step` named after `step`; a cached step is keyed on the content it reads, its
     settings and the curation code, its result persisted under `<workspace>/cache/`."""
-    from prefect.cache_policies import NO_CACHE
-
     named = curation_step.with_options(name=step.name)
     if not step.cached:
         return named.with_options(cache_policy=NO_CACHE)
@@ -154,8 +155,6 @@ def _flat_counts(stats: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def commit_dedup_index(cfg: ConsolidationConfig, run_dir: str) -> bool:
     """After a promotion: what the night kept joins the dedup history (lib.curation.pipeline.commit_index),
     so later nights drop its near-duplicates; a rejected night never gets here."""
-    from lib.curation.pipeline import commit_index
-
     with own_time():
         added = commit_index(Workspace(cfg.workspace.root), RunDir(Path(run_dir)))
     stage_logger().info("dedup index %s", "extended with this night" if added else "already had this night")
@@ -168,8 +167,6 @@ def resolve_tokenizer(cfg: ConsolidationConfig, champion_dir: str) -> str:
     """The tokenizer a night tokenizes with (lib.data.tokenizer.resolve_tokenizer): `tokenizer.path`,
     else the champion's own, so a night never trains a model on token ids it was not
     pre-trained with."""
-    from lib.data.tokenizer import resolve_tokenizer as resolve
-
     with own_time():
         return str(resolve(cfg, Workspace(cfg.workspace.root), model_dir=champion_dir))
 
@@ -185,8 +182,6 @@ def _data_inputs(p: dict[str, Any]) -> list[str]:
 
 
 def _data_settings(p: dict[str, Any]) -> Any:
-    from lib.data.sampling import memory_weights
-
     cfg: ConsolidationConfig = p["cfg"]
     weights = memory_weights(Workspace(cfg.workspace.root), cfg, p["sources"])
     return {
@@ -203,10 +198,6 @@ def _data_settings(p: dict[str, Any]) -> Any:
 @task(name="plan-tokenization", **IO_RETRIES)
 def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str) -> list[dict[str, Any]]:
     """One tokenization job per input file of `sources` (plain dicts, one per mapped task)."""
-    from lib.serving.chat_format import template_markers
-    from lib.data.tokenization import tokenize_tasks
-    from lib.data.tokenizer import load_tokenizer
-
     with own_time():
         return tokenize_tasks(sources, load_tokenizer(tokenizer_dir), run_dir, cfg.sampling, cfg.training.seq_len,
                               template_markers(tokenizer_dir))
@@ -216,8 +207,6 @@ def plan_tokenization(cfg: ConsolidationConfig, run_dir: str, sources: list, tok
 def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> dict[str, Any]:
     """One input file into the workspace's token cache, unless it is there already (the cache is
     keyed on the file's content, the tokenizer and the hold-out and FIM rules)."""
-    from lib.data.tokenization import tokenize_to_cache
-
     with own_time():
         return tokenize_to_cache(job, tokenizer_dir, cache_dir)
 
@@ -233,8 +222,6 @@ def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> di
 def prepare_data(cfg: ConsolidationConfig, run_dir: str, sources: list, tokenizer_dir: str, budget: int) -> dict[str, Any]:
     """Token shards of every source, held-out new documents, and the sampling manifest
     (lib.data.sampling.prepare_training_data) into the run folder. Returns the small summary."""
-    from lib.data.sampling import prepare_run_data
-
     # The per-file token cache makes a night tokenize only its new files (the corpus once, ever).
     with own_time():
         data = prepare_run_data(Workspace(cfg.workspace.root), cfg, sources, tokenizer_dir, run_dir, budget)

@@ -34,24 +34,27 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from lib.checkpoints.checkpoint import read_meta
 from lib.config import ConsolidationConfig
+from lib.data.memory import remember
+from lib.evaluation.demo_plot import plot_story
+from lib.evaluation.evaluate import evaluate_and_record, evaluate_candidate
+from lib.evaluation.retention import retention_matrix
+from lib.faults import fault_point
+from lib.registry.lineage import Lineage, version_digest
+from lib.registry.promotion import apply_storage_policy, conclude, gate_version, storage_record
 from lib.workspace import RunDir, Workspace
 from tasks.data import IO_RETRIES
 from tasks.reporting import EvalProgress, gate_markdown, own_time, publish_image, publish_markdown, publish_table, stage_logger
 
 
 def _lineage(cfg: ConsolidationConfig):
-    from lib.registry.lineage import Lineage
-
     return Lineage(Workspace(cfg.workspace.root).lineage_db)
 
 
 @task(name="record-candidate", cache_policy=NO_CACHE, **IO_RETRIES)
 def record_candidate(cfg: ConsolidationConfig, run_id: str, version: str, version_dir: str, parent: str | None,
                      input_hashes: list[str], manifest: dict[str, Any] | None, status: str = "candidate") -> str:
-    from lib.checkpoints.checkpoint import read_meta
-    from lib.registry.lineage import version_digest
-
     with own_time():
         meta = read_meta(version_dir)
         _lineage(cfg).record_version(
@@ -68,8 +71,6 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str | None, run_id: str
     """BPB of parent and candidate on the same sets; recorded in lineage under `run_id` (unless
     record=False); returns the rows. Logs each set's progress; publishes the table and a plot of
     the run's training loss and the bits per byte before and after."""
-    from lib.evaluation.evaluate import evaluate_and_record, evaluate_candidate
-
     progress = EvalProgress(f"{parent} -> {version}")
     with own_time():
         ws, lin = Workspace(cfg.workspace.root), _lineage(cfg)
@@ -91,8 +92,6 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str | None, run_id: str
 def _publish_plot(run: RunDir, parent: str, version: str, rows: list[dict[str, Any]]) -> None:
     """`<run>/night.png`: the run's training loss and bits per byte before/after, as the
     "night-plot" artifact."""
-    from lib.evaluation.demo_plot import plot_story
-
     bpb = {r["dataset"]: (r["parent"], r["candidate"]) for r in rows if r["metric"] == "bpb"}
     png = plot_story({version: run.train / "metrics.jsonl"}, bpb, run.path / "night.png", labels=(parent, version),
                      title=f"{run.run_id}: {parent} -> {version}")
@@ -103,8 +102,6 @@ def _publish_plot(run: RunDir, parent: str, version: str, rows: list[dict[str, A
 def preview_gate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """What the gate would decide on `version` from its recorded metrics, not applied: the
     "gate-preview" artifact."""
-    from lib.registry.promotion import gate_version
-
     with own_time():
         decision, status = gate_version(_lineage(cfg), cfg.gate, version, apply=False)
     verdict = "would pass" if decision.passed else "would be rejected"
@@ -118,9 +115,6 @@ def preview_gate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
 @task(name="gate-and-promote", cache_policy=NO_CACHE, **IO_RETRIES)
 def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """The regression gate on the recorded metrics, applied: promote or reject."""
-    from lib.faults import fault_point
-    from lib.registry.promotion import conclude, gate_version
-
     lin = _lineage(cfg)
     with own_time():
         decision, _ = gate_version(lin, cfg.gate, version, apply=False)
@@ -138,8 +132,6 @@ def gate_and_promote(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
 def publish_retention(cfg: ConsolidationConfig, candidate: str) -> None:
     """The "retention-matrix" table artifact: the lineage up to `candidate`, every version on
     old_val and each night's held-out set against the version that learnt it; logged as well."""
-    from lib.evaluation.retention import retention_matrix
-
     with own_time():
         matrix = retention_matrix(_lineage(cfg), candidate=candidate, workspace=Workspace(cfg.workspace.root))
     publish_table("retention-matrix", matrix.table_rows(),
@@ -152,8 +144,6 @@ def publish_retention(cfg: ConsolidationConfig, candidate: str) -> None:
 def remember_night(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     """The accepted `version`'s night joins the memory: its documents are replayed by later nights,
     its held-out set is checked for retention by later gates (lib.data.memory.remember; idempotent)."""
-    from lib.data.memory import remember
-
     lin = _lineage(cfg)
     ws = Workspace(cfg.workspace.root)
     with own_time():
@@ -168,8 +158,6 @@ def store_candidate(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     full, the rest deltas against their parents, a rejected candidate kept for inspection,
     optimizer.pt and fp32 master weights pruned from versions no night will start from, serving
     links moved). Idempotent, so a night that died half-way through is finished by the next trigger."""
-    from lib.registry.promotion import apply_storage_policy, storage_record
-
     lin = _lineage(cfg)
     with own_time():
         policy = apply_storage_policy(lin, cfg.checkpoints, Workspace(cfg.workspace.root).serving)

@@ -23,6 +23,7 @@ their return value; the alternative, starting an ephemeral API just to store an 
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -31,20 +32,25 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from prefect import get_run_logger
+from prefect.artifacts import (
+    create_markdown_artifact, create_progress_artifact, create_table_artifact, update_progress_artifact,
+)
+from prefect.context import FlowRunContext, TaskRunContext
+
+from lib.evaluation.demo_plot import read_losses
+from lib.tables import gate_reasons, gate_table
+
 _fallback = logging.getLogger("tasks")
 
 
 def in_run() -> bool:
-    from prefect.context import FlowRunContext, TaskRunContext
-
     return TaskRunContext.get() is not None or FlowRunContext.get() is not None
 
 
 def stage_logger():
     """The run logger inside a flow/task run (shown in the UI), else a plain logger."""
     if in_run():
-        from prefect import get_run_logger
-
         return get_run_logger()
     return _fallback
 
@@ -61,7 +67,6 @@ def publish_table(key: str, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any
     """A table artifact: a list of rows, or one mapping shown as two columns (what, value)."""
     if not in_run():
         return
-    from prefect.artifacts import create_table_artifact
 
     if isinstance(rows, Mapping):
         rows = [{"what": k, "value": _cell(v)} for k, v in rows.items()]
@@ -73,7 +78,6 @@ def publish_table(key: str, rows: Sequence[Mapping[str, Any]] | Mapping[str, Any
 def publish_markdown(key: str, markdown: str, description: str) -> None:
     if not in_run():
         return
-    from prefect.artifacts import create_markdown_artifact
 
     create_markdown_artifact(markdown=markdown, key=key, description=description)
 
@@ -85,9 +89,6 @@ def publish_image(key: str, png_path: str | Path, description: str) -> None:
     running off the page."""
     if not in_run():
         return
-    import base64
-
-    from prefect.artifacts import create_markdown_artifact
 
     data = base64.b64encode(Path(png_path).read_bytes()).decode("ascii")
     create_markdown_artifact(markdown=f"![{key}](data:image/png;base64,{data})\n\nIn the workspace: `{png_path}`",
@@ -97,8 +98,6 @@ def publish_image(key: str, png_path: str | Path, description: str) -> None:
 def gate_markdown(decision, title: str) -> str:
     """The gate's decision for a narrow UI pane: a short table of the numbers, then each rule's
     full reason as its own paragraph (a reason column in the table is cut off)."""
-    from lib.tables import gate_reasons, gate_table
-
     return "\n".join([gate_table(decision, title, reasons=False).markdown(), "", *gate_reasons(decision)])
 
 
@@ -109,15 +108,12 @@ class TrainingProgress:
         self.artifact_id = None
         self.last = -1.0
         if in_run():
-            from prefect.artifacts import create_progress_artifact
-
             self.artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
 
     def update(self, fraction: float) -> None:
         percent = round(100.0 * min(max(fraction, 0.0), 1.0), 1)
         if self.artifact_id is None or percent == self.last:
             return
-        from prefect.artifacts import update_progress_artifact
 
         update_progress_artifact(artifact_id=self.artifact_id, progress=percent)
         self.last = percent
@@ -183,8 +179,6 @@ def own_time() -> Iterator[None]:
 def training_curve(metrics_jsonl: str | Path, final: Mapping[str, Any], points: int = 5) -> list[dict[str, Any]]:
     """The loss at `points` evenly spaced steps of a training (first and last included), with the
     run's throughput and time: the numbers of its loss curve as table rows."""
-    from lib.evaluation.demo_plot import read_losses
-
     losses = read_losses(metrics_jsonl)
     rows: list[dict[str, Any]] = []
     if losses:

@@ -33,9 +33,16 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from lib.checkpoints.checkpoint import read_meta
 from lib.config import ConsolidationConfig
+from lib.faults import armed, fault_point
 from lib.files import write_json, write_text
+from lib.locks import WorkspaceLock
+from lib.training import snapshot
+from lib.training.distributed import torchrun_command
 from lib.training.supervised_process import run_supervised
+from lib.training.train import EXIT_STOPPED
+from lib.workspace import Workspace
 from tasks.reporting import TrainingProgress, own_time, publish_table, stage_logger
 
 # Past the trainer's own time limit, how long it may take to snapshot and exit before we kill it.
@@ -52,9 +59,6 @@ class TrainingFailed(RuntimeError):
 
 def training_lock(cfg: ConsolidationConfig, out_dir: str):
     """The training lock of `cfg` (lib.locks), named after the version it writes."""
-    from lib.locks import WorkspaceLock
-    from lib.workspace import Workspace
-
     ws = Workspace(cfg.workspace.root)
     path = cfg.orchestration.train_lock
     path = ws.training_lock if path is None else (path if Path(path).expanduser().is_absolute() else ws.root / path)
@@ -63,8 +67,6 @@ def training_lock(cfg: ConsolidationConfig, out_dir: str):
 
 def finished_version(out_dir: str | Path, meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """meta.json of `out_dir` if that version was fully written by the same run (`meta`'s run_id)."""
-    from lib.checkpoints.checkpoint import read_meta
-
     found = read_meta(out_dir) if Path(out_dir).is_dir() else {}
     run_id = (meta or {}).get("run_id")
     if found.get("final_metrics") and (run_id is None or found.get("run_id") == run_id):
@@ -107,8 +109,6 @@ def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, trai
     """The torchrun argv, with the config and meta written beside the run's metrics. With
     training.nnodes > 1: this node's `node_rank` and the rendezvous at training.rdzv_endpoint,
     its id the version's name (a night's nodes meet each other, never another night's)."""
-    from lib.training.distributed import torchrun_command
-
     tdir = Path(train_dir)
     tdir.mkdir(parents=True, exist_ok=True)
     config_path = tdir / "config.json"
@@ -140,10 +140,6 @@ def train_checkpoint(
     """Run torchrun to write the version folder `out_dir`; returns its meta's final metrics.
     On several nodes each node runs this task with its `node_rank`; only node 0 holds the
     training lock (the others cannot train without it: the rendezvous waits for every node)."""
-    from lib.training import snapshot
-    from lib.faults import armed, fault_point
-    from lib.training.train import EXIT_STOPPED
-
     log = stage_logger()
     cmd = training_command(cfg, data_dir, out_dir, train_dir, parent=parent, init=init, resume=resume,
                            meta=meta, tokenizer_dir=tokenizer_dir, node_rank=node_rank)
@@ -186,7 +182,6 @@ def train_checkpoint(
                               f"(a training of its own: resume=True)\n{tail}")
     if result.returncode != 0:
         raise TrainingFailed(f"torchrun exited with code {result.returncode} (training into {out_dir}):\n{tail}")
-    from lib.checkpoints.checkpoint import read_meta
 
     final = read_meta(out_dir).get("final_metrics", {})
     progress.update(1.0)

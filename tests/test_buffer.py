@@ -15,14 +15,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from lib.buffer.store import (
-    LOG_MAGIC,
-    SCHEMA,
-    InvalidRecordError,
-    MemoryBuffer,
-    read_buffer_files,
-    read_log,
-)
+from lib.buffer.records import LOG_MAGIC, SCHEMA, InvalidRecordError, read_buffer_files, read_log
+from lib.buffer.store import MemoryBuffer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -335,7 +335,7 @@ def test_stochastic_rounding_is_unbiased_seeded_and_lands_on_a_neighbour(dtype):
     """Each value rounds to one of its two representable neighbours, with the probability that
     makes the mean the fp32 value: an update of a fifth of a step survives on average where
     round-to-nearest loses all of it. Same seed, same bytes; infinities and NaN pass through."""
-    from lib.checkpoints.checkpoint import stochastic_round
+    from lib.checkpoints.precision import stochastic_round
 
     base = torch.tensor([1.0, -0.75, 3.0e-3], dtype=torch.float32).to(dtype).float()
     step = (torch.nextafter(base.to(dtype), torch.full_like(base, float("inf")).to(dtype)).float() - base).abs()

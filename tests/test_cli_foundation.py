@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from cli.main import app
-from lib.buffer.store import MemoryBuffer, content_hash, read_buffer_files
+from lib.buffer.store import MemoryBuffer
+from lib.buffer.records import content_hash, read_buffer_files
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

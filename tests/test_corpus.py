@@ -8,7 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from lib.buffer.store import SCHEMA, read_buffer_files
+from lib.buffer.records import SCHEMA, read_buffer_files
 from lib.config import load_config
 from lib.data.corpus import (
     CORPUS_SCHEMA,

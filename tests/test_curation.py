@@ -291,7 +291,8 @@ def _night_files(ws):
 def test_a_filter_drop_is_counted_as_dropped_reason(workspace):
     """Each step returns its Stats; a document a filter drops is counted as `dropped_<reason>`
     by the step that dropped it, and the night's stats.json lists it by reason."""
-    from lib.curation.pipeline import LanguageFilter, curation_steps, shard_count
+    from lib.curation.filters import LanguageFilter
+    from lib.curation.pipeline import curation_steps, shard_count
     from lib.buffer.ingest import pending_buffer_files
     from lib.curation.steps import Stats, run_steps
     from lib.curation.textfilters import line_features
@@ -300,7 +301,7 @@ def test_a_filter_drop_is_counted_as_dropped_reason(workspace):
     doc = Doc("g", "Der Speicher des Modells wird jede Nacht in die Gewichte geschrieben und danach geprüft.")
     doc.features = line_features([doc.text]).row(0, named=True)
     stats = Stats()
-    assert LanguageFilter(stats, cfg.curation).keep(doc) == "language" and doc.lang == "de"
+    assert LanguageFilter(stats, cfg.curation).reject(doc) == "language" and doc.lang == "de"
     assert stats.get("language.by_language.de") == 1
 
     _night_files(workspace)

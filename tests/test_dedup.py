@@ -6,7 +6,8 @@ import numpy as np
 
 from conftest import stdlib_texts
 from lib.curation.dedup import exact_jaccard, near_dedup
-from lib.curation.minhash import MinHasher, estimated_jaccard, normalize_text, optimal_bands, s_curve, shingle_hashes
+from lib.curation.minhash import MinHasher, estimated_jaccard, optimal_bands, s_curve, shingle_hashes
+from lib.curation.text import normalize_text
 
 
 def _sets(norm):

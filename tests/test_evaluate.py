@@ -13,9 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import stdlib_texts
-from lib.evaluation.evaluate import (
-    NEW_HELDOUT, NEW_TRAIN, OLD_VAL, EvalModel, Probe, bits_per_byte, evaluate_pair, read_probes, run_eval_sets, score_probes,
-)
+from lib.evaluation.sets import NEW_HELDOUT, NEW_TRAIN, OLD_VAL, run_eval_sets
+from lib.evaluation.evaluate import EvalModel, Probe, bits_per_byte, evaluate_pair, read_probes, score_probes
 
 
 def manual_bpb(model_dir, texts, window):

@@ -95,7 +95,8 @@ def write_good(folder: Path, texts=GOOD_TEXTS[:3], name: str = "good.parquet") -
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_buffer_add_refuses_a_bad_file_and_imports_the_good_one(tmp_path, kind):
     from cli.main import app
-    from lib.buffer.store import MemoryBuffer, read_buffer_files
+    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.records import read_buffer_files
 
     bad, good = write_bad(tmp_path / "in", kind), write_good(tmp_path / "in")
     ws = tmp_path / "ws"
@@ -110,7 +111,7 @@ def test_buffer_add_refuses_a_bad_file_and_imports_the_good_one(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_ingest_quarantines_a_bad_file_and_goes_on(workspace, kind):
-    from lib.buffer.store import content_hash
+    from lib.buffer.records import content_hash
     from lib.buffer.ingest import ingest
 
     bad, good = write_bad(workspace.buffers, kind), write_good(workspace.buffers)
@@ -129,7 +130,7 @@ def test_ingest_quarantines_a_bad_file_and_goes_on(workspace, kind):
 
 
 def test_curate_flow_quarantines_every_bad_file_and_the_night_goes_on(tmp_path, prefect_harness):
-    from lib.buffer.store import content_hash
+    from lib.buffer.records import content_hash
     from lib.config import load_config
     from flows.curation import curate
 
@@ -185,7 +186,7 @@ def test_a_quarantine_is_recorded_even_when_its_task_died(workspace):
     """A shard task quarantines a file and dies before its registry changes reach lineage (a
     Prefect retry, or a SIGKILL); and a kill can land between the reason file and the move. The
     next `record-ingest` (lib.buffer.ingest.record_quarantine) records both, finishing the move."""
-    from lib.buffer.store import content_hash
+    from lib.buffer.records import content_hash
     from lib.buffer.ingest import DeferredRegistry, ingest, record_quarantine
 
     moved, left = write_bad(workspace.buffers, "no-text"), write_bad(workspace.buffers, "int-source")
@@ -530,7 +531,8 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
     """One night, killed with SIGKILL inside each stage in turn (and stopped with Ctrl-C and with
     SIGTERM mid-training): every next `consolidate run` picks the same night up where it died,
     nobody frees anything, and the lineage invariants hold after every kill."""
-    from lib.buffer.store import MemoryBuffer, content_hash
+    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.records import content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
     buf = MemoryBuffer(ws.buffers)
@@ -641,7 +643,8 @@ def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
     a --no-wait trigger arriving then exits 75 at once, naming it. The first night also stops at
     training.time_limit_s, so the waiter, as the next trigger, resumes it from its snapshot. One
     night: no file curated twice, no version id taken twice, trained in one run folder."""
-    from lib.buffer.store import MemoryBuffer, content_hash
+    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.records import content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
     pending = MemoryBuffer(ws.buffers).add_file(GOOD_TEXTS, "chat")

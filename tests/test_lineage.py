@@ -18,7 +18,8 @@ import pytest
 
 import lib.registry.lineage as lineage_mod
 from lib.evaluation.gate import GateDecision, RegressionGate
-from lib.registry.lineage import Lineage, LineageError, version_digest
+from lib.registry.lineage import Lineage, version_digest
+from lib.registry.records import LineageError
 from lib.registry.promotion import conclude, promote, rollback
 
 ROOT = Path(__file__).resolve().parents[1]

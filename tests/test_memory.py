@@ -39,7 +39,8 @@ def _register(lin: Lineage, ws: Workspace, version: str, parent: str | None, run
 
 
 def test_accepted_nights_join_the_memory_with_exposures_and_weights(workspace):
-    from lib.data.memory import RETENTION_PREFIX, forget, remember, replay_weights, retention_sets
+    from lib.data.memory import RETENTION_PREFIX, forget, remember, replay_weights
+    from lib.evaluation.sets import retention_sets
     from lib.registry.promotion import rollback
 
     ws, lin = workspace, Lineage(workspace.lineage_db)

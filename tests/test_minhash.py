@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 
 from conftest import ROOT, stdlib_texts
-from lib.curation import minhash
-from lib.curation.minhash import MAX_HASH, MinHasher, estimated_jaccard, normalize_text, normalize_texts, shingle_hashes, text_chunks
+from lib.curation import kernels, minhash, precompile
+from lib.curation.minhash import MAX_HASH, MinHasher, estimated_jaccard, shingle_hashes
+from lib.curation.text import normalize_text, normalize_texts, prepare_texts, text_chunks
 
 FOX = "the quick brown fox jumps over the lazy dog"
 
@@ -147,7 +148,7 @@ def test_word_shingles_equal_the_reference_on_every_path():
     for ngram in (1, 3, 5):
         want = [_reference_word_shingles(t, ngram) for t in texts]
         for given in (texts, [normalize_text(t) for t in texts]):
-            hashes, offsets = shingle_hashes(minhash.prepare_texts(given) if given is texts else given, ngram, "word")
+            hashes, offsets = shingle_hashes(prepare_texts(given) if given is texts else given, ngram, "word")
             got = [hashes[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))]
             assert got == want
 
@@ -189,14 +190,14 @@ def test_uncachable_kernel_compiles_in_memory(monkeypatch, caplog):
     file); a kernel then compiles without the cache and says so once, instead of failing."""
     from numba import types
 
-    monkeypatch.setattr(minhash, "_uncached", [])
-    monkeypatch.setattr(minhash, "_KERNELS", [])
+    monkeypatch.setattr(kernels, "uncached", [])
+    monkeypatch.setattr(kernels, "KERNELS", [])
     ns: dict = {}
     exec("def twice(x):\n    return 2 * x\n", ns)  # noqa: S102
-    fn = minhash._compiled(types.int64(types.int64))(ns["twice"])
-    with caplog.at_level("WARNING", logger="lib.curation.minhash"):
+    fn = kernels.compiled(types.int64(types.int64))(ns["twice"])
+    with caplog.at_level("WARNING", logger="lib.curation.kernels"):
         assert fn(21) == 42
-    assert minhash._uncached == ["twice"] and "NUMBA_CACHE_DIR" in caplog.text
+    assert kernels.uncached == ["twice"] and "NUMBA_CACHE_DIR" in caplog.text
     with pytest.raises(TypeError, match="No matching definition"):  # one signature, no silent recompilation
         fn(np.arange(3))
 
@@ -227,12 +228,12 @@ def test_compiled_normalisation_gives_the_reference_bytes():
 
 
 def test_every_kernel_has_one_signature_and_the_install_step_builds_them():
-    took = minhash.compile_kernels()
+    took = precompile.compile_kernels()
     assert set(took) == {"_lower_stable", "_normalize_kernel", "_unicode_kernel", "_shingle_kernel", "_signature_kernel", "_band_keys_kernel",
                          "_union_min", "_sort_segments", "_pair_jaccard"}
-    assert all(len(k.jit.signatures) == 1 for k in minhash._KERNELS)
+    assert all(len(k.jit.signatures) == 1 for k in kernels.KERNELS)
     # what `make install` and the worker images run (the kernels are in numba's cache by now)
-    proc = subprocess.run([sys.executable, "-m", "lib.curation.minhash"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "lib.curation.precompile"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "numba kernels ready" in proc.stderr, proc.stderr
 
 

@@ -15,7 +15,8 @@ def test_ingest_maps_over_buffer_files_on_ray(workspace, prefect_harness):
     from prefect import flow
 
     from flows.runtime import map_over, shard_task_runner
-    from lib.buffer.store import MemoryBuffer, content_hash
+    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.records import content_hash
     from lib.config import load_config
     from tasks.data import inspect_buffer_file
 

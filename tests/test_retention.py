@@ -124,8 +124,9 @@ def test_candidate_row_and_its_own_night(workspace, nights):
 def test_reference_is_the_retention_set(workspace):
     """What a night measured as new_heldout is what later nights measure as night:<version>: the
     same documents, the same sample; a second buffer source's held-out documents are named."""
-    from lib.evaluation.evaluate import NEW_HELDOUT, run_eval_sets
-    from lib.data.memory import remember, retention_sets
+    from lib.evaluation.sets import NEW_HELDOUT, run_eval_sets
+    from lib.data.memory import remember
+    from lib.evaluation.sets import retention_sets
     from lib.evaluation.retention import _reference_note
 
     texts = [t[:600] for t in stdlib_texts(14)]

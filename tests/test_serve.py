@@ -17,7 +17,8 @@ import pytest
 
 from lib.checkpoints.checkpoint import compact
 from lib.config import load_config
-from lib.registry.lineage import Lineage, now, to_json
+from lib.registry.lineage import Lineage
+from lib.registry.records import now, to_json
 from lib.serving.serve import BackgroundServer, create_app
 
 

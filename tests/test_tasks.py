@@ -105,7 +105,8 @@ def test_stage_key_depends_on_content_and_config_not_names(tmp_path):
 
 # -- tasks as plain functions (CI use) -------------------------------------------------------
 def test_ingest_tasks_run_outside_a_flow(workspace):
-    from lib.buffer.store import MemoryBuffer, content_hash
+    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.records import content_hash
     from lib.registry.lineage import Lineage
     from tasks.data import find_buffer_files, inspect_buffer_file, select_pending
 

@@ -108,7 +108,8 @@ def test_tokenizer_mismatch_and_bad_batch_are_refused(prepared, v0, tmp_path):
     from conftest import stdlib_texts
     from lib.config import load_config
     from lib.data.tokenizer import train_bpe
-    from lib.training.train import steps_accumulation, train
+    from lib.training.setup import steps_accumulation
+    from lib.training.train import train
 
     other = train_bpe(stdlib_texts(20), 300, tmp_path / "other-tok")
     cfg = load_config(prepared["config"])
@@ -392,7 +393,8 @@ def test_a_run_that_cannot_fit_is_refused_before_training_with_the_numbers_and_t
     needs hundreds of GiB of activations, so the run stops with the estimate per component and
     what to turn (device_batch_size, activation_checkpointing, seq_len, sharding)."""
     from lib.config import load_config
-    from lib.training.train import InsufficientMemory, train
+    from lib.training.setup import InsufficientMemory
+    from lib.training.train import train
 
     big = 1 << 20
     cfg = load_config(prepared["config"], overrides=[f"training.device_batch_size={big}", f"training.total_batch_size={big * 64}"])

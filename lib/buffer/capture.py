@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
+from lib.buffer.store import MemoryBuffer
 from lib.serving import chat_format
 
 log = logging.getLogger(__name__)
@@ -209,8 +210,6 @@ class Capture:
 
 def open_capture(workspace: Any, cfg: Any, special_tokens: Iterable[str] = ()) -> Capture:
     """A Capture writing into the workspace's memory buffer with the config's policy and sizes."""
-    from lib.buffer.store import MemoryBuffer
-
     buffer = MemoryBuffer.from_config(workspace.buffers, cfg)
     return Capture(buffer, CapturePolicy.from_config(cfg.serve, special_tokens, cfg.capture.format))
 

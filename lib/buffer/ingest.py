@@ -40,7 +40,8 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lib.buffer.store import MemoryBuffer, content_hash
+from lib.buffer.store import MemoryBuffer
+from lib.buffer.records import content_hash
 from lib.files import atomic_path, write_json
 from lib.registry.lineage import Lineage
 from lib.workspace import Workspace

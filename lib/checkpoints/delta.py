@@ -26,6 +26,9 @@ import io
 import json
 import struct
 
+import numpy as np
+import zstandard
+
 DELTA_FORMAT = "diff-expgroup-byteplane-zstd/4"  # written; formats 1-3 are still read
 # format -> (method, widen): format 4 is format 3 that also matches an fp32 tensor against the
 # parent's bf16/fp16 tensor of the same name and shape, widened exactly (master vs its own export)
@@ -66,8 +69,6 @@ def _diff(x, ref, header: dict, matched: list[str], inverse: bool) -> None:
     difference of the bit patterns (target - parent, mod 2^bits); XOR for everything else.
     A weight that moved by a few ulps costs a few low bits, where XOR also flips every bit
     between the changed ones and the top of the mantissa. `inverse` undoes it given `ref`."""
-    import numpy as np
-
     x ^= ref  # XOR everywhere first; float tensors are redone below
     for name in matched:
         info = header[name]
@@ -116,8 +117,6 @@ def _group_by_exponent(x, ref, header: dict, matched: list[str], inverse: bool) 
     by magnitude, each run of codes has one distribution and zstd's per-block Huffman tables
     fit it (about 3 points of a bf16 checkpoint; bench/bench_delta.py). The order comes from
     the parent, which the decoder holds, so it costs no bytes."""
-    import numpy as np
-
     for name in matched:
         info = header[name]
         kind, field = _FLOAT_UINT.get(info["dtype"]), _EXPONENT.get(info["dtype"])
@@ -177,8 +176,6 @@ def _segments(t_header: dict, data_len: int, p_header: dict, widen: bool = True)
 def _transform(x, parent_data, name, info, parent_info, method: str, inverse: bool) -> None:
     """In place on one tensor's bytes `x`: the method's steps, then byte planes (or the inverse
     of both), with the tensor seen as a whole data section of its own."""
-    import numpy as np
-
     if name is None:  # bytes between tensors: stored as they are
         return
     header = {name: {**info, "data_offsets": [0, x.size]}}
@@ -202,8 +199,6 @@ def _transform(x, parent_data, name, info, parent_info, method: str, inverse: bo
 
 def _widen_to_f32(raw, dtype: str):
     """The bytes of the fp32 tensor equal to a bf16 or fp16 one (exact: both widen losslessly)."""
-    import numpy as np
-
     if dtype == "BF16":
         return (raw.view("<u2").astype("<u4") << np.uint32(16)).view(np.uint8)
     return raw.view("<f2").astype("<f4").view(np.uint8)
@@ -219,9 +214,6 @@ def encode_delta_to(target, parent, out, *, level: int = 3, method: str = "group
     binary file `out`: the header verbatim, then each segment transformed, in one zstd frame.
     method "grouped" with widen (format 4, the default), "grouped" (format 3), "diff" (format 2)
     or "xor" (format 1)."""
-    import numpy as np
-    import zstandard
-
     _check_method(method)
     head, t_header, t_data = _split_safetensors(target, "target")
     _, p_header, p_data = _split_safetensors(parent, "parent")
@@ -240,9 +232,6 @@ def encode_delta_to(target, parent, out, *, level: int = 3, method: str = "group
 def decode_delta_to(payload, parent, out, method: str = "grouped", widen: bool = True) -> None:
     """Inverse of `encode_delta_to`: read the delta from the binary file `payload` and write the
     target file's exact bytes to `out` (anything with `write`: a file, a hashing sink)."""
-    import numpy as np
-    import zstandard
-
     _check_method(method)
     reader = zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=False)
 

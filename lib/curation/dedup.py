@@ -36,23 +36,12 @@ import numpy as np
 import xxhash
 from numba import types
 
-from lib.files import atomic_path
+from lib.curation.kernels import INTS, arr, compiled
 from lib.curation.minhash import (
-    _INTS,
-    HASH_VERSION,
-    MinHasher,
-    TextBuffer,
-    _arr,
-    _compiled,
-    band_keys,
-    encode_texts,
-    estimated_jaccard,
-    normalize_texts,
-    optimal_bands,
-    prepare_texts,
-    s_curve,
-    shingle_hashes,
+    HASH_VERSION, MinHasher, band_keys, estimated_jaccard, optimal_bands, s_curve, shingle_hashes,
 )
+from lib.curation.text import TextBuffer, encode_texts, normalize_texts, prepare_texts
+from lib.files import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +135,7 @@ def candidate_pairs(keys: np.ndarray, all_pairs: bool = False, max_bucket: int =
     return pairs // n, pairs % n
 
 
-@_compiled(types.void(_INTS, _INTS, _arr(types.int64)))
+@compiled(types.void(INTS, INTS, arr(types.int64)))
 def _union_min(u, v, parent):
     """Union-find over the edges (u[i], v[i]); every root is the smallest index of its set, so
     after the final pass parent[x] is the smallest index of x's component."""
@@ -182,7 +171,7 @@ def exact_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return inter / (len(a) + len(b) - inter)
 
 
-@_compiled(types.void(_arr(types.uint64), _INTS))
+@compiled(types.void(arr(types.uint64), INTS))
 def _sort_segments(values, offsets):
     """Sort each segment values[offsets[k]:offsets[k+1]] in place."""
     for k in range(offsets.shape[0] - 1):
@@ -191,7 +180,7 @@ def _sort_segments(values, offsets):
             values[a:b] = np.sort(values[a:b])
 
 
-@_compiled(types.void(_arr(types.uint64, readonly=True), _INTS, _INTS, _INTS, _arr(types.float64)))
+@compiled(types.void(arr(types.uint64, readonly=True), INTS, INTS, INTS, arr(types.float64)))
 def _pair_jaccard(values, offsets, u, v, out):
     """Exact Jaccard of the sets of sorted segments u[i] and v[i] (duplicates counted once)."""
     for i in range(u.shape[0]):

@@ -25,6 +25,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+import fasttext
+
 from lib.files import atomic_path
 
 _HEAD = 4000
@@ -42,8 +44,6 @@ def lid_model_path() -> Path:
 
 @lru_cache(maxsize=4)
 def _load(path: str):
-    import fasttext
-
     fasttext.FastText.eprint = lambda *a, **k: None  # silence the load-time warning
     return fasttext.load_model(path)
 
@@ -106,8 +106,6 @@ def _write_training_file(positive: list[str], negative: list[str], path: Path) -
 
 def train_quality_model(positive: list[str], negative: list[str], out: str | Path, epoch: int = 25, seed: int = 0) -> Path:
     """Train a binary fastText classifier (labels good / bad) and save it to `out`."""
-    import fasttext
-
     if not positive or not negative:
         raise ValueError("the quality classifier needs positive and negative examples (both non-empty)")
     out = Path(out)

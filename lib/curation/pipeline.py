@@ -18,6 +18,9 @@ the same list as Prefect tasks (flows/curation.py), a task per rank, cached on c
    filters of each kind (prose: `LanguageFilter`, `QualityFilter`; code: `CodeFilter`).
 5. `ReportStep` (once, `curation-report`, never cached): every step's stats → `curated/stats.json`.
 
+Files outside a workspace (`consolidate dedup`) go through the same `DedupStep`:
+lib/curation/dedup_files.py.
+
 Intermediate formats (relative to the run folder; `<r>` is the rank, 5 digits):
 
 - input of step 1: `{"files": [...], "already": {...}}`: the pending buffer files, sorted by path,
@@ -53,7 +56,7 @@ language and quality models: lib.curation.fasttext_filters.
 
 Trade-offs: the history is matched on signatures, not texts, so an earlier night's document can't
 be verified exactly; the estimate from 128 permutations has a standard error of ~0.035 at J=0.8.
-Filters judge one document at a time (`keep(doc) -> reason | None`) on line features computed
+Filters judge one document at a time (`reject(doc) -> reason | None`, lib/curation/filters.py) on line features computed
 for the whole shard in one polars query (lib.curation.textfilters), so a new filter is a few lines and the
 column work stays batched.
 """
@@ -63,7 +66,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +74,17 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lib.buffer.ingest import DeferredRegistry, atomic_write_table, ingest, pending_buffer_files, record_ingest
 from lib.config import ConsolidationConfig, CurationConfig
 from lib.curation.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup, signature_params
-from lib.files import atomic_path, write_json
-from lib.curation.fasttext_filters import identify_languages, identify_paragraph_languages, quality_scores
-from lib.faults import fault_point
-from lib.buffer.ingest import DeferredRegistry, atomic_write_table, ingest, pending_buffer_files, record_ingest
-from lib.registry.lineage import Lineage
-from lib.curation.minhash import TextBuffer, estimated_jaccard, normalize_texts
+from lib.curation.filters import kind_filters
+from lib.curation.minhash import estimated_jaccard
 from lib.curation.steps import Stats, Step, run_steps
-from lib.curation.textfilters import CODE_REASONS, Doc, code_reason, declared_kind, detect_kinds, length_filter, line_features
+from lib.curation.text import TextBuffer, normalize_texts
+from lib.curation.textfilters import Doc, declared_kind, detect_kinds, length_filter, line_features
+from lib.faults import fault_point
+from lib.files import atomic_path, write_json
+from lib.registry.lineage import Lineage
 from lib.workspace import RunDir, Workspace
 
 log = logging.getLogger(__name__)
@@ -345,86 +348,7 @@ class _NightTexts:
         return normalize_texts(self._texts.take(pa.array(self._rows[idx])))
 
 
-# -- 4. filters --------------------------------------------------------------------------------------
-class Filter:
-    """A rule over one document: `keep(doc)` returns None to keep it, else the reason it leaves.
-    It may annotate the document (language, scores) and counts under its `name` in `stats`."""
-
-    name = "filter"
-
-    def __init__(self, stats: Stats):
-        self.stats = stats
-
-    def keep(self, doc: Doc) -> str | None:
-        raise NotImplementedError
-
-
-class LanguageFilter(Filter):
-    """Prose in `curation.languages` with a score ≥ `language_threshold`, identified on its prose
-    lines (the whole text when they are too few); no languages configured: identify, keep all."""
-
-    name = "language"
-
-    def __init__(self, stats: Stats, c: CurationConfig):
-        super().__init__(stats)
-        self.c = c
-        stats.set("language.judged_on_prose_lines", 0)
-        stats.set("language.by_language", {})
-
-    def keep(self, doc: Doc) -> str | None:
-        f, c = doc.features, self.c
-        if f["prose_chars"] >= min(c.language_min_prose_chars, f["chars"] / 2):
-            self.stats.add("language.judged_on_prose_lines")
-            (doc.lang,), (doc.lang_score,) = identify_paragraph_languages([f["prose"]])
-        else:
-            (doc.lang,), (doc.lang_score,) = identify_languages([doc.text])
-        self.stats.add(f"language.by_language.{doc.lang}")
-        if c.languages and not (doc.lang in c.languages and doc.lang_score >= c.language_threshold):
-            return "language"
-        return None
-
-
-class QualityFilter(Filter):
-    """The fastText quality model's score ≥ `quality_threshold` (no model configured: keep all)."""
-
-    name = "quality"
-
-    def __init__(self, stats: Stats, c: CurationConfig, model: Path | None):
-        super().__init__(stats)
-        self.threshold, self.model = c.quality_threshold, model
-        stats.set("quality.model", str(c.quality_model) if c.quality_model else None)
-
-    def keep(self, doc: Doc) -> str | None:
-        if self.model is None:
-            return None
-        [doc.quality_score] = quality_scores([doc.text], self.model)
-        return "quality" if doc.quality_score < self.threshold else None
-
-
-class CodeFilter(Filter):
-    """The code rule (lib.curation.textfilters.code_reason): line lengths, alphanumeric share, generated."""
-
-    name = "code"
-
-    def __init__(self, stats: Stats, c: CurationConfig):
-        super().__init__(stats)
-        self.c = c
-        stats.set("code.by_reason", {r: 0 for r in CODE_REASONS})
-
-    def keep(self, doc: Doc) -> str | None:
-        c = self.c
-        reason = code_reason(doc.features, c.code_max_line_chars, c.code_max_mean_line_chars, c.code_min_alnum_share,
-                             c.code_drop_generated)
-        if reason is not None:
-            self.stats.add(f"code.by_reason.{reason}")
-        return reason
-
-
-def kind_filters(stats: Stats, c: CurationConfig, quality_model: Path | None) -> dict[str, list[Filter]]:
-    """The filters each kind of document goes through, in order (the first reason wins)."""
-    return {"prose": [LanguageFilter(stats, c), QualityFilter(stats, c, quality_model)], "code": [CodeFilter(stats, c)]}
-
-
+# -- 4. filters ---------------------------------------------------------------------------------------
 class FilterStep(Step):
     """Each surviving document's kind (declared, else detected), length filter and concatenation
     (within a kind), then its kind's filters; every drop written with its reason."""
@@ -486,7 +410,7 @@ class FilterStep(Step):
         for i, d in enumerate(docs):
             for f in filters[d.kind]:
                 stats.add(f"{f.name}.in")
-                verdict[i] = f.keep(d)
+                verdict[i] = f.reject(d)
                 if verdict[i] is not None:
                     stats.add(f"{f.name}.dropped")
                     break
@@ -568,115 +492,6 @@ class ReportStep(Step):
         run.curated.mkdir(parents=True, exist_ok=True)
         _write_json(run.curated / "stats.json", stats)
         return Stats(stats)
-
-
-# -- dedup of files outside a workspace (`consolidate dedup`) -----------------------------------------
-def text_files(path: Path) -> list[Path]:
-    """The files of an input: a parquet folder's parquet files (sorted), else the file itself."""
-    if not path.exists():
-        raise FileNotFoundError(f"input {path} does not exist")
-    return sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
-
-
-def read_text_file(f: Path) -> tuple[list[str], list[str]]:
-    """(ids, texts) of a parquet file (column `text`, ids from `id` else `<name>:<row>`), a JSONL
-    file (field `text`) or a text file (one document per line); blank texts are left out."""
-    if f.suffix == ".parquet":
-        table = pq.read_table(f)
-        if "text" not in table.column_names:
-            raise ValueError(f"{f}: no `text` column")
-        col = table.column("text").to_pylist()
-        got = table.column("id").to_pylist() if "id" in table.column_names else [f"{f.name}:{i}" for i in range(len(col))]
-    elif f.suffix == ".jsonl":
-        rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-        col = [r.get("text") for r in rows]
-        got = [str(r.get("id", f"{f.name}:{i}")) for i, r in enumerate(rows)]
-    else:
-        col = [line for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-        got = [f"{f.name}:{i}" for i in range(len(col))]
-    keep = [(str(i), t) for i, t in zip(got, col) if isinstance(t, str) and t.strip()]
-    return [i for i, _ in keep], [t for _, t in keep]
-
-
-def read_texts(path: Path) -> tuple[list[str], list[str]]:
-    """(ids, texts) of every file of an input (`text_files`, `read_text_file`)."""
-    ids: list[str] = []
-    texts: list[str] = []
-    for f in text_files(path):
-        i, t = read_text_file(f)
-        ids += i
-        texts += t
-    return ids, texts
-
-
-class ReadTextsStep(Step):
-    """Documents of files outside any workspace (`input`: the files, in order; this rank's share by
-    position) → the same shard files as `IngestStep`."""
-
-    name = "read-texts"
-
-    def reads(self, input: list[Path], output: Path, rank: int, world_size: int, section: CurationConfig) -> list[Path]:
-        return [Path(f) for f in input[rank::world_size]]
-
-    def writes(self, rank: int, world_size: int) -> list[str]:
-        return [shard_outputs(rank)[k] for k in ("docs", "dedup")]
-
-    def run(self, input: list[Path], output: Path, rank: int, world_size: int, section: CurationConfig) -> Stats:
-        ids: list[str] = []
-        texts: list[str] = []
-        order: list[int] = []
-        for k, f in enumerate(input[rank::world_size]):
-            i, t = read_text_file(Path(f))
-            ids += i
-            texts += t
-            order += [((rank + k * world_size) << 32) | row for row in range(len(t))]
-        write_documents(Path(output), rank, ids, texts, order, [None] * len(ids), section)
-        return Stats({"documents": len(ids)})
-
-
-class KeptStep(Step):
-    """The survivors of `DedupStep` as `<dest>/kept.parquet` (id, text, in input order) beside
-    `<dest>/duplicates.parquet`."""
-
-    name = "write-kept"
-    per_shard = False
-    cached = False
-
-    def __init__(self, dest: Path):
-        self.dest = Path(dest)
-
-    def run(self, input: Any, output: Path, rank: int, world_size: int, section: CurationConfig) -> Stats:
-        run = Path(output)
-        docs = pa.concat_tables([pq.read_table(run / shard_outputs(r)["docs"], columns=["id", "text", "order"])
-                                 for r in range(world_size)])
-        keep = np.concatenate([np.load(run / shard_outputs(r)["keep"]) for r in range(world_size)])
-        kept = docs.filter(pa.array(keep)).sort_by("order").select(["id", "text"])
-        self.dest.mkdir(parents=True, exist_ok=True)
-        atomic_write_table(kept, self.dest / "kept.parquet")
-        with atomic_path(self.dest / "duplicates.parquet") as tmp:  # DedupStep's file as it is (no decode and encode)
-            shutil.copyfile(run / "curation" / "duplicates.parquet", tmp)
-        return Stats({"kept": kept.num_rows})
-
-
-def dedup_steps(dest: Path, world_size: int = 1) -> list[Step]:
-    """Exact then near dedup of files (`consolidate dedup`): read, dedup (no history), write."""
-    return [ReadTextsStep(), DedupStep(DedupIndex(dest / ".no-history")), KeptStep(dest)]
-
-
-def dedup_files(inputs: list[Path], dest: Path, section: CurationConfig, world_size: int = 1) -> dict[str, Any]:
-    """`dedup_steps` over `inputs` in this process, its shard files in a temporary folder:
-    `<dest>/kept.parquet`, `<dest>/duplicates.parquet`, and the counts (documents, kept, exact
-    and near duplicates, the LSH's bands, rows and pairs)."""
-    import tempfile
-
-    files = [f for p in inputs for f in text_files(Path(p))]
-    with tempfile.TemporaryDirectory(prefix=".dedup-", dir=dest.parent if dest.parent.is_dir() else None) as work:
-        read, dedup, kept = run_steps(dedup_steps(dest, world_size), files, Path(work), world_size, section)
-    near = dedup.counts.get("near", {})
-    return {"documents": read.get("documents"), "kept": kept.get("kept"),
-            "exact_duplicates": dedup.get("exact.dropped_within_night"), "near_duplicates": near.get("dropped_within_night", 0),
-            "bands": near.get("bands"), "rows": near.get("rows"), "candidate_pairs": near.get("candidate_pairs", 0),
-            "verified_pairs": near.get("verified_pairs")}
 
 
 # -- the list, and running it here ------------------------------------------------------------------

@@ -37,8 +37,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from lib.buffer.store import MemoryBuffer, content_hash
+from lib.buffer.store import MemoryBuffer
+from lib.buffer.records import content_hash
 from lib.files import swap_in, temp_folder
+from lib.registry.lineage import Lineage
 from lib.workspace import Workspace
 
 CORPUS_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("text", pa.string()), pa.field("kind", pa.string())])
@@ -277,8 +279,6 @@ def replay_corpus_name(workspace: Workspace, cfg) -> str:
     if cfg.workspace.corpus:
         return cfg.workspace.corpus
     if workspace.lineage_db.exists():
-        from lib.registry.lineage import Lineage
-
         lin = Lineage(workspace.lineage_db)
         root = lin.root_version()
         if root is not None:

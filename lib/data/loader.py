@@ -32,6 +32,7 @@ thousands of times less than the tiny demo model's step on CPU (bench/bench_load
 
 from __future__ import annotations
 
+# torch is imported inside functions: importing this module must not cost its ~4 s
 import logging
 from pathlib import Path
 

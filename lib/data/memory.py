@@ -15,7 +15,7 @@ nights while every night passed its gate (issue #14). So:
   `recency ** age / (1 + exposures) ** exposure_power` (age in accepted nights, 0 for the newest),
   so the memory source (`sampling.memory_ratio` of the tokens) replays recent and rarely seen
   documents first (lib/data/manifest.py draws a weighted order).
-- `retention_sets(ws, lineage, ...)`: the retention sets a night evaluates champion and
+- `retention_sets(ws, lineage, ...)` (lib/evaluation/sets.py): the retention sets a night evaluates champion and
   candidate on: every accepted night's held-out documents, or once there are more than
   `max_sets`, the newest half of them plus an even spread over the older ones.
 - `forget(lineage, version)`: a rolled-back night leaves the memory (lib.registry.promotion.rollback).
@@ -34,6 +34,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
+from lib.data.prepared import PreparedData
 from lib.files import link_or_copy, publish_folder
 
 MEMORY_NIGHT = "night.json"
@@ -43,10 +46,6 @@ RETENTION_PREFIX = "night:"
 def remember(ws, lineage, version: str, run_dir) -> dict[str, Any]:
     """Add the accepted night of `run_dir` (which trained `version`) to the memory; idempotent.
     Returns what was added."""
-    import pyarrow.parquet as pq
-
-    from lib.data.prepared import PreparedData
-
     run = Path(getattr(run_dir, "path", run_dir))
     prepared = PreparedData(run)
     new = prepared.info["sources"].get("new") or {}
@@ -80,21 +79,6 @@ def replay_weights(lineage, recency: float, exposure_power: float) -> dict[str, 
     age = {v: len(nights) - 1 - i for i, v in enumerate(nights)}
     return {doc: (recency ** age.get(night, 0)) / (1.0 + exposures) ** exposure_power
             for (night, doc), exposures in lineage.memory_exposures().items() if night in age}
-
-
-def retention_sets(ws, lineage, max_sets: int | None, max_docs: int | None, max_bytes: int | None) -> dict[str, list[str]]:
-    """{"night:<version>": held-out texts} of the accepted nights to check, oldest first."""
-    from lib.evaluation.evaluate import _parquet_texts, _sample
-
-    nights = [n for n in lineage.memory_nights() if (Path(n["path"]) / "heldout.parquet").is_file() and n["heldout_docs"]]
-    if max_sets is not None and len(nights) > max_sets:
-        recent = max_sets - max_sets // 2
-        older, newest = nights[:-recent], nights[-recent:]
-        k = max_sets - recent
-        pick = [older[round(i * (len(older) - 1) / max(1, k - 1))] for i in range(k)] if k else []
-        nights = list({n["version"]: n for n in pick}.values()) + newest
-    return {f"{RETENTION_PREFIX}{n['version']}": _sample(_parquet_texts([Path(n["path"]) / "heldout.parquet"]), max_docs, max_bytes)
-            for n in nights}
 
 
 def forget(lineage, version: str) -> bool:

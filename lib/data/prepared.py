@@ -26,6 +26,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from lib.files import write_json
 
 DATA_JSON = "data.json"
@@ -127,15 +130,10 @@ class PreparedData:
 
     def read_exposures(self) -> list[dict[str, Any]]:
         """exposures.parquet's rows, [] when the folder has none (data prepared before it existed)."""
-        import pyarrow.parquet as pq
-
         return pq.read_table(self.exposures).to_pylist() if self.exposures.is_file() else []
 
     # -- writing (lib/data/sampling.py's prepare_training_data) ---------------------------------------
     def write_heldout(self, source: str, ids: list[str], texts: list[str]) -> Path:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         path = self.heldout_file(source)
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table({"id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string())}), path,
@@ -144,9 +142,6 @@ class PreparedData:
 
     def write_exposures(self, rows: dict[str, Any]) -> Path:
         """`rows`: columns source, doc_id, night (str) and exposures (int64)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         pq.write_table(pa.table({
             "source": pa.array(rows["source"], pa.string()),
             "doc_id": pa.array(rows["doc_id"], pa.string()),

@@ -30,6 +30,7 @@ corpus that never holds part of a rejected file.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import shutil
 from pathlib import Path
@@ -39,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from lib.buffer.store import content_hash
+from lib.buffer.records import content_hash
 from lib.data.corpus import CORPUS_SCHEMA, Document
 from lib.files import JsonLineError, json_lines, swap_in, temp_folder
 from lib.workspace import Workspace, check_name
@@ -160,8 +161,6 @@ def read_documents(path: Path, rel: str, text_column: str = "text") -> Iterator[
 def validate_file(path: Path, rel: str, text_column: str = "text", lowest: list[int] | None = None, keep: int = 0) -> int:
     """Read a whole input file; returns its number of usable documents or raises ReplayFileError.
     `lowest` (a max-heap of negated hashes) collects the `keep` lowest split hashes seen."""
-    import heapq
-
     usable = 0
     for doc_id, text, _ in read_documents(path, rel, text_column):
         if text and text.strip():

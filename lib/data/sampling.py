@@ -30,14 +30,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lib.config import SourceConfig
+from lib.data.corpus import replay_corpus_name
 from lib.data.manifest import SLACK, SourceStream, draw_manifest, source_documents, write_manifest
-from lib.data.memory import MEMORY_NIGHT
+from lib.data.memory import MEMORY_NIGHT, replay_weights
 from lib.data.prepared import PreparedData
 from lib.data.tokenization import tokenize_sources, tokenize_tasks
+from lib.data.tokenizer import load_tokenizer
+from lib.registry.lineage import Lineage
+from lib.serving.chat_format import template_markers
 from lib.workspace import check_name
 
 if TYPE_CHECKING:
-    from lib.config import ConsolidationConfig, SamplingConfig, SourceConfig
+    from lib.config import ConsolidationConfig, SamplingConfig
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +56,6 @@ def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Pat
     (weight r, kind buffer) + the memory of accepted nights (weight m = `sampling.memory_ratio`,
     kind memory, when there is one), then any extra `sampling.sources` with their own weights.
     r + m = 1 leaves the corpus out: no replay (an ablation, bench/bench_memory.py)."""
-    from lib.config import SourceConfig
-    from lib.data.corpus import replay_corpus_name
-
     r, m = cfg.sampling.new_data_ratio, cfg.sampling.memory_ratio
     if not any(workspace.memory.glob(f"*/{MEMORY_NIGHT}")):
         m = 0.0
@@ -80,9 +82,6 @@ def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Pat
 
 def corpus_sources(workspace, cfg: ConsolidationConfig) -> list[SourceConfig]:
     """Pre-training's mix (v0): the replay corpus's train split alone."""
-    from lib.config import SourceConfig
-    from lib.data.corpus import replay_corpus_name
-
     corpus = replay_corpus_name(workspace, cfg)
     return [SourceConfig(name=corpus, path=workspace.corpus_train(corpus), weight=1.0, kind="corpus")]
 
@@ -100,8 +99,6 @@ def memory_weights(workspace, cfg: ConsolidationConfig, sources: list[SourceConf
     names = [s.name for s in sources if s.kind == "memory"]
     if not names:
         return None
-    from lib.registry.lineage import Lineage
-    from lib.data.memory import replay_weights
 
     weights = replay_weights(Lineage(workspace.lineage_db), cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power)
     return {name: weights for name in names}
@@ -112,8 +109,6 @@ def prepare_run_data(workspace, cfg: ConsolidationConfig, sources: list[SourceCo
     """`prepare_training_data` with the settings of `cfg` (sampling, seq_len, the document
     separator, the chat template's markers, the memory's weights) and the workspace's token
     cache: what a night, the bootstrap and `consolidate tokenize` run."""
-    from lib.serving.chat_format import template_markers
-
     return prepare_training_data(sources, tokenizer_dir, out_dir, token_budget=budget, sampling=cfg.sampling,
                                  seq_len=cfg.training.seq_len, workers=workers or cfg.curation.workers,
                                  cache_dir=workspace.token_cache if cache else None,
@@ -146,8 +141,6 @@ def prepare_training_data(
     else the tokenizer's convention); `markers`: the chat template's control tokens (new data);
     `doc_weights`: {source: {doc_id: weight}} for a weighted document order (the memory's
     recency and exposure weights, lib/data/memory.py); documents it does not name weigh 1."""
-    from lib.data.tokenizer import load_tokenizer
-
     _check_sources(sources, token_budget)
     out = PreparedData(out_dir)
     tok = load_tokenizer(tokenizer_dir)

@@ -25,6 +25,7 @@ them with real-corpus replay and with none on the forgetting of v0's own distrib
 
 from __future__ import annotations
 
+# torch and transformers are imported inside functions: importing this module must not cost their ~6 s
 import hashlib
 import json
 import logging
@@ -34,7 +35,12 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from lib.checkpoints.checkpoint import materialize, read_meta
+from lib.data.corpus import Document
+from lib.data.replay import ShardWriter, finish_corpus, split_cut, split_hash
+from lib.data.tokenizer import load_tokenizer
 from lib.files import file_hash, temp_folder
+from lib.workspace import check_name
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +87,6 @@ def generate_replay(
     its corpus.json (with `reused: true` when the same model and parameters made it before)."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from lib.checkpoints.checkpoint import materialize, read_meta
-    from lib.data.corpus import Document
-    from lib.data.replay import ShardWriter, finish_corpus, split_cut, split_hash
-    from lib.data.tokenizer import load_tokenizer
-    from lib.workspace import check_name
 
     check_name(name, "corpus name")
     version_dir = Path(version_dir)

@@ -30,6 +30,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
@@ -42,11 +43,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from lib.files import file_hash, link_or_copy, temp_folder
 from lib.data.fim import fim_rng, fim_tokens, split_spans
 from lib.data.memory import MEMORY_NIGHT
 from lib.data.prepared import PreparedData
 from lib.data.shards import write_shard_arrays
+from lib.data.tokenizer import load_tokenizer
+from lib.files import file_hash, link_or_copy, temp_folder
 
 if TYPE_CHECKING:  # tokenizer worker processes import this module: keep pydantic out of their start-up
     from lib.config import SamplingConfig, SourceConfig
@@ -106,7 +108,6 @@ def _init_worker(tokenizer_dir: str) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
     global _WORKER_TOKENIZER
-    from lib.data.tokenizer import load_tokenizer
 
     _WORKER_TOKENIZER = load_tokenizer(tokenizer_dir)
 
@@ -239,8 +240,6 @@ def run_tokenize_tasks(tasks: list[dict], tokenizer_dir: str | Path, workers: in
     """Tokenize files in `workers` processes (inline when 1); results in task order."""
     workers = max(1, min(workers or os.cpu_count() or 1, len(tasks)))
     if workers == 1:
-        from lib.data.tokenizer import load_tokenizer
-
         tok = load_tokenizer(tokenizer_dir)
         return [tokenize_file(t, tok) for t in tasks]
     with ProcessPoolExecutor(max_workers=workers, mp_context=pool_context(),
@@ -292,8 +291,6 @@ def cache_store(cache_dir: Path, key: str, task: dict, result: dict) -> None:
     try:
         os.rename(tmp, final)  # atomic: a concurrent run that got there first wins, ours is dropped
     except OSError:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -366,8 +363,6 @@ def tokenize_tasks(sources: list[SourceConfig], tok, out_dir: str | Path, sampli
 def tokenize_to_cache(task: dict, tokenizer_dir: str | Path, cache_dir: str | Path) -> dict:
     """Make sure `task`'s file is in the token cache (tokenize it if not): the per-file step a
     flow maps over files before `prepare_training_data`, which then only links shards."""
-    from lib.data.tokenizer import load_tokenizer
-
     tok = load_tokenizer(tokenizer_dir)
     cache_dir = Path(cache_dir)
     key = cache_key(task, tok.hash)
@@ -379,8 +374,6 @@ def tokenize_to_cache(task: dict, tokenizer_dir: str | Path, cache_dir: str | Pa
         result = tokenize_file(mine, tok)
         cache_store(cache_dir, key, mine, result)
     finally:
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
     return {"file": task["file"], "key": key, "cached": False, "tokens": int(result["tokens"])}
 

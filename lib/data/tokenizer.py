@@ -37,15 +37,20 @@ unencodable, so captured buffers need no character filtering.
 
 from __future__ import annotations
 
+# transformers is imported inside functions: importing this module must not cost its ~2 s
 import hashlib
 import json
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+import pyarrow.parquet as pq
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from lib.files import write_json
+from lib.registry.lineage import Lineage
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
@@ -72,7 +77,6 @@ class TokenizerError(ValueError):
 
 def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> Path:
     """Train a byte-level BPE tokenizer on `texts` and save it as a Hugging Face folder."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     if vocab_size < 256 + len(SPECIAL_TOKENS):
@@ -122,8 +126,6 @@ def corpus_shards(folder: str | Path) -> list[Path]:
 
 def train_on_corpus(folder: str | Path, vocab_size: int, out_dir: str | Path) -> Path:
     """`train_bpe` on the `text` column of every parquet shard of the corpus split `folder`."""
-    import pyarrow.parquet as pq
-
     files = corpus_shards(folder)
     if not files:
         raise FileNotFoundError(f"no parquet shards in {folder}: build the corpus first (`consolidate corpus build-stdlib`)")
@@ -144,8 +146,6 @@ def resolve_tokenizer(cfg, workspace, given: str | Path | None = None, model_dir
             raise FileNotFoundError(f"tokenizer folder {explicit} has no tokenizer.json")
         return Path(explicit)
     if model_dir is None and workspace.lineage_db.exists():
-        from lib.registry.lineage import Lineage
-
         lin = Lineage(workspace.lineage_db)
         champion = lin.alias("champion")
         model_dir = lin.get_version(champion)["path"] if champion is not None else None
@@ -180,8 +180,6 @@ class LoadedTokenizer:
     """A model's tokenizer: fast batch encoding plus the ids and byte lengths training needs."""
 
     def __init__(self, folder: str | Path):
-        from tokenizers import Tokenizer
-
         self.folder = Path(folder)
         path = self.folder / "tokenizer.json"
         if not path.is_file():
@@ -307,7 +305,6 @@ class LoadedTokenizer:
         texts = list(texts)
         if not markers:
             return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
-        import re
 
         ids_of = {m: self._vocab[m] for m in markers if m in self._vocab}
         if not ids_of:
@@ -337,8 +334,6 @@ class LoadedTokenizer:
 
     @cached_property
     def _byte_lengths(self) -> np.ndarray:
-        from tokenizers import pre_tokenizers
-
         lengths = np.zeros(self.vocab_size, dtype=np.int32)
         alphabet = set(pre_tokenizers.ByteLevel.alphabet())
         special = set(self.special_ids)

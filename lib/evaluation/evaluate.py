@@ -32,20 +32,26 @@ candidate alike, while a sliding window with half overlap would double the compu
 
 from __future__ import annotations
 
+# torch and transformers are imported inside functions: importing this module must not cost their ~6 s
+import contextlib
 import hashlib
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
+from lib.checkpoints.checkpoint import materialize, read_meta
+from lib.data.corpus import replay_corpus_name
+from lib.data.tokenizer import load_tokenizer
+from lib.evaluation.sets import OLD_VAL, PROBES, retention_sets, run_eval_sets
 from lib.files import JsonLineError, json_lines, write_json
+from lib.registry.lineage import Lineage
 
 log = logging.getLogger(__name__)
 
-# Metric names as the gate and the lineage registry read them.
-OLD_VAL, NEW_HELDOUT, NEW_TRAIN, PROBES = "old_val", "new_heldout", "new_train", "probes"
 LOGITS_BUDGET_BYTES = 1 << 30  # fp32 logits of one eval batch
 CACHE_VERSION = 1              # bump when the numbers for the same inputs would change
 
@@ -54,8 +60,6 @@ Progress = Callable[[str, int, int], None]
 
 def _materialize(model_dir: str | Path) -> Path:
     """A folder `from_pretrained` loads: delta-stored versions are rebuilt by the checkpoint module."""
-    from lib.checkpoints.checkpoint import materialize
-
     return Path(materialize(Path(model_dir)))
 
 
@@ -90,9 +94,6 @@ class EvalModel:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from lib.checkpoints.checkpoint import read_meta
-        from lib.data.tokenizer import load_tokenizer
-
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file() and not (model_dir / "meta.json").is_file():
             raise FileNotFoundError(f"{model_dir} is not a model folder: no config.json (nor a version's meta.json) in it")
@@ -123,8 +124,6 @@ class EvalModel:
         return [[self.separator_id] + ids[i : i + step] for ids in self.encode(texts) for i in range(0, len(ids), step)]
 
     def _autocast(self):
-        import contextlib
-
         import torch
 
         if self.device.type == "cuda" and next(self.model.parameters()).dtype == torch.float32:
@@ -351,8 +350,6 @@ def evaluate_pair(
     """BPB of parent and candidate on each named text set (empty sets are skipped), plus probes.
     One model is in memory at a time. The separator is resolved once, from the candidate (a
     version records the convention its lineage trains with), and used for both sides."""
-    from lib.data.tokenizer import load_tokenizer
-
     result = PairEvaluation()
     for name, texts in datasets.items():
         if texts:
@@ -370,62 +367,6 @@ def evaluate_pair(
             metrics[PROBES] = {"exact_match": scored["exact_match"], "logprob": scored["logprob"]}
         del em
     return result
-
-
-# -- the evaluation sets of one nightly run ----------------------------------------------------
-
-
-def _parquet_texts(files: Iterable[Path], exclude_ids: set[str] | None = None) -> list[tuple[str, str]]:
-    import pyarrow.parquet as pq
-
-    out = []
-    for f in sorted(files):
-        table = pq.read_table(f)
-        if "text" not in table.column_names:
-            raise ValueError(f"{f}: no `text` column (columns: {', '.join(table.column_names)})")
-        ids = table.column("id").to_pylist() if "id" in table.column_names else [f"{f.name}:{i}" for i in range(table.num_rows)]
-        for doc_id, text in zip(ids, table.column("text").to_pylist()):
-            if text and (exclude_ids is None or doc_id not in exclude_ids):
-                out.append((str(doc_id), text))
-    return out
-
-
-def _sample(rows: list[tuple[str, str]], max_docs: int | None, max_bytes: int | None = None) -> list[str]:
-    """A fixed sample: documents in the order of a hash of their id (not the alphabet, which
-    would favour one corner of a corpus), up to `max_docs` and `max_bytes`; whatever order the
-    files were written in, the same documents come out."""
-    import xxhash
-
-    rows = sorted(rows, key=lambda r: (xxhash.xxh64_intdigest(r[0].encode("utf-8"), seed=0x65766C), r[0]))
-    out, size = [], 0
-    for _, text in rows:
-        if max_docs is not None and len(out) >= max_docs:
-            break
-        n = len(text.encode("utf-8"))
-        if max_bytes is not None and out and size + n > max_bytes:
-            break
-        out.append(text)
-        size += n
-    return out
-
-
-def run_eval_sets(workspace, corpus: str, run_dir=None, max_docs: int | None = None,
-                  max_bytes: int | None = None) -> dict[str, list[str]]:
-    """The texts the gate compares on: old_val = `<ws>/corpora/<corpus>/val/*.parquet`;
-    new_heldout = the run's held-out documents (`run_dir.prepared`, lib/data/prepared.py: kept out of
-    the manifest by the data stage);
-    new_train = `<run>/curated/*.parquet` minus the held-out ids. Each a fixed sample capped at
-    `max_docs` documents and `max_bytes` bytes."""
-    val_dir = workspace.corpus_val(corpus)
-    val_files = list(val_dir.glob("*.parquet"))
-    if not val_files:
-        raise FileNotFoundError(f"no validation shards in {val_dir}: build the corpus first (workspace.corpus={corpus!r})")
-    sets = {OLD_VAL: _sample(_parquet_texts(val_files), max_docs, max_bytes)}
-    if run_dir is not None:
-        heldout = _parquet_texts(run_dir.prepared.heldout_files())
-        sets[NEW_HELDOUT] = _sample(heldout, max_docs, max_bytes)
-        sets[NEW_TRAIN] = _sample(_parquet_texts(run_dir.curated.glob("*.parquet"), {i for i, _ in heldout}), max_docs, max_bytes)
-    return sets
 
 
 def eval_window(cfg) -> int:
@@ -449,8 +390,6 @@ class Comparison:
 def comparison(workspace, version: str, parent: str | None = None, run: str | None = None) -> Comparison:
     """`version` (id or alias) against `parent` (default: its recorded parent) on the data of
     `run` (default: the version's own run): what `consolidate eval` and the evaluate flow measure."""
-    from lib.registry.lineage import Lineage
-
     if not workspace.lineage_db.exists():
         raise FileNotFoundError(f"no lineage registry at {workspace.lineage_db}: run the bootstrap first, or point at the "
                                 f"workspace that has one (--workspace, workspace.root)")
@@ -484,8 +423,6 @@ def evaluate_and_record(workspace, cfg, lineage, version: str, parent: str, run_
 def measure_root(workspace, cfg, version_dir, corpus: str) -> dict[str, Any]:
     """A root version's (v0's) bits per byte on old_val, into the eval cache: the first night reads
     it instead of scoring its parent again, and later checks of cumulative drift compare with it."""
-    import time
-
     t0 = time.perf_counter()
     sets = run_eval_sets(workspace, corpus, None, cfg.eval.max_docs, cfg.eval.max_bytes)
     em = EvalModel.load(version_dir, max_len=eval_window(cfg), separator=cfg.tokenizer.document_separator)
@@ -496,17 +433,13 @@ def measure_root(workspace, cfg, version_dir, corpus: str) -> dict[str, Any]:
 def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, device: str | None = None,
                        on_progress: Progress | None = None, corpus: str | None = None, lineage=None) -> PairEvaluation:
     """The nightly evaluation: parent and candidate on the run's sets (`run_eval_sets`) and, with
-    `lineage`, on every earlier night's retention set (lib.data.memory.retention_sets), plus the root
+    `lineage`, on every earlier night's retention set (lib.evaluation.sets.retention_sets), plus the root
     version's old_val for the cumulative rule (from the eval cache when it was measured before);
     with `cfg.eval` (max_docs, max_bytes, max_len, batch_size, memory_sets, probes), the replay
     corpus `corpus` (default `cfg.workspace.corpus`) and the workspace's eval cache."""
-    from lib.data.corpus import replay_corpus_name
-
     corpus = corpus or replay_corpus_name(workspace, cfg)
     sets = run_eval_sets(workspace, corpus, run_dir, cfg.eval.max_docs, cfg.eval.max_bytes)
     if lineage is not None:
-        from lib.data.memory import retention_sets
-
         sets.update(retention_sets(workspace, lineage, cfg.eval.memory_sets, cfg.eval.max_docs, cfg.eval.max_bytes))
     probes = read_probes(cfg.eval.probes) if cfg.eval.probes else None
     result = evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size,
@@ -516,8 +449,6 @@ def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, 
     if root is not None:
         root_dir = Path(lineage.get_version(root)["path"])
         if root_dir.resolve() not in (Path(parent_dir).resolve(), Path(candidate_dir).resolve()):
-            from lib.data.tokenizer import load_tokenizer
-
             _, token = load_tokenizer(_materialize(Path(candidate_dir))).separator(cfg.tokenizer.document_separator)
             em = EvalModel.load(root_dir, device=device, max_len=eval_window(cfg), separator=token)
             result.root = {OLD_VAL: {"bpb": cached_bits_per_byte(em, sets[OLD_VAL], cfg.eval.batch_size, workspace.eval_cache,

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lib.config import GateConfig
+from lib.data.memory import RETENTION_PREFIX
+from lib.tables import gate_table
 
 Metrics = dict[str, dict[str, float]]
 # A value exactly at a limit passes: 2.04 / 2.0 - 1 is 0.020000000000000018 in floating point.
@@ -60,8 +62,6 @@ class GateDecision:
         return cls(bool(data["passed"]), [RuleResult(**r) for r in data.get("rules", [])])
 
     def to_markdown(self, title: str = "Regression gate") -> str:
-        from lib.tables import gate_table
-
         return gate_table(self, f"{title}: {'PASSED' if self.passed else 'REJECTED'}").markdown()
 
 
@@ -90,8 +90,6 @@ class RegressionGate:
         return GateDecision(all(r.passed for r in rules), rules)
 
     def _retention(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
-        from lib.data.memory import RETENTION_PREFIX
-
         limit = self.config.max_memory_forgetting
         nights = sorted(d for d in candidate if d.startswith(RETENTION_PREFIX))
         if not nights:

@@ -34,8 +34,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lib.evaluation.evaluate import NEW_HELDOUT, OLD_VAL
 from lib.data.memory import RETENTION_PREFIX
+from lib.evaluation.sets import NEW_HELDOUT, OLD_VAL
 
 METRIC = "bpb"
 

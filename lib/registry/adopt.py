@@ -28,6 +28,7 @@ are streamed and hashed in one pass.
 
 from __future__ import annotations
 
+# transformers is imported inside functions: importing this module must not cost its ~2 s
 import hashlib
 import json
 import logging
@@ -40,7 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from lib.checkpoints.checkpoint import TOKENIZER_FILES, write_meta
+from lib.config import SourceConfig
+from lib.data.replay import build_replay_corpus
+from lib.data.selfreplay import generate_replay, parse_generate
+from lib.data.tokenization import cache_key, cache_store, run_tokenize_tasks, tokenize_tasks
+from lib.data.tokenizer import TokenizerError, load_tokenizer
+from lib.evaluation.evaluate import measure_root
+from lib.evaluation.sets import OLD_VAL
 from lib.files import copy_hashed, publish_folder
+from lib.registry.lineage import Lineage
+from lib.registry.promotion import promote
 from lib.registry.runs import new_run_id
 
 log = logging.getLogger(__name__)
@@ -295,8 +306,6 @@ def _check_loads(folder: Path, weight_bytes: int) -> None:
 
 def write_v0(folder: ModelFolder, out_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """`out_dir` (a new version folder) from the user's folder, atomically; returns meta.json."""
-    from lib.checkpoints.checkpoint import TOKENIZER_FILES, write_meta
-
     out_dir = Path(out_dir)
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} already exists")
@@ -345,8 +354,6 @@ def _convert_tokenizer(src: Path, dst: Path) -> None:
 def check_tokenizer(version_dir: Path, config: dict[str, Any], separator: str) -> dict[str, Any]:
     """The adopted tokenizer loads the way every stage loads it, fits the embedding and has a
     document separator; returns what meta.json records about it."""
-    from lib.data.tokenizer import TokenizerError, load_tokenizer
-
     try:
         tok = load_tokenizer(version_dir)
         sep_id, sep_token = tok.separator(separator)
@@ -377,18 +384,12 @@ def adopt(
 ) -> dict[str, Any]:
     """`consolidate init`: the user's model becomes v0 (champion) with their replay corpus.
     Every refusal comes before anything is written. Returns what was done (for the CLI table)."""
-    from lib.checkpoints.checkpoint import write_meta
-    from lib.registry.lineage import Lineage
-    from lib.registry.promotion import promote
-    from lib.data.replay import build_replay_corpus
-
     ws = workspace.ensure()
     lin = Lineage(ws.lineage_db)
     if lin.versions():
         champion = lin.alias("champion")
         raise AdoptionError(f"{ws.root} already has a lineage (champion {champion}): adopt a model into a new workspace "
                             f"(-w another folder); nights continue from the champion")
-    from lib.data.selfreplay import generate_replay, parse_generate
 
     generate = [n for n in (parse_generate(str(r)) for r in replay) if n is not None]
     if generate and len(replay) > 1:
@@ -464,11 +465,6 @@ def warm_caches(ws, cfg, version_dir: Path, corpus: str, say: Callable[[str], No
     """What every night would otherwise do first: tokenize the replay corpus into the token cache
     (the same tasks a night builds, so it hits) and measure the version's bits per byte on old_val
     (the eval cache). Returns the seconds and the old_val figure."""
-    from lib.config import SourceConfig
-    from lib.evaluation.evaluate import OLD_VAL, measure_root
-    from lib.data.tokenization import cache_key, cache_store, run_tokenize_tasks, tokenize_tasks
-    from lib.data.tokenizer import load_tokenizer
-
     t0 = time.perf_counter()
     tok = load_tokenizer(version_dir)
     source = SourceConfig(name=corpus, path=ws.corpus_train(corpus), weight=1.0, kind="corpus")  # (a weight draws nothing here)

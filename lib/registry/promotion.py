@@ -34,9 +34,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lib.checkpoints.checkpoint import (
+    drop_master_weights, drop_optimizer_state, is_delta, is_full, master_dir, restore, storage_info,
+    store_version,
+)
+from lib.data.memory import forget
+from lib.evaluation.gate import GateDecision, RegressionGate
+from lib.faults import fault_point
 from lib.files import temp_sibling
-from lib.evaluation.gate import GateDecision
-from lib.registry.lineage import Lineage, LineageError
+from lib.registry.lineage import Lineage
+from lib.registry.records import LineageError
 
 
 def _version_row(con, version: str) -> tuple[str | None, str, str | None]:
@@ -130,7 +137,6 @@ def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[
                 [version],
             )
         out = {"from": version, "to": parent, "requeued": requeued}
-    from lib.data.memory import forget
 
     out["left_memory"] = forget(lineage, version)  # no longer replayed, no longer checked for retention
     restored = keep_served_full(lineage)  # the parent may be a delta: serve it as a plain folder
@@ -142,8 +148,6 @@ def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[
 def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True) -> tuple[GateDecision, str]:
     """Decide on `version` from the metrics its run recorded for it and its parent (the same
     data), and with `apply` act on the decision. Returns (decision, status)."""
-    from lib.evaluation.gate import RegressionGate
-
     row = lineage.get_version(version)
     if row is None:
         raise LineageError(f"unknown version {version!r}: see `consolidate lineage ls`")
@@ -165,16 +169,12 @@ def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True
 def prune_optimizer_states(lineage: Lineage, keep: int | None) -> dict[str, int]:
     """Delete optimizer.pt from every version but the champion and the `keep` newest accepted
     ones (None: keep all). Returns {version: bytes freed} for the versions pruned."""
-    from lib.checkpoints.checkpoint import drop_optimizer_state
-
     return _prune(lineage, keep, drop_optimizer_state)
 
 
 def prune_master_weights(lineage: Lineage, keep: int | None) -> dict[str, int]:
     """Delete the fp32 master/ folder from every version but the champion and the `keep` newest
     accepted ones (None: keep all). Returns {version: bytes freed}."""
-    from lib.checkpoints.checkpoint import drop_master_weights
-
     return _prune(lineage, keep, drop_master_weights)
 
 
@@ -202,8 +202,6 @@ SERVED_ALIASES = ("champion", "latest")
 def keep_served_full(lineage: Lineage) -> list[str]:
     """Restore `champion` and `latest` to plain Hugging Face folders where they are deltas (after
     a rollback or a promotion by hand); returns the versions restored."""
-    from lib.checkpoints.checkpoint import is_delta, restore
-
     restored = []
     for alias in SERVED_ALIASES:
         version = lineage.alias(alias)
@@ -240,8 +238,6 @@ def link_served(lineage: Lineage, serving_dir: str | Path) -> dict[str, str]:
 
 def storage_record(path: str | Path, champion: str | None, latest: str | None, version: str) -> dict[str, Any]:
     """How `version` is stored now, and why, for a report: {"stored": "full" | "delta", ...}."""
-    from lib.checkpoints.checkpoint import storage_info
-
     info = storage_info(path)
     why = "served (champion/latest): a plain Hugging Face folder" if version in (champion, latest) else "unchanged"
     return {"stored": info["storage"], "reason": why, **info}
@@ -252,9 +248,6 @@ def apply_storage_policy(lineage: Lineage, checkpoints_cfg, serving_dir: str | P
     Idempotent: run it after every gate, promotion or rollback. Returns
     {"restored": [...], "stored": {version: store_version's record, for versions whose storage
     changed in this call}, "links": {...}, "optimizer_states_pruned": {...}, "master_weights_pruned": {...}}."""
-    from lib.checkpoints.checkpoint import is_delta, is_full, master_dir, store_version
-    from lib.faults import fault_point
-
     restored = keep_served_full(lineage)
     # prune first: a master folder about to be deleted is not worth compacting
     pruned_opt = prune_optimizer_states(lineage, checkpoints_cfg.keep_optimizer_states)

@@ -32,6 +32,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from lib.checkpoints.checkpoint import read_meta
+from lib.faults import fault_point
+from lib.locks import WorkspaceLock
+from lib.registry.lineage import Lineage
+
 DECIDED = ("accepted", "rejected", "rolled_back")
 NIGHT_LOCK_SETTING = "orchestration.night_lock_timeout_s"  # the setting that bounds a wait, named in LockBusy
 # Kinds a later trigger resumes: a stopped run of these stays `running`; any other kind is failed.
@@ -86,8 +91,6 @@ def claim_version(ws, lin, run_id: str) -> str:
     """The version id this night writes: its own from an earlier attempt, else the next free one.
     A version folder no lineage row knows, left by another night that died between training and
     recording, is stepped over, never overwritten or mistaken for ours."""
-    from lib.checkpoints.checkpoint import read_meta
-
     version = lin.next_version(run_id)
     recorded = lin.get_version(version)
     if recorded is not None and recorded["run_id"] == run_id:
@@ -102,8 +105,6 @@ def claim_version(ws, lin, run_id: str) -> str:
 def trained_version(version_dir: Path, run_id: str | None = None) -> dict[str, Any] | None:
     """A version folder a resumed night (`run_id`) already finished training (meta.json with its
     metrics)."""
-    from lib.checkpoints.checkpoint import read_meta
-
     meta = read_meta(version_dir) if Path(version_dir).is_dir() else {}
     if not meta.get("final_metrics") or (run_id is not None and meta.get("run_id") not in (None, run_id)):
         return None
@@ -116,8 +117,6 @@ def night_lock(workspace, purpose: str, timeout_s: float | None, log: Callable[[
     """The workspace's night lock held for the body (yields the `WorkspaceLock`): a busy lock is
     waited for up to `timeout_s` (None: as long as it takes, 0: not at all), `log` hearing who holds
     it; past that, `LockBusy` names the holder (and `what`, the setting that bounds the wait)."""
-    from lib.locks import WorkspaceLock
-
     lock = WorkspaceLock(workspace.night_lock, purpose)
     lock.acquire(timeout_s, log=log, what=what)
     try:
@@ -153,8 +152,6 @@ class RunBook:
     @property
     def lineage(self):
         if self._lineage is None:
-            from lib.registry.lineage import Lineage
-
             self._lineage = Lineage(self.ws.lineage_db)
         return self._lineage
 
@@ -166,8 +163,6 @@ class RunBook:
     def session(self, purpose: str, timeout_s: float | None, what: str = NIGHT_LOCK_SETTING) -> Iterator["RunBook"]:
         """The night lock for the body (`night_lock`, the holder named in the log), and the run
         started in it closed by how the body ends."""
-        from lib.faults import fault_point
-
         with night_lock(self.ws, purpose, timeout_s, log=self.log.warning if self.log is not None else None,
                         what=what) as self.lock:
             fault_point("night-lock")  # the lock just taken, nothing done yet

@@ -44,9 +44,12 @@ token cleaning; their turns can be imitated in text, as in any plain transcript.
 
 from __future__ import annotations
 
+# transformers is imported inside functions: importing this module must not cost its ~2 s
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from jinja2.exceptions import TemplateError
 
 # Markers in the style `<|bos|>`, `<|im_start|>`, `<|eot_id|>`: removed from contents even when the
 # tokenizer does not know them, since a client may paste another family's markers.
@@ -73,8 +76,6 @@ def _template_text(tok: Any) -> str:
 
 def render(tok: Any, messages: list[Mapping[str, Any]], add_generation_prompt: bool) -> str:
     """The template's rendering of `messages` (contents as given: clean them first)."""
-    from jinja2.exceptions import TemplateError
-
     if not has_template(tok):
         raise ChatTemplateError(f"tokenizer {getattr(tok, 'name_or_path', '')!r} has no chat template")
     try:

@@ -31,6 +31,7 @@ cost of a scheduler this project does not need for a nightly-consolidation demo.
 
 from __future__ import annotations
 
+# torch and transformers are imported inside functions: importing this module must not cost their ~6 s
 import logging
 import threading
 import time
@@ -38,8 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from lib.serving import chat_format
 from lib.buffer.capture import CHAT_STOPS, chat_prompt
+from lib.checkpoints.checkpoint import materialize
+from lib.data.tokenizer import load_tokenizer
+from lib.serving import chat_format
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +52,6 @@ def prompt_prefix_ids(folder: str | Path) -> list[int]:
     training packs every document (lib/data/tokenizer.py: the one a version records, else BOS when the
     tokenizer adds it, else `<|endoftext|>`: Llama's `<|begin_of_text|>`, GPT-2's and Qwen2's
     `<|endoftext|>`)."""
-    from lib.data.tokenizer import load_tokenizer
-
     return [load_tokenizer(folder).separator()[0]]
 
 
@@ -265,8 +266,6 @@ def load_version(path: str | Path, version: str, device: str = "auto", cpu_threa
     on a busy machine the threads' barriers cost 10x (0.13 s vs 1.2 s for 16 tiny-model tokens)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from lib.checkpoints.checkpoint import materialize
 
     folder = Path(path)
     if not (folder / "config.json").is_file() and not (folder / "meta.json").is_file():

@@ -46,6 +46,7 @@ import uuid
 from contextlib import asynccontextmanager
 from typing import Any, Iterator, Literal
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -53,6 +54,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lib.buffer.capture import CHAT_STOPS, Capture, message_text, open_capture  # noqa: F401 (CHAT_STOPS: re-exported)
+from lib.registry.lineage import Lineage
 from lib.serving.generate import Champion, Completion, LoadedModel, NoChampionError
 
 log = logging.getLogger(__name__)
@@ -164,8 +166,6 @@ class Server:
     """State of one running app: the champion, the capture hook, the limits."""
 
     def __init__(self, workspace: Any, cfg: Any, champion: Champion | None = None, capture: Capture | None = None):
-        from lib.registry.lineage import Lineage
-
         self.workspace = workspace
         self.cfg = cfg
         if champion is None:
@@ -435,8 +435,6 @@ class BackgroundServer:
     BackgroundServer(app) as srv: srv.base_url`. Binds before start, so the port is known."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
-        import uvicorn
-
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
@@ -472,8 +470,6 @@ class BackgroundServer:
 
 def run(workspace: Any, cfg: Any, log_level: str = "info") -> None:
     """Serve in the foreground until interrupted (`consolidate serve`)."""
-    import uvicorn
-
     # this module's own lines (which version serves, reloads, flushes) next to uvicorn's
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     app = create_app(workspace, cfg)

@@ -28,12 +28,15 @@ bench/bench_fsdp.py. The gathered copy at the end costs rank 0 one fp32 model of
 
 from __future__ import annotations
 
+# torch and transformers are imported inside functions: importing this module must not cost their ~6 s
 import logging
 import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
+
+from lib.training.model import enable_activation_checkpointing
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +199,6 @@ def prepare_model(model, tcfg, d: Dist):
     Returns (model to call in the step, autocast context): with FSDP the model is sharded in
     place and the same object is returned."""
     import torch
-
-    from lib.training.model import enable_activation_checkpointing
 
     if tcfg.activation_checkpointing:
         enable_activation_checkpointing(model)

@@ -42,9 +42,12 @@ memory of 2.60 GiB in a fresh training process (-10%; target within 15%).
 
 from __future__ import annotations
 
+# torch and transformers are imported inside functions: importing this module must not cost their ~6 s
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from lib.training.model import count_parameters as unique_parameters
 
 GiB = 1 << 30
 
@@ -112,8 +115,6 @@ def count_parameters(hf_config) -> int:
     """Exact parameter count (tied embeddings once) from a model built on the meta device."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from lib.training.model import count_parameters as unique_parameters
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config)

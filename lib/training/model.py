@@ -24,7 +24,10 @@ tiny preset is embedding-dominated.
 
 from __future__ import annotations
 
+# torch and transformers are imported inside functions: importing this module must not cost their ~6 s
 from pathlib import Path
+
+from lib.checkpoints.checkpoint import master_dir, materialize
 
 
 def intermediate_size(model_cfg) -> int:
@@ -74,8 +77,6 @@ def load_model(version_dir: str | Path, *, dtype=None, device=None):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from lib.checkpoints.checkpoint import materialize
-
     folder = materialize(Path(version_dir))
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} is not a Hugging Face model folder: config.json is missing")
@@ -94,8 +95,6 @@ def load_model(version_dir: str | Path, *, dtype=None, device=None):
 def training_start(version_dir: str | Path) -> Path:
     """The folder a consolidation from `version_dir` loads: its fp32 master weights when it
     keeps them (`<version>/master/`, full or delta), else the version itself."""
-    from lib.checkpoints.checkpoint import master_dir
-
     return master_dir(version_dir) or Path(version_dir)
 
 

@@ -26,12 +26,15 @@ not a measurement.
 
 from __future__ import annotations
 
+# torch and transformers are imported inside functions: importing this module must not cost their ~6 s
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from lib.config import ConsolidationConfig
+from lib.training.footprint import available_memory, check_fits, estimate_training_memory
+from lib.training.model import llama_config
 
 
 class PreflightError(ValueError):
@@ -99,8 +102,6 @@ def hf_config(cfg: ConsolidationConfig, target: Target):
     """The Hugging Face config of the model the run trains: the champion's config.json, or the
     Llama `cfg.model` builds with the bootstrap's tokenizer size."""
     if target.model_dir is None:
-        from lib.training.model import llama_config
-
         return llama_config(cfg.model, cfg.tokenizer.vocab_size, bos_id=None, eos_id=None, pad_id=None)
     from transformers import AutoConfig
 
@@ -113,7 +114,6 @@ def memory_fits(cfg: ConsolidationConfig, target: Target, available: int | None 
     t = cfg.training
     if not t.memory_check or cfg.orchestration.train_deployment:
         return None
-    from lib.training.footprint import check_fits, estimate_training_memory
 
     device = training_device(cfg)
     if device == "cuda":
@@ -130,8 +130,6 @@ def memory_fits(cfg: ConsolidationConfig, target: Target, available: int | None 
                 f"({type(exc).__name__}: {exc}); training would fail loading it too. Fix the config, or set "
                 f"training.memory_check=false to skip this check")
     if available is None:
-        from lib.training.footprint import available_memory
-
         available = available_memory(device)
     sharing = 1 if device == "cuda" else t.nproc_per_node  # CPU ranks of one machine share its RAM
     problems = check_fits(estimate, available, ranks_sharing=sharing, training=t)

@@ -22,6 +22,7 @@ preset's 10 MB, ~2 s per GB), which buys never resuming from a torn or bit-rotte
 
 from __future__ import annotations
 
+# torch (and safetensors.torch, which loads it) is imported inside functions: importing this module must not cost its ~4 s
 import json
 import logging
 import random
@@ -29,6 +30,8 @@ import re
 import shutil
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from lib.files import file_hash, swap_in, write_json
 
@@ -50,7 +53,6 @@ def snapshot_name(step: int) -> str:
 # -- RNG states ----------------------------------------------------------------------------------
 def rng_state() -> tuple[dict[str, Any], dict[str, Any]]:
     """(JSON-able python/numpy state, torch tensors) of every generator the run may draw from."""
-    import numpy as np
     import torch
 
     version, internal, gauss = random.getstate()
@@ -66,7 +68,6 @@ def rng_state() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def set_rng_state(plain: dict[str, Any], tensors: dict[str, Any]) -> None:
-    import numpy as np
     import torch
 
     version, internal, gauss = plain["python"]

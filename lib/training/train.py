@@ -3,8 +3,8 @@
 Run as `python -m lib.training.train --config FILE --data DIR --out DIR (--parent VERSION | --init) [--resume]`
 or under `torchrun --nproc-per-node N -m lib.training.train ...` (`lib.training.distributed.torchrun_command` builds that line).
 
-- `train()` reads as its stages: `set_up` → `resume_from_snapshot` → `run_steps` (`train_step`,
-  `save_snapshot`) → `finish`; a `Run` holds what they share.
+- `train()` reads as its stages: `set_up` (lib/training/setup.py) → `resume_from_snapshot` →
+  `run_steps` (`train_step`, `save_snapshot`) → `finish`; a `Run` holds what they share.
 - Setup: gloo on CPU, nccl on CUDA (lib.training.distributed); the data's tokenizer hash must equal the
   parent's (v0: the given tokenizer's); memory per rank estimated (lib.training.footprint) before the model
   is loaded, and a run that cannot fit refused with the knobs to turn; the parent loaded straight
@@ -36,6 +36,7 @@ all-reduce per step, in exchange for a loss normalisation that is independent of
 
 from __future__ import annotations
 
+# torch, transformers and safetensors.torch are imported inside functions: importing this module must not cost their ~6 s
 import argparse
 import json
 import logging
@@ -44,138 +45,50 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from lib.checkpoints.checkpoint import MODEL_FILE, materialize, storage_dtype, write_version
+from lib.checkpoints.precision import UpdateSurvival, storage_seed
+from lib.config import ConfigError, load_config
+from lib.data.prepared import PreparedData  # what --data holds: data.json, manifest, shards
+from lib.files import write_text
+from lib.training import snapshot as snap
+from lib.training.distributed import (
+    Dist, clip_grad_norm, compile_enabled, gather_for_storage, gather_optimizer_state, gradient_sync, load_sharded, save_sharded,
+)
+from lib.training.model import flops_per_token
+from lib.training.schedule import lr_at
+from lib.training.setup import Run, default_loader, set_up
+from lib.workspace import RunDir
 
 log = logging.getLogger("lib.training.train")
 
 EXIT_STOPPED = 3  # stopped early (SIGTERM or time limit) with a snapshot saved: resume with --resume
 
 
-from lib.files import write_text  # noqa: E402
-from lib.training.distributed import Dist  # noqa: E402  (the process group; the torchrun line is lib.training.distributed.torchrun_command)
-from lib.data.prepared import PreparedData  # noqa: E402  (what --data holds: data.json, manifest, shards)
 
 
-ORIGINAL_LR_HELP = (
-    "original_lr is the peak learning rate the model was last trained with (the peak of its pre-training or of its "
-    "last fine-tuning); a consolidation trains at original_lr × training.lr_scale, so it sets how hard every night "
-    "pushes the weights. Typical values: about 3e-4 for the pre-training of ~100 M-1 B Llama-style models (6e-4 for "
-    "GPT-2 small), 1e-4 to 3e-4 for 7 B-class pre-training, 1e-5 to 2e-5 for the fine-tuning of instruction-tuned "
-    "models; the model card or the training report usually states it"
-)
 
 
-def require_original_lr(parent: Path, parent_meta: dict[str, Any], lr_scale: float) -> float:
-    """The parent's recorded original LR; a consolidation without one is refused, never guessed:
-    a guess written into the child's meta.json would become every later night's 'fact'."""
-    value = parent_meta.get("original_lr")
-    if value is None:
-        raise ValueError(
-            f"{parent / 'meta.json'} records no original_lr, so this consolidation has no learning rate to scale "
-            f"(training.lr_scale={lr_scale}). {ORIGINAL_LR_HELP}. Set it when adopting the model "
-            f"(`consolidate init --model DIR --original-lr 3e-4 ...`), or add \"original_lr\": <LR> to {parent / 'meta.json'}."
-        )
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        value = float("nan")
-    if not value > 0:
-        raise ValueError(f"{parent / 'meta.json'}: original_lr must be a positive number, got {parent_meta.get('original_lr')!r}. {ORIGINAL_LR_HELP}.")
-    return value
 
 
-def check_memory(hf_config, tcfg, d: "Dist") -> dict[str, Any]:
-    """Estimate this rank's memory before the model is loaded; refuse a run that cannot fit
-    (training.memory_check=false skips the refusal, not the estimate)."""
-    from lib.training.footprint import GiB, available_memory, check_fits, estimate_training_memory, resident_bytes
-
-    device = d.device.type
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    runtime = resident_bytes() if device == "cpu" else None
-    est = estimate_training_memory(hf_config, tcfg, d.world_size, device, runtime_bytes=runtime or None)
-    if device == "cuda":
-        available, sharing = available_memory("cuda", d.local_rank), 1
-    else:
-        # MemAvailable excludes what the ranks of this machine already hold; count that back in
-        available, sharing = available_memory("cpu") + (runtime or 0) * local, local
-    if d.is_main:
-        log.info("memory per rank, estimated: %.2f GiB (%s) of %.2f GiB %s",
-                 est.total / GiB, ", ".join(f"{k} {v / GiB:.2f}" for k, v in est.components.items()),
-                 available / GiB, "on the GPU" if device == "cuda" else f"available RAM for {sharing} rank(s)")
-    problems = check_fits(est, available, ranks_sharing=sharing, training=tcfg)
-    if problems and tcfg.memory_check:
-        raise InsufficientMemory("\n".join(problems))
-    return {**est.to_dict(), "available": available, "fits": not problems}
 
 
-class InsufficientMemory(ValueError):
-    """The memory estimate exceeds the device: refused before training, with the knobs to turn."""
 
 
-def steps_accumulation(total_batch_size: int, device_batch_size: int, seq_len: int, world_size: int) -> int:
-    """Micro-batches per rank per optimizer step; the token counts must divide exactly."""
-    per_pass = device_batch_size * seq_len * world_size
-    if total_batch_size % per_pass:
-        raise ValueError(
-            f"training.total_batch_size={total_batch_size} tokens is not a multiple of "
-            f"device_batch_size × seq_len × world_size = {device_batch_size} × {seq_len} × {world_size} = {per_pass}; "
-            f"choose total_batch_size as a multiple of {per_pass}"
-        )
-    return total_batch_size // per_pass
 
 
-# -- pieces of setup -----------------------------------------------------------------------------
-def _tokenizer_hash(folder: Path) -> str:
-    from lib.data.tokenizer import load_tokenizer
-
-    return load_tokenizer(folder).hash
 
 
-def check_tokenizer(data: PreparedData, tokenizer_dir: Path) -> str:
-    """The data was tokenized with the model's tokenizer, or training would learn garbage ids:
-    the data area's `validate` checks data.json and every shard against the model's hash."""
-    from lib.data.loader import validate
-
-    model_hash = _tokenizer_hash(tokenizer_dir)
-    validate(data, model_hash)
-    return model_hash
 
 
-def param_groups(model, weight_decay: float) -> list[dict]:
-    """Decay matrices (and embeddings), not norms and biases: decaying a norm gain pulls it to 0."""
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if p.requires_grad:
-            (decay if p.dim() >= 2 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def make_optimizer(model, tcfg, device, lr: float):
-    import torch
-
-    kwargs: dict[str, Any] = {"lr": lr, "betas": tuple(tcfg.adam_betas), "eps": 1e-8}
-    if device.type == "cuda":
-        kwargs["fused"] = True  # one kernel for all parameters: ~10% of a small model's step time
-    else:
-        kwargs["foreach"] = False  # the single-tensor path: same results on every resume
-    return torch.optim.AdamW(param_groups(model, tcfg.weight_decay), **kwargs)
 
 
-def reset_hyperparameters(optimizer, tcfg, lr: float) -> None:
-    """After loading an inherited state: this run's LR, betas and decay, not the parent's."""
-    for i, group in enumerate(optimizer.param_groups):
-        group["lr"] = lr
-        group["initial_lr"] = lr
-        group["betas"] = tuple(tcfg.adam_betas)
-        group["weight_decay"] = tcfg.weight_decay if i == 0 else 0.0
-
-
-def default_loader(data: PreparedData, batch_size, seq_len, rank, world_size, tokenizer_hash=None):
-    from lib.data.loader import TrainLoader
-
-    return TrainLoader(data, batch_size, seq_len, rank=rank, world_size=world_size, tokenizer_hash=tokenizer_hash)
 
 
 class _StopFlag:
@@ -195,8 +108,6 @@ class _Progress:
         self.total, self.bar, self.task = total, None, None
         self.every = max(1, total // 50)
         if enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
             self.bar = Progress(TextColumn("train"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                                 TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False)
             self.bar.start()
@@ -216,52 +127,6 @@ class _Progress:
             self.bar.stop()
 
 
-# -- the training run ------------------------------------------------------------------------------
-@dataclass
-class Run:
-    """Everything one training process holds: what set_up built, what the steps advance."""
-
-    cfg: Any
-    d: Dist
-    data: PreparedData    # the prepared data folder (lib/data/prepared.py): data.json read, manifest there
-    out_dir: Path
-    train_dir: Path
-    init: bool
-    parent: Path | None
-    resume: bool
-    meta: dict[str, Any] | None
-    tok_dir: Path
-    tok_hash: str
-    parent_meta: dict[str, Any]
-    start_dir: Path | None
-    started_from: str
-    original_lr: float
-    lr_scale: float
-    peak: float
-    num_iterations: int
-    accum: int
-    memory: dict[str, Any]
-    model: Any            # the model itself (sharded in place with FSDP)
-    step_model: Any       # what the step calls: the model, or its DDP wrapper
-    autocast: Any
-    optimizer: Any
-    optimizer_choice: str
-    loader: Any
-    sharded: bool
-    step: int = 0
-    history: dict[str, Any] = field(default_factory=lambda: {"loss": [], "tokens": 0, "elapsed_s": 0.0, "tokens_per_source": {}})
-
-    @property
-    def tcfg(self):
-        return self.cfg.training
-
-    @property
-    def snapshot_dir(self) -> Path:
-        return self.train_dir / "snapshots"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.train_dir / "metrics.jsonl"
 
 
 def train(
@@ -281,8 +146,6 @@ def train(
     """Run the training loop on this process (one rank of a torchrun job or a lone process).
     Returns {'status': 'done'|'stopped', 'step', 'out', 'final_metrics'}."""
     import torch
-
-    from lib.workspace import RunDir
 
     if (parent is None) == (not init):
         raise ValueError("give exactly one of --parent VERSION_DIR (consolidation) or --init (pre-train v0 from scratch)")
@@ -321,115 +184,12 @@ def train(
         d.close()
 
 
-def _start_point(cfg, d: Dist, data_info: dict, parent: Path | None, init: bool, tokenizer_dir) -> dict[str, Any]:
-    """Where the run starts: tokenizer, HF config, original LR and steps; nothing loaded yet."""
-    from lib.checkpoints.checkpoint import materialize, read_meta
-    from lib.training.model import llama_config, training_start
-
-    tcfg = cfg.training
-    if init:
-        tok_dir = Path(tokenizer_dir or cfg.tokenizer.path or data_info.get("tokenizer_dir") or "")
-        if not (tok_dir / "tokenizer.json").is_file():
-            raise FileNotFoundError(f"--init needs a tokenizer folder with tokenizer.json (--tokenizer or tokenizer.path); got {str(tok_dir)!r}")
-        from lib.data.tokenizer import load_tokenizer
-
-        tok = load_tokenizer(tok_dir)
-        hf_config = llama_config(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
-        return {"tok_dir": tok_dir, "tok": tok, "hf_config": hf_config, "original_lr": cfg.model.pretrain_lr, "lr_scale": 1.0,
-                "parent_meta": {}, "num_iterations": cfg.model.pretrain_iterations, "start_dir": None}
-    tok_dir = Path(tokenizer_dir) if tokenizer_dir else parent
-    parent_meta = read_meta(parent)
-    original_lr = require_original_lr(parent, parent_meta, tcfg.lr_scale)
-    start_dir = training_start(parent) if cfg.checkpoints.master_weights else parent
-    if d.is_main:
-        materialize(parent)  # a delta-stored parent is rebuilt once, not by every rank at once
-        materialize(start_dir)
-    d.barrier()
-    from transformers import AutoConfig
-
-    return {"tok_dir": tok_dir, "tok": None, "hf_config": AutoConfig.from_pretrained(materialize(parent)), "original_lr": original_lr,
-            "lr_scale": tcfg.lr_scale, "parent_meta": parent_meta, "num_iterations": tcfg.num_iterations, "start_dir": start_dir}
 
 
-def set_up(cfg, d: Dist, data: PreparedData, out_dir: Path, train_dir: Path, *, parent: Path | None, init: bool,
-           resume: bool, tokenizer_dir, meta, make_loader: Callable) -> Run:
-    """Checks, then the model on the device (sharded or wrapped), AdamW, the loader and the seeds."""
-    import random
-
-    import numpy as np
-    import torch
-
-    from lib.checkpoints.checkpoint import load_optimizer_state, storage_dtype
-    from lib.training.distributed import compile_enabled, is_sharded, prepare_model
-    from lib.training.model import build_model, count_parameters, load_model
-    from lib.training.schedule import peak_lr
-
-    tcfg = cfg.training
-    accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
-    start = _start_point(cfg, d, data.info, parent, init, tokenizer_dir)
-    tok_hash = check_tokenizer(data, start["tok_dir"])
-    max_pos = getattr(start["hf_config"], "max_position_embeddings", None)
-    if max_pos is not None and tcfg.seq_len > max_pos:
-        raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={max_pos}")
-    memory = check_memory(start["hf_config"], tcfg, d)  # before the model is loaded
-    if init:
-        tok = start["tok"]
-        model = build_model(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, seed=tcfg.seed)
-    else:
-        model = load_model(start["start_dir"], device=d.device)
-    started_from = ("random init" if init else "fp32 master weights (master/)" if start["start_dir"] != parent
-                    else f"stored weights ({storage_dtype('auto', parent)})")
-    peak = peak_lr(start["original_lr"], start["lr_scale"])
-    n_params = count_parameters(model)
-
-    model.to(d.device)
-    model.train()
-    model.config.use_cache = False
-    step_model, autocast = prepare_model(model, tcfg, d)
-    optimizer = make_optimizer(model, tcfg, d.device, peak)  # after sharding: AdamW holds only this rank's shards
-    optimizer_choice = tcfg.optimizer_state
-    if not init and optimizer_choice == "inherit":
-        state = load_optimizer_state(parent)
-        if state is None:
-            optimizer_choice = "fresh (parent has no optimizer.pt)"
-            if d.is_main:
-                log.warning("training.optimizer_state=inherit but %s has no optimizer.pt: starting fresh", parent)
-        else:
-            try:
-                if is_sharded(tcfg, d.world_size):
-                    from lib.training.distributed import load_full_optimizer_state
-
-                    load_full_optimizer_state(model, optimizer, state)
-                else:
-                    optimizer.load_state_dict(state)
-            except (ValueError, KeyError) as exc:
-                raise ValueError(f"{parent}/optimizer.pt does not match this model's parameters: {exc}") from None
-            reset_hyperparameters(optimizer, tcfg, peak)
-    sharded = is_sharded(tcfg, d.world_size)
-    if d.is_main:
-        extras = [("FSDP" if sharded else "DDP") if d.world_size > 1 else "",
-                  "activation checkpointing" if tcfg.activation_checkpointing else "",
-                  "compiled blocks" if compile_enabled(tcfg.compile, d.device.type) else ""]
-        log.info("model %s: %.2fM parameters from %s, device %s, world %d, accumulation %d, peak lr %.3e, %d steps%s",
-                 type(model).__name__, n_params / 1e6, started_from, d.device, d.world_size, accum, peak,
-                 start["num_iterations"], "".join(f", {e}" for e in extras if e))
-
-    loader = make_loader(data, tcfg.device_batch_size, tcfg.seq_len, d.rank, d.world_size, tokenizer_hash=tok_hash)
-    random.seed(tcfg.seed + d.rank)
-    np.random.seed((tcfg.seed + d.rank) % 2**32)
-    torch.manual_seed(tcfg.seed + d.rank)
-    return Run(cfg=cfg, d=d, data=data, out_dir=out_dir, train_dir=train_dir, init=init, parent=parent, resume=resume,
-               meta=meta, tok_dir=start["tok_dir"], tok_hash=tok_hash, parent_meta=start["parent_meta"],
-               start_dir=start["start_dir"], started_from=started_from, original_lr=start["original_lr"],
-               lr_scale=start["lr_scale"], peak=peak, num_iterations=start["num_iterations"], accum=accum, memory=memory,
-               model=model, step_model=step_model, autocast=autocast, optimizer=optimizer, optimizer_choice=optimizer_choice,
-               loader=loader, sharded=sharded)
 
 
 def resume_from_snapshot(run: Run) -> None:
     """Weights, AdamW, loader position, RNGs and history from the newest complete snapshot."""
-    from lib.training import snapshot as snap
-
     d = run.d
     latest = snap.latest_complete(run.snapshot_dir)
     if latest is None:
@@ -438,8 +198,6 @@ def resume_from_snapshot(run: Run) -> None:
         return
     s = snap.load(latest, d.rank, d.world_size, parallelism="fsdp" if run.sharded else "ddp")
     if run.sharded:
-        from lib.training.distributed import load_sharded
-
         load_sharded(latest, run.model, run.optimizer, s["state"]["sharded"])
     else:
         from safetensors.torch import load_model as load_weights
@@ -455,8 +213,6 @@ def resume_from_snapshot(run: Run) -> None:
 
 def run_steps(run: Run, stop: "_StopFlag") -> str:
     """Optimizer steps until the last one ('done') or a stop request with a snapshot ('stopped')."""
-    from lib.training.model import flops_per_token
-
     d, tcfg = run.d, run.tcfg
     if d.is_main:
         run.train_dir.mkdir(parents=True, exist_ok=True)
@@ -509,9 +265,6 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
     collective decides for all)."""
     import torch
     import torch.nn.functional as F
-
-    from lib.training.distributed import clip_grad_norm, gradient_sync
-    from lib.training.schedule import lr_at
 
     d, tcfg, step = run.d, run.tcfg, run.step
     lr = lr_at(step, run.peak, tcfg.model_copy(update={"num_iterations": run.num_iterations}))
@@ -566,8 +319,6 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
 def save_snapshot(run: Run) -> None:
     """Every rank: its loader/RNG state and (FSDP) its shards into the temporary folder; rank 0:
     the full weights and AdamW (DDP), state.json, then the completion marker and the rename."""
-    from lib.training import snapshot as snap
-
     d, step = run.d, run.step
     if d.is_main:
         snap.begin(run.snapshot_dir, step)
@@ -576,8 +327,6 @@ def save_snapshot(run: Run) -> None:
     snap.write_rank(tmp, d.rank, run.loader.state_dict())
     state = {"step": step, "world_size": d.world_size, "history": run.history, "parallelism": "fsdp" if run.sharded else "ddp"}
     if run.sharded:
-        from lib.training.distributed import save_sharded
-
         state["sharded"] = save_sharded(tmp, run.model, run.optimizer)
         if d.is_main:
             snap.write_state(tmp, state)
@@ -608,8 +357,6 @@ def finish(run: Run, status: str) -> dict[str, Any]:
         model = run.model
         optimizer_state = None
         if run.sharded:
-            from lib.training.distributed import gather_for_storage, gather_optimizer_state
-
             model = gather_for_storage(run.model, d)
             if tcfg.optimizer_state == "inherit":
                 optimizer_state = gather_optimizer_state(run.model, run.optimizer, d)
@@ -622,9 +369,6 @@ def finish(run: Run, status: str) -> dict[str, Any]:
 
 
 def _write_final_version(run: Run, model, optimizer_state: dict | None, final_metrics: dict[str, Any]) -> None:
-    from lib.checkpoints.checkpoint import MODEL_FILE, UpdateSurvival, materialize, storage_dtype, storage_seed, write_version
-    from lib.training.distributed import compile_enabled
-
     cfg, tcfg, init, parent = run.cfg, run.tcfg, run.init, run.parent
     version_meta = {
         "parent_checkpoint": None if init else run.parent_meta.get("version", parent.name),
@@ -693,8 +437,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lib.config import ConfigError, load_config
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     args = parse_args(argv)
     if int(os.environ.get("RANK", "0")) != 0:

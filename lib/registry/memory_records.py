@@ -1,0 +1,70 @@
+"""The queries of the `memory_nights` and `memory_exposures` tables: the accepted nights the memory
+replays (lib/data/memory.py).
+
+`MemoryRecords` is mixed into `Lineage` (lib/registry/lineage.py), which owns the file, its schema
+and its connections: every method opens a connection through `self.transaction()` or
+`self.reading()`, or takes the caller's `con` to be part of a larger transaction (a night's records
+commit together).
+
+Trade-off: one class per table group, mixed into one object, keeps every caller's `lineage.<method>`
+unchanged; a method can call another group's (`record_version` records inputs and metrics) only
+through `self`, which ties the groups to the one class that mixes them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lib.registry.records import now
+
+
+class MemoryRecords:
+    def record_memory_night(self, version: str, run_id: str | None, path: str | Path, docs: int, heldout_docs: int,
+                            heldout_cut: int, exposures: dict[str, int]) -> None:
+        """An accepted night joins the memory: its row and the first exposures of its documents,
+        in one transaction (idempotent: a replayed promotion records it once)."""
+        with self.transaction() as con:
+            if con.execute("SELECT 1 FROM memory_nights WHERE version = ?", [version]).fetchone():
+                return
+            con.execute("INSERT INTO memory_nights VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [version, run_id, str(path), docs, heldout_docs, str(heldout_cut), now()])
+            self._add_exposures(con, version, version, exposures)
+
+    def record_replay_exposures(self, version: str, by_night: dict[str, dict[str, int]]) -> None:
+        """Documents of earlier nights that `version` (accepted) trained on again, and how often.
+        Idempotent per version: a second call for the same version adds nothing."""
+        with self.transaction() as con:
+            if con.execute("SELECT 1 FROM memory_exposures WHERE last_version = ? AND night <> ? LIMIT 1",
+                           [version, version]).fetchone():
+                return
+            for night, counts in by_night.items():
+                self._add_exposures(con, night, version, counts)
+
+    @staticmethod
+    def _add_exposures(con, night: str, version: str, counts: dict[str, int]) -> None:
+        rows = [(night, d, int(n), version) for d, n in counts.items() if n]
+        if rows:
+            con.executemany(
+                """INSERT INTO memory_exposures VALUES (?, ?, ?, ?)
+                   ON CONFLICT (night, doc_id) DO UPDATE SET exposures = memory_exposures.exposures + excluded.exposures,
+                     last_version = excluded.last_version""", rows)
+
+    def memory_nights(self) -> list[dict[str, Any]]:
+        """Accepted nights in the order they were learnt (oldest first)."""
+        with self.reading() as con:
+            rows = con.execute("SELECT version, run_id, path, docs, heldout_docs, heldout_cut, added_at FROM memory_nights "
+                               "ORDER BY added_at, version").fetchall()
+        keys = ("version", "run_id", "path", "docs", "heldout_docs", "heldout_cut", "added_at")
+        return [{**dict(zip(keys, r)), "heldout_cut": int(r[5])} for r in rows]
+
+    def memory_exposures(self) -> dict[tuple[str, str], int]:
+        """{(night, doc_id): exposures} of every document in the memory."""
+        with self.reading() as con:
+            return {(n, d): int(e) for n, d, e in con.execute("SELECT night, doc_id, exposures FROM memory_exposures").fetchall()}
+
+    def forget_memory_night(self, version: str) -> None:
+        """A rolled-back night leaves the memory (its documents are no longer replayed)."""
+        with self.transaction() as con:
+            con.execute("DELETE FROM memory_exposures WHERE night = ?", [version])
+            con.execute("DELETE FROM memory_nights WHERE version = ?", [version])
