@@ -137,7 +137,7 @@ def flow_session(ws) -> Iterator[None]:
     except Exception as exc:
         from lib.locks import LockBusy
 
-        from tasks.training import TrainingStopped
+        from lib.training.launch import TrainingStopped
 
         if isinstance(exc, LockBusy):
             raise exit_busy(exc) from None

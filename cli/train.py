@@ -1,7 +1,7 @@
 """`consolidate train` (the trainer alone) and `consolidate checkpoint` (delta storage: compact,
 restore, materialize, info).
 
-`consolidate train` launches the night's own training stage (tasks.training.train_checkpoint):
+`consolidate train` launches a training the way the night does (lib.training.launch.launch):
 torchrun in a supervised process group that dies with this command, under the workspace's
 training lock, so a manual training never runs beside a night's.
 """
@@ -45,9 +45,9 @@ def train(
     """Train once: continue a version on prepared data (or pre-train v0 with --init) and write a version folder."""
     import logging
 
+    from lib.training.launch import TrainingStopped, launch
     from lib.training.train import EXIT_STOPPED
     from lib.workspace import RunDir
-    from tasks.training import TrainingStopped, train_checkpoint
 
     cfg, ws = resolve_config(config, preset, overrides, workspace)
     if (parent is None) == (not init):
@@ -55,12 +55,11 @@ def train(
     parent_dir = _version_dir(ws, parent) if parent else None
     if nproc_per_node:
         cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"nproc_per_node": nproc_per_node})})
-    for name in ("tasks", "lib"):  # the trainer's output lines and the lock's waits (the root logger says WARNING)
-        logging.getLogger(name).setLevel(logging.INFO)
-    try:  # the task's function itself: no Prefect run, the same launch, lock and supervision
-        result = train_checkpoint.fn(cfg, str(data), str(out), str(RunDir(Path(data)).train),
-                                     parent=str(parent_dir) if parent_dir else None, init=init, resume=resume,
-                                     tokenizer_dir=str(tokenizer) if tokenizer else None, node_rank=node_rank)
+    logging.getLogger("lib").setLevel(logging.INFO)  # the trainer's output lines and the lock's waits (the root logger says WARNING)
+    try:  # the night's own launcher: the same torchrun line, lock and supervision, no Prefect run
+        result = launch(cfg, str(data), str(out), str(RunDir(Path(data)).train),
+                        parent=str(parent_dir) if parent_dir else None, init=init, resume=resume,
+                        tokenizer_dir=str(tokenizer) if tokenizer else None, node_rank=node_rank)
     except TrainingStopped as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_STOPPED) from None

@@ -41,7 +41,7 @@ from lib.workspace import Workspace
 from tasks.cache_keys import on_workspace
 from tasks.data import adopt_outputs
 from tasks.reporting import stage_ledger, stage_logger
-from tasks.training import TrainingStopped
+from lib.training.launch import TrainingStopped
 
 
 def new_run_id(kind: str) -> str:

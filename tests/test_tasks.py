@@ -148,7 +148,7 @@ def test_adopt_outputs_links_cached_files(tmp_path):
 
 def test_training_command_carries_config_meta_and_train_dir(tmp_path):
     from lib.config import load_config
-    from tasks.training import training_command
+    from lib.training.launch import training_command
 
     cfg = load_config(preset="tiny", overrides=["training.nproc_per_node=2"])
     cmd = training_command(cfg, str(tmp_path / "run"), str(tmp_path / "v1"), str(tmp_path / "run" / "train"),
@@ -168,7 +168,8 @@ def test_training_task_stops_at_the_time_limit_and_resumes(tmp_path):
     from lib.config import SourceConfig, load_config
     from lib.data.sampling import prepare_training_data
     from lib.data.tokenizer import train_bpe
-    from tasks.training import TrainingStopped, train_checkpoint
+    from lib.training.launch import TrainingStopped
+    from tasks.training import train_checkpoint
 
     texts = stdlib_texts(40)
     tok = train_bpe(texts, 512, tmp_path / "tok")

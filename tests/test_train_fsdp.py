@@ -251,7 +251,7 @@ def test_two_nodes_on_loopback_train_like_one_node_with_two_processes(fsdp_runs,
 
 def test_training_task_command_carries_the_node_and_rendezvous(tmp_path):
     from lib.config import load_config
-    from tasks.training import training_command
+    from lib.training.launch import training_command
 
     cfg = load_config(preset="tiny", overrides=["training.nnodes=2", "training.nproc_per_node=4",
                                                 "training.rdzv_endpoint=gpu-0.pool:29500", "training.parallelism=fsdp"])
