@@ -83,10 +83,10 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
         raise FileRejected(f"{name}: no such file")
     if path.is_dir():  # expand_inputs replaced every folder that has files by its files
         raise FileRejected(f"{name}: a folder with no text, markdown, source code, JSONL or parquet files")
-    from lib.data.replay import JSONL_SUFFIXES
+    from lib.data.readers import JSONL_SUFFIXES, DocumentFileError, read_documents
 
     suffix = path.suffix.lower()
-    if suffix == ".parquet":
+    if suffix == ".parquet":  # checked as a buffer file, as the nightly ingest checks one
         from lib.buffer.ingest import BadBufferFile, read_buffer_table
 
         try:
@@ -98,33 +98,24 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
         for row, (text, src) in enumerate(zip(texts, sources)):
             take(text, f"{name}: row {row}: text", src)
         return out
-    try:
-        data = path.read_bytes()
+    jsonl = suffix in JSONL_SUFFIXES
+    try:  # lib.data.readers: a record per JSON line, a text file whole
+        for doc in read_documents(path, name):
+            take(doc.text, f"{name}:{doc.at}: text" if jsonl else f"{name}: text", doc.source)
+    except DocumentFileError as exc:
+        raise FileRejected(f"{name}:{exc.line}: {exc.problem}" if exc.line is not None else f"{name}: {exc.problem}") from None
     except OSError as exc:
         raise FileRejected(f"{name}: cannot be read ({exc.strerror or exc})") from None
-    text = _decode(data, name)
-    if suffix in JSONL_SUFFIXES:
-        from lib.files import JsonLineError, json_lines
-
-        try:
-            for lineno, obj in json_lines(text.splitlines()):
-                if "text" not in obj:
-                    raise FileRejected(f"{name}:{lineno}: expected an object with a `text` field")
-                take(obj["text"], f"{name}:{lineno}: text", obj.get("source"))
-        except JsonLineError as exc:
-            raise FileRejected(f"{name}:{exc.line}: {exc.problem}") from None
-        if not out.texts:
-            raise FileRejected(f"{name}: no records (empty JSONL file)")
-        return out
-    take(text, f"{name}: text")
+    if jsonl and not out.texts:
+        raise FileRejected(f"{name}: no records (empty JSONL file)")
     return out
 
 
 def expand_inputs(names: list[str]) -> tuple[list[str], dict[str, int]]:
     """The inputs with every folder replaced by the supported files under it (recursively,
-    sorted, hidden paths left out: lib.data.replay.files_under, the rule `init --replay` uses), and
+    sorted, hidden paths left out: lib.data.readers.files_under, the rule `init --replay` uses), and
     per folder how many files of other types were skipped."""
-    from lib.data.replay import files_under
+    from lib.data.readers import files_under
 
     out: list[str] = []
     skipped: dict[str, int] = {}

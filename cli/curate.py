@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("dedup")
     def dedup_cmd(
-        inputs: Annotated[list[Path], typer.Argument(help="Parquet files/folders (column text), JSONL (field text) or text files (a document per line).")],
+        inputs: Annotated[list[Path], typer.Argument(help="Parquet files (column text), JSONL (field text, a document per line), text files (one document each) or folders of them (lib/data/readers.py).")],
         out: Annotated[Path, typer.Option("--out", help="Output folder for kept.parquet, duplicates.parquet, stats.json.")],
         threshold: Annotated[float, typer.Option("--threshold", help="Jaccard threshold of near duplicates.")] = 0.8,
         num_perm: Annotated[int, typer.Option("--num-perm", help="MinHash permutations.")] = 128,
@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
 
     @quality.command("train")
     def quality_train(
-        positive: Annotated[Path, typer.Option("--positive", help="Good examples: text (a document per line), JSONL or parquet.")],
+        positive: Annotated[Path, typer.Option("--positive", help="Good examples: JSONL (an example per line), parquet, or text files (one example each); a folder: its files.")],
         negative: Annotated[Path, typer.Option("--negative", help="Bad examples, same formats.")],
         out: Annotated[Path, typer.Option("--out", help="Model file to write (.bin).")],
         epoch: Annotated[int, typer.Option("--epoch", help="Training epochs.")] = 25,

@@ -269,10 +269,10 @@ def test_cli_dedup_curate_and_quality(tmp_path, workspace):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["docs_out"] == 3 and (workspace.run("adhoc").curated / "part-00000.parquet").exists()
 
-    (tmp_path / "good.txt").write_text("\n".join(PROSE * 3))
-    (tmp_path / "bad.txt").write_text("\n".join(f"free casino pills click {i} win money" for i in range(24)))
-    res = runner.invoke(app, ["quality", "train", "--positive", str(tmp_path / "good.txt"), "--negative",
-                              str(tmp_path / "bad.txt"), "--out", str(tmp_path / "q.bin")])
+    (tmp_path / "good.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in PROSE * 3))  # an example per line
+    (tmp_path / "bad.jsonl").write_text("\n".join(json.dumps({"text": f"free casino pills click {i} win money"}) for i in range(24)))
+    res = runner.invoke(app, ["quality", "train", "--positive", str(tmp_path / "good.jsonl"), "--negative",
+                              str(tmp_path / "bad.jsonl"), "--out", str(tmp_path / "q.bin")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "q.bin").is_file()
 

@@ -15,7 +15,6 @@ document once more.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -30,34 +29,25 @@ from lib.config import CurationConfig
 from lib.curation.dedup import DedupIndex
 from lib.curation.pipeline import DedupStep, shard_outputs, write_documents
 from lib.curation.steps import Stats, Step, run_steps
+from lib.data.readers import DocumentFileError, files_under, read_documents
 from lib.files import atomic_path
 
 
 def text_files(path: Path) -> list[Path]:
-    """The files of an input: a parquet folder's parquet files (sorted), else the file itself."""
+    """The files of an input: a folder's supported files (lib.data.readers.files_under), else the file itself."""
     if not path.exists():
         raise FileNotFoundError(f"input {path} does not exist")
-    return sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+    return files_under(path)[0] if path.is_dir() else [path]
 
 
 def read_text_file(f: Path) -> tuple[list[str], list[str]]:
-    """(ids, texts) of a parquet file (column `text`, ids from `id` else `<name>:<row>`), a JSONL
-    file (field `text`) or a text file (one document per line); blank texts are left out."""
-    if f.suffix == ".parquet":
-        table = pq.read_table(f)
-        if "text" not in table.column_names:
-            raise ValueError(f"{f}: no `text` column")
-        col = table.column("text").to_pylist()
-        got = table.column("id").to_pylist() if "id" in table.column_names else [f"{f.name}:{i}" for i in range(len(col))]
-    elif f.suffix == ".jsonl":
-        rows = [json.loads(line) for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-        col = [r.get("text") for r in rows]
-        got = [str(r.get("id", f"{f.name}:{i}")) for i, r in enumerate(rows)]
-    else:
-        col = [line for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
-        got = [f"{f.name}:{i}" for i in range(len(col))]
-    keep = [(str(i), t) for i, t in zip(got, col) if isinstance(t, str) and t.strip()]
-    return [i for i, _ in keep], [t for _, t in keep]
+    """(ids, texts) of one file by the rules of lib.data.readers (parquet: a row per document;
+    JSON Lines: a line per document; a text file: one document); blank texts are left out."""
+    try:
+        docs = [(d.id, d.text) for d in read_documents(Path(f), Path(f).name) if isinstance(d.text, str) and d.text.strip()]
+    except DocumentFileError as exc:
+        raise DocumentFileError(f"{f}: {exc}") from None
+    return [i for i, _ in docs], [t for _, t in docs]
 
 
 def read_texts(path: Path) -> tuple[list[str], list[str]]:

@@ -4,7 +4,7 @@
   folded to spaces (fastText predicts one line); the label and its probability become the columns
   `lang` and `lang_score`.
 - Quality: a supervised fastText classifier trained here (`train_quality_model`) from files of
-  positive and negative examples (one document per line, or a parquet `text` column); the
+  positive and negative examples (JSON Lines: an example per line; parquet: a `text` column; the rules of lib/data/readers.py); the
   probability of `__label__good` becomes `quality_score`.
 - Scores are stored, thresholds applied afterwards, so a new threshold needs no rescoring.
 - fasttext 0.9.3's `predict` breaks on numpy 2 (`np.array(..., copy=False)`); the C++ binding

@@ -3,7 +3,7 @@
 - `build_replay_corpus(workspace, name, paths, ...)` reads parquet files (a `text` column, or
   `text_column`; optional `id` and `kind`), JSONL files (one object per line, the same keys) and
   plain-text files (`.txt`, `.md`, `.rst`, source code: one document per file), given as files or
-  folders (searched recursively, sorted), and writes `<ws>/corpora/<name>/{train,val}/shard-NNNNN.parquet`
+  folders (searched recursively, sorted): the rules of lib/data/readers.py. It writes `<ws>/corpora/<name>/{train,val}/shard-NNNNN.parquet`
   (columns id, text, kind) plus `corpus.json`, the same layout as the embedded stdlib corpus, so
   every later stage treats them alike.
 - Each input file is validated in full before any of it is written, the way buffer files are:
@@ -34,7 +34,6 @@ import heapq
 import json
 import shutil
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,35 +41,9 @@ import xxhash
 
 from lib.buffer.records import content_hash
 from lib.data.corpus import CORPUS_SCHEMA, Document
-from lib.files import JsonLineError, json_lines, swap_in, temp_folder
+from lib.data.readers import JSONL_SUFFIXES, PROSE_SUFFIXES, SUPPORTED, DocumentFileError, files_under, read_documents
+from lib.files import swap_in, temp_folder
 from lib.workspace import Workspace, check_name
-
-PARQUET_SUFFIXES = {".parquet"}
-JSONL_SUFFIXES = {".jsonl", ".ndjson"}
-PROSE_SUFFIXES = {".txt", ".md", ".rst", ".text", ".markdown"}
-CODE_SUFFIXES = {".py", ".js", ".ts", ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".go", ".rs", ".rb", ".sh",
-                 ".sql", ".kt", ".swift", ".scala", ".php", ".cs", ".lua", ".r", ".jl", ".m", ".toml", ".yaml", ".yml"}
-SUPPORTED = PARQUET_SUFFIXES | JSONL_SUFFIXES | PROSE_SUFFIXES | CODE_SUFFIXES
-BATCH_ROWS = 4096
-
-
-class ReplayFileError(ValueError):
-    """One input file of a replay corpus that cannot be used, and why."""
-
-
-def files_under(folder: Path) -> tuple[list[Path], int]:
-    """The supported files under `folder`, recursively and sorted, leaving out hidden paths (.git,
-    editor files); and how many other files it holds (binaries, unknown types), which are skipped.
-    What `consolidate init --replay` and `consolidate buffer add` take from a folder."""
-    files, unsupported = [], 0
-    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-        if any(part.startswith(".") for part in f.relative_to(folder).parts):
-            continue
-        if f.suffix.lower() in SUPPORTED:
-            files.append(f)
-        else:
-            unsupported += 1
-    return files, unsupported
 
 
 def _expand(paths: list[str | Path], skipped: dict[str, int]) -> list[tuple[Path, str]]:
@@ -94,75 +67,11 @@ def _expand(paths: list[str | Path], skipped: dict[str, int]) -> list[tuple[Path
     return out
 
 
-def _kind_of_file(path: Path) -> str:
-    return "code" if path.suffix.lower() in CODE_SUFFIXES else "prose"
-
-
-def _parquet_docs(path: Path, rel: str, text_column: str) -> Iterator[tuple[str, str | None, str | None]]:
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:
-        raise ReplayFileError(f"not a readable parquet file ({type(exc).__name__}: {exc})") from None
-    names = pf.schema_arrow.names
-    if text_column not in names:
-        raise ReplayFileError(f"no `{text_column}` column (columns: {', '.join(names) or 'none'}); pass --text-column")
-    ttype = pf.schema_arrow.field(text_column).type
-    if not (pa.types.is_string(ttype) or pa.types.is_large_string(ttype)):
-        raise ReplayFileError(f"column `{text_column}` has type {ttype}, expected strings")
-    cols = [text_column] + [c for c in ("id", "kind") if c in names and c != text_column]
-    row = 0
-    try:
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols):
-            texts = batch.column(text_column).to_pylist()
-            ids = batch.column("id").to_pylist() if "id" in cols else [None] * len(texts)
-            kinds = batch.column("kind").to_pylist() if "kind" in cols else [None] * len(texts)
-            for text, doc_id, kind in zip(texts, ids, kinds):
-                yield (str(doc_id) if doc_id is not None else f"{rel}:{row}", text, kind if isinstance(kind, str) else None)
-                row += 1
-    except ReplayFileError:
-        raise
-    except Exception as exc:  # corrupt pages, invalid UTF-8, anything pyarrow raises on read
-        raise ReplayFileError(f"row {row}: cannot be read ({type(exc).__name__}: {exc})") from None
-
-
-def _jsonl_docs(path: Path, rel: str, text_column: str) -> Iterator[tuple[str, str | None, str | None]]:
-    with open(path, "rb") as fh:
-        try:
-            for n, obj in json_lines(fh):
-                text = obj.get(text_column)
-                if text is not None and not isinstance(text, str):
-                    raise ReplayFileError(f"line {n}: `{text_column}` is {type(text).__name__}, expected a string")
-                doc_id = obj.get("id")
-                kind = obj.get("kind")
-                yield (str(doc_id) if doc_id is not None else f"{rel}:{n}", text, kind if isinstance(kind, str) else None)
-        except JsonLineError as exc:
-            raise ReplayFileError(str(exc)) from None
-
-
-def _text_docs(path: Path, rel: str) -> Iterator[tuple[str, str | None, str | None]]:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ReplayFileError(f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    yield rel, text, _kind_of_file(path)
-
-
-def read_documents(path: Path, rel: str, text_column: str = "text") -> Iterator[tuple[str, str | None, str | None]]:
-    """(id, text or None, kind or None) of one input file, streamed; ReplayFileError names the
-    problem (the caller adds the file)."""
-    suffix = path.suffix.lower()
-    if suffix in PARQUET_SUFFIXES:
-        return _parquet_docs(path, rel, text_column)
-    if suffix in JSONL_SUFFIXES:
-        return _jsonl_docs(path, rel, text_column)
-    return _text_docs(path, rel)
-
-
 def validate_file(path: Path, rel: str, text_column: str = "text", lowest: list[int] | None = None, keep: int = 0) -> int:
-    """Read a whole input file; returns its number of usable documents or raises ReplayFileError.
+    """Read a whole input file; returns its number of usable documents or raises DocumentFileError.
     `lowest` (a max-heap of negated hashes) collects the `keep` lowest split hashes seen."""
     usable = 0
-    for doc_id, text, _ in read_documents(path, rel, text_column):
+    for doc_id, text, *_ in read_documents(path, rel, text_column):
         if text and text.strip():
             usable += 1
             if lowest is not None and keep > 0:
@@ -172,7 +81,7 @@ def validate_file(path: Path, rel: str, text_column: str = "text", lowest: list[
                 elif h > lowest[0]:
                     heapq.heapreplace(lowest, h)
     if usable == 0:
-        raise ReplayFileError("no documents (every text is empty, blank or null)")
+        raise DocumentFileError("no documents (every text is empty, blank or null)")
     return usable
 
 
@@ -292,7 +201,7 @@ def build_replay_corpus(
             try:
                 usable = validate_file(path, rel, text_column, lowest if (split == "train" and not val_paths) else None,
                                        val_min_docs)
-            except ReplayFileError as exc:
+            except DocumentFileError as exc:
                 rejected.append({"file": str(path), "split": split, "reason": str(exc)})
                 continue
             good.append((split, path, rel, usable))
@@ -302,7 +211,7 @@ def build_replay_corpus(
         # pass 2: write them
         for split, path, rel, usable in good:
             blank = 0
-            for doc_id, text, kind in read_documents(path, rel, text_column):
+            for doc_id, text, kind, *_ in read_documents(path, rel, text_column):
                 if not text or not text.strip():
                     blank += 1
                     continue
