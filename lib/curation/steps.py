@@ -14,7 +14,7 @@
   count per reason a document left. Ranks' stats add up with `+`; JSON both ways.
 - `run_steps` is the local executor: each step in order, its ranks one after another in this
   process. The curation flow (flows/curation.py) maps the same list as Prefect tasks instead:
-  a task per rank, cached on content; the survivors are the same (tests/test_curation.py).
+  a task per rank, cached on content; the survivors are the same (tests/curation/test_curation.py).
 
 Trade-off: steps hand each other files, not documents in memory, so a rank can run in another
 process or on another machine and a cached step is a folder of files; the cost is a parquet write

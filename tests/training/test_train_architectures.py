@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from train_fixtures import prepare, write_config  # noqa: E402
 
 from lib.files import file_hash  # noqa: E402

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from train_fixtures import ROOT, prepare, train_cmd, write_config  # noqa: E402
 
 from lib.checkpoints.checkpoint import MODEL_FILE  # noqa: E402
@@ -156,7 +156,7 @@ def test_gathered_version_is_a_hf_folder_equal_to_the_sharded_weights(tmp_path):
     from hf_models import build_tiny_model
 
     parent = build_tiny_model("llama", tmp_path / "parent", dtype="bfloat16")
-    worker = Path(__file__).parent / "fsdp_gather_worker.py"
+    worker = Path(__file__).parents[1] / "fsdp_gather_worker.py"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(worker), str(parent), str(tmp_path)]
     res = _run(cmd)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -18,7 +18,7 @@ import pytest
 from lib.buffer.records import LOG_MAGIC, SCHEMA, InvalidRecordError, read_buffer_files, read_log
 from lib.buffer.store import MemoryBuffer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_writer(script: str, *args: str) -> subprocess.Popen:

@@ -376,6 +376,6 @@ def test_a_small_night_holds_out_the_minimum_or_warns_that_the_gate_measures_new
     assert pq.read_table(env["root"] / "night7" / "heldout" / "new.parquet").num_rows == 0
     assert data["sources"]["new"]["heldout_docs"] == 0 and data["sources"]["new"]["docs"] == 7
     # an empty new_heldout is skipped by the evaluation, so the gate's acquisition rule reads
-    # new_train (tests/test_gate.py checks that fallback); data.json says so
+    # new_train (tests/evaluation/test_gate.py checks that fallback); data.json says so
     [warning] = [w for w in data["warnings"] if "no document held out" in w]
     assert "7 documents" in warning and "at least 8" in warning and "measures new_train" in warning

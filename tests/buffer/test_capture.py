@@ -17,7 +17,7 @@ from lib.buffer.store import MemoryBuffer
 from lib.buffer.capture import Capture, CapturePolicy, chat_prompt, open_capture, render_conversation
 from lib.config import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def stored(buffer_dir: Path) -> list[dict]:

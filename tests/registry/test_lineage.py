@@ -22,7 +22,7 @@ from lib.registry.lineage import Lineage, version_digest
 from lib.registry.records import LineageError
 from lib.registry.promotion import conclude, promote, rollback
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def count(db: Path, table: str) -> int:
