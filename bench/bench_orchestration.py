@@ -133,13 +133,13 @@ def main() -> None:
 
         # -- part 2: curation twice on the same new buffer files
         added = add_package_buffer(ws, cfg, int(args.curate_mb * 1e6))
-        from tasks.cache_keys import module_digest
-        from tasks.data import CURATION_MODULES
+        from tasks.cache_keys import code_digest
+        from tasks.data import CURATION_PACKAGES
 
-        code = module_digest(CURATION_MODULES)  # the cache keys hash the lib code too
+        code = code_digest(CURATION_PACKAGES)  # the cache keys hash the lib code too
         first, first_wall = timed(curate, cfg)
         again, again_wall = timed(curate, cfg)
-        if module_digest(CURATION_MODULES) != code:
+        if code_digest(CURATION_PACKAGES) != code:
             print("\nWARNING: lib curation code changed on disk between the two runs (an edit while the bench "
                   "ran): the re-run rightly missed the cache; run the bench again")
         print(f"\ncuration flow on {first['pending_files']} new buffer files ({added['records']} docs, {added['bytes']:,} B):")

@@ -58,7 +58,7 @@ def _corpus_files(p: dict[str, Any]) -> list[str]:
 @task(
     name="train-tokenizer",
     cache_policy=content_cache("tokenizer", _corpus_files, lambda p: {"vocab_size": p["cfg"].tokenizer.vocab_size},
-                               modules=["lib.data.tokenizer"]),
+                               code=["lib.data"]),
     persist_result=True,
     **IO_RETRIES,
 )

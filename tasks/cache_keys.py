@@ -1,7 +1,8 @@
 """Cache keys of the data stages: what they read, by content, not by name or time.
 
 - A stage's key hashes (1) the xxh3-128 content hashes of its input files, sorted, (2) the JSON of
-  the config sections that change its output, (3) the source of the lib modules that compute it,
+  the config sections that change its output, (3) the source of the lib packages that compute it
+  (every file under each, so a module moved inside a package still counts),
   and (4) the stage name. Same bytes in, same settings, same code: same key, and Prefect returns
   the persisted result instead of running the task.
 - File paths and modification times are NOT in the key: a buffer file copied elsewhere, or the
@@ -52,25 +53,34 @@ def files_digest(files: Iterable[str | Path], known: dict[str, str] | None = Non
     return sorted(out)
 
 
-def module_digest(modules: Iterable[str]) -> str:
-    """sha256 over the source files of `modules` (missing modules count as absent)."""
+def code_digest(code: Iterable[str]) -> str:
+    """sha256 over the source of `code`: packages (every .py file under the package, recursively,
+    with its path inside it) or single modules. A package, not a hand-kept list of its modules, so
+    a module moved or added inside it still changes the key. Missing names count as absent."""
     h = hashlib.sha256()
-    for name in sorted(modules):
+    for name in sorted(code):
         spec = importlib.util.find_spec(name)
-        origin = spec.origin if spec is not None else None
         h.update(name.encode())
-        if origin and Path(origin).is_file():
-            h.update(Path(origin).read_bytes())
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:  # a package
+            for folder in spec.submodule_search_locations:
+                for f in sorted(Path(folder).rglob("*.py")):
+                    if "__pycache__" not in f.parts:
+                        h.update(f.relative_to(folder).as_posix().encode())
+                        h.update(f.read_bytes())
+        elif spec.origin and Path(spec.origin).is_file():
+            h.update(Path(spec.origin).read_bytes())
     return h.hexdigest()
 
 
-def stage_key(stage: str, files: Iterable[str | Path], config: Any, modules: Iterable[str] = (),
+def stage_key(stage: str, files: Iterable[str | Path], config: Any, code: Iterable[str] = (),
               known: dict[str, str] | None = None) -> str:
     payload = {
         "stage": stage,
         "inputs": files_digest(files, known),
         "config": config,
-        "code": module_digest(modules),
+        "code": code_digest(code),
     }
     return f"{stage}-" + hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -79,16 +89,17 @@ def content_cache(
     stage: str,
     files: Callable[[dict[str, Any]], Iterable[str | Path]],
     config: Callable[[dict[str, Any]], Any],
-    modules: Iterable[str] = (),
+    code: Iterable[str] = (),
     known: Callable[[dict[str, Any]], dict[str, str]] | None = None,
 ) -> CacheKeyFnPolicy:
     """A Prefect cache policy keyed on `stage_key`. `files` and `config` receive the task's
     parameters and return its input files and the settings that shape its output; `known`, the
-    content hashes of input files the parameters carry already (by path)."""
-    modules = tuple(modules)
+    content hashes of input files the parameters carry already (by path); `code`, the packages
+    (or modules) whose source computes the output (`code_digest`)."""
+    code = tuple(code)
 
     def key(_context, parameters: dict[str, Any]) -> str:
-        return stage_key(stage, files(parameters), config(parameters), modules, known(parameters) if known else None)
+        return stage_key(stage, files(parameters), config(parameters), code, known(parameters) if known else None)
 
     return CacheKeyFnPolicy(cache_key_fn=key)
 

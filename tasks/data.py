@@ -81,8 +81,7 @@ def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list
 
 
 # -- curation: the steps of lib.curation.pipeline as tasks (a task per rank, cached on content) ------------
-CURATION_MODULES = ["lib.curation.pipeline", "lib.curation.steps", "lib.buffer.ingest", "lib.curation.dedup", "lib.curation.minhash", "lib.buffer.store", "lib.curation.textfilters",
-                    "lib.curation.fasttext_filters"]
+CURATION_PACKAGES = ["lib.curation", "lib.buffer"]  # what computes the curated files
 
 
 def _step_inputs(p: dict[str, Any]) -> list[str]:
@@ -126,7 +125,7 @@ def step_task(step, ws: Workspace):
     if not step.cached:
         return named.with_options(cache_policy=NO_CACHE)
     return on_workspace(named.with_options(
-        cache_policy=content_cache(step.name, _step_inputs, _step_settings, modules=CURATION_MODULES, known=_known_hashes)), ws)
+        cache_policy=content_cache(step.name, _step_inputs, _step_settings, code=CURATION_PACKAGES, known=_known_hashes)), ws)
 
 
 def _publish_curation_counts(stats: dict[str, Any], run_dir: str) -> None:
@@ -214,8 +213,7 @@ def tokenize_file(job: dict[str, Any], tokenizer_dir: str, cache_dir: str) -> di
 @task(
     name="prepare-training-data",
     cache_policy=content_cache("prepare", _data_inputs, _data_settings,
-                               modules=["lib.data.sampling", "lib.data.tokenization", "lib.data.manifest", "lib.data.prepared", "lib.data.shards",
-                                        "lib.data.fim", "lib.data.tokenizer"]),
+                               code=["lib.data", "lib.serving.chat_format"]),  # chat_format: the template markers sampling hands to tokenization
     persist_result=True,
     **IO_RETRIES,
 )
