@@ -15,11 +15,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lib.buffer.store import MemoryBuffer  # noqa: E402
+from lib.buffer.store import Buffer  # noqa: E402
 
 
 def per_add_us(folder: Path, durability: str, texts: list[str], batch: int = 1) -> float:
-    buf = MemoryBuffer(folder, flush_size=len(texts) + 1, durability=durability)
+    buf = Buffer(folder, flush_size=len(texts) + 1, durability=durability)
     t0 = time.perf_counter()
     if batch == 1:
         for text in texts:

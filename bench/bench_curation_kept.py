@@ -3,7 +3,7 @@ prose in other languages that the language rule must still drop.
 
 - Buffer: a seeded sample of the installed packages' files (every site-packages folder on
   sys.path; bench/real_text.py), `--docs` of them, half Python sources (.py), half docs (.md,
-  .rst and each *.dist-info/METADATA), 100 characters to 100 KB; added through `MemoryBuffer` as
+  .rst and each *.dist-info/METADATA), 100 characters to 100 KB; added through `Buffer` as
   capture does, source `pkg:<path>`. Plus, if /usr/share/gnupg holds them, the GnuPG help texts:
   each entry of help.txt (English) and of its 27 translations (source `gnupg:<file>`).
 - Run: `lib.curation.pipeline.curate`, default preset (curation.languages: [en]), in a temporary
@@ -122,14 +122,14 @@ def python_line_features(texts: list[str]) -> list[tuple[int, int, str]]:
 def curate_buffer(records: list[tuple[str, str, str]], overrides: list[str]) -> tuple[list[str], dict, set, dict, set, float]:
     """Curate the records in a fresh workspace: (record ids, stats, kept ids, dropped id -> reason,
     duplicate ids, seconds)."""
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.config import load_config
     from lib.curation.pipeline import curate, shard_outputs
     from lib.workspace import Workspace
 
     root = Path(tempfile.mkdtemp(prefix="bench-kept-"))
     ws = Workspace(root / "ws").ensure()
-    buf = MemoryBuffer(ws.buffers, durability="flush")
+    buf = Buffer(ws.buffers, durability="flush")
     ids = buf.add_many([t for _, t, _ in records], [s for s, _, _ in records])
     buf.close()
     cfg = load_config(preset="default", overrides=[f"workspace.root={ws.root}", *overrides])

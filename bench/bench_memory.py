@@ -39,7 +39,7 @@ ephemeral Prefect API (log in <workdir>/<name>.log), after v0.
 Cost (2-core machine, 1 torch thread a process): v0 in 203 s, a night in 45-135 s (the nightly
 evaluation of old_val, 478 kB, is most of it), the whole run in 24 min with --jobs 2 at load 3-4.
 With torch's default of 2 threads a process on the loaded machine, the same nights took 265-750 s.
-The buffer records get new ids each run (MemoryBuffer's UUIDs), so another workdir holds out
+The buffer records get new ids each run (Buffer's UUIDs), so another workdir holds out
 other files of each package: a second sample of the split, v0 being the same bit for bit.
 """
 
@@ -99,15 +99,15 @@ def package_texts(name: str, max_bytes: int, max_chars: int = 4000, min_chars: i
 
 
 def night_buffers(folder: Path, night_bytes: int) -> list[Path]:
-    """One buffer parquet file per night (through MemoryBuffer: the ids are fixed from here on)."""
-    from lib.buffer.store import MemoryBuffer
+    """One buffer parquet file per night (through Buffer: the ids are fixed from here on)."""
+    from lib.buffer.store import Buffer
 
     files = []
     for k, pkg in enumerate(NIGHT_PACKAGES, start=1):
         sub = folder / f"night{k}"
         if not any(sub.glob("*.parquet")):
             shutil.rmtree(sub, ignore_errors=True)
-            buf = MemoryBuffer(sub)
+            buf = Buffer(sub)
             buf.add_many(package_texts(pkg, night_bytes), source=f"bench:{pkg}")
             buf.close(flush=True)
         (file,) = sorted(sub.glob("*.parquet"))
@@ -128,7 +128,7 @@ def bootstrap_v0(base: Path, args) -> float:
     """v0 pre-trained by the bootstrap flow (the embedded stdlib corpus); a placeholder buffer
     record keeps the demo buffer out, and is removed afterwards."""
     from flows.bootstrap import bootstrap
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
@@ -138,7 +138,7 @@ def bootstrap_v0(base: Path, args) -> float:
         return 0.0
     shutil.rmtree(base, ignore_errors=True)
     ws.ensure()
-    buf = MemoryBuffer(ws.buffers)
+    buf = Buffer(ws.buffers)
     buf.add("placeholder, so that the bootstrap builds no demo buffer", source="bench:placeholder")
     buf.close(flush=True)
     t0 = time.perf_counter()

@@ -58,7 +58,7 @@ def add_package_buffer(ws, cfg, max_bytes: int) -> dict:
     default preset's buffer.flush_size)."""
     import sysconfig
 
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.data.corpus import iter_stdlib_documents
 
     texts, size = [], 0
@@ -69,7 +69,7 @@ def add_package_buffer(ws, cfg, max_bytes: int) -> dict:
         size += len(doc.text.encode("utf-8"))
         if size >= max_bytes:
             break
-    with MemoryBuffer(ws.buffers, flush_size=1000) as buf:
+    with Buffer(ws.buffers, flush_size=1000) as buf:
         buf.add_many(texts, "bench:site-packages")
     return {"records": len(texts), "bytes": size}
 

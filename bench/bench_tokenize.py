@@ -1,7 +1,7 @@
 """Tokenize-to-shards throughput against raw `tokenizers.Tokenizer.encode_batch` on the same text.
 
 Baseline: `encode_batch` over every input file's texts (one thread, fresh tokenizer, ids taken
-out of the Encodings as any consumer must). Measured: lib.data.tokenization's per-file pipeline (read
+out of the Encodings as any consumer must). Measured: lib.data.token_cache's per-file pipeline (read
 parquet, encode, write .bin/.idx/.json) with 1 process and with 2 processes (worker start-up
 included). Each measurement runs in a fresh interpreter (same heap and cache state for all),
 rounds interleaved, best of each reported. Targets: pipeline ≥ 0.9× baseline; 2 processes ≥ 1.7× 1.
@@ -54,7 +54,7 @@ def measure(spec: dict) -> dict:
     """One measurement in this (fresh) process: wall and CPU seconds, tokens."""
     import pyarrow.parquet as pq
 
-    from lib.data.tokenization import run_tokenize_tasks
+    from lib.data.token_cache import run_tokenize_tasks
     from lib.data.tokenizer import load_tokenizer
 
     files, tok_dir = spec["files"], spec["tokenizer"]

@@ -1,4 +1,4 @@
-"""`consolidate buffer add|flush|ls|stats`: put text into the memory buffer and look at it.
+"""`consolidate buffer add|flush|ls|stats`: put text into the buffer and look at it.
 
 `add` takes plain text / markdown / source files (one record each), `.jsonl` (a `text` field per
 line, an optional `source`), `.parquet` (a `text` column, optional `source` and `id` columns,
@@ -13,7 +13,7 @@ files under them, recursively, hidden paths left out: the rule of `init --replay
 - A file with no records is refused, the same rule as the nightly ingest (which quarantines
   one dropped into `buffers/`).
 - Whole files are packed into buffer files of about `buffer.flush_size` records (a larger input
-  gets one of its own); each is written atomically (`MemoryBuffer.add_file`), so a crash leaves a
+  gets one of its own); each is written atomically (`Buffer.add_file`), so a crash leaves a
   file imported whole or not at all. `--no-flush` writes through the write-ahead log instead
   (records durable one chunk at a time, turned into parquet by the next flush).
 """
@@ -151,13 +151,13 @@ def pack_inputs(parsed: list[ParsedInput], flush_size: int) -> list[list[ParsedI
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="The memory buffer: captured text waiting for the nightly consolidation.", no_args_is_help=True)
+    group = typer.Typer(help="The buffer: captured text waiting for the nightly consolidation.", no_args_is_help=True)
 
     def open_buffer(config, preset, set_, workspace, recover: bool = True):
-        from lib.buffer.store import MemoryBuffer
+        from lib.buffer.store import Buffer
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
-        return cfg, ws, MemoryBuffer.from_config(ws.buffers, cfg, recover=recover)
+        return cfg, ws, Buffer.from_config(ws.buffers, cfg, recover=recover)
 
     @group.command("add")
     def add(
@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
         workspace: WorkspaceOpt = None,
         json_: JsonOpt = False,
     ) -> None:
-        """Add files (or stdin) to the memory buffer, durably."""
+        """Add files (or stdin) to the buffer, durably."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -242,7 +242,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
         json_: JsonOpt = False,
     ) -> None:
-        """Replay write-ahead logs left by stopped writers into parquet files.
+        """Recover write-ahead logs left by stopped writers into parquet files.
         Records held by live writers (a running server) stay with them until they flush."""
         cfg, ws, buf = open_buffer(config, preset, set_, workspace, recover=False)
         before = set(buf.list_buffers())
@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(report, indent=2))
             return
         typer.echo(
-            f"replayed {report['records']} records from {report['segments']} logs of stopped writers"
+            f"recovered {report['records']} records from {report['segments']} logs of stopped writers"
             + (f" into {', '.join(report['files_written'])}" if report["files_written"] else "")
         )
         if report["dropped_bytes"]:
@@ -299,7 +299,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"memory buffer {buf.buffer_dir}")
+        table = Table(title=f"buffer {buf.buffer_dir}")
         # whole file names: they are what `buffer ls` is for
         table.add_column("file", no_wrap=True, min_width=max([len(r["file"]) for r in rows], default=4))
         for col, justify in (("rows", "right"), ("bytes", "right"), ("status", "left")):
@@ -325,8 +325,8 @@ def register(app: typer.Typer) -> None:
 
         labels = (("files", "parquet files"), ("records", "records in files"), ("bytes", "bytes on disk"),
                   ("pending_log", "records pending in write-ahead logs"), ("log_segments", "write-ahead logs"),
-                  ("abandoned_segments", "  of stopped writers (replayed on next open)"), ("log_bytes", "log bytes"))
-        Console().print(fields_table(f"memory buffer {stats['buffer_dir']}", [(label, f"{stats[key]:,}") for key, label in labels]).rich())
+                  ("abandoned_segments", "  of stopped writers (recovered on next open)"), ("log_bytes", "log bytes"))
+        Console().print(fields_table(f"buffer {stats['buffer_dir']}", [(label, f"{stats[key]:,}") for key, label in labels]).rich())
         for problem in stats["unreadable_files"]:
             typer.secho(f"warning: unreadable {problem}", fg=typer.colors.YELLOW, err=True)
 

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
         json_: JsonOpt = False,
     ) -> None:
-        """Add the demo memory buffer: sources and descriptions of installed third-party packages."""
+        """Add the demo buffer: sources and descriptions of installed third-party packages."""
         from rich.console import Console
 
         from lib.data.corpus import DEMO_PACKAGES, build_demo_buffer
@@ -59,6 +59,6 @@ def register(app: typer.Typer) -> None:
         if json_:
             typer.echo(json.dumps(stats, indent=2))
         else:
-            Console().print(demo_buffer_table(stats, f"demo memory buffer → {ws.buffers}").rich())
+            Console().print(demo_buffer_table(stats, f"demo buffer → {ws.buffers}").rich())
 
     app.add_typer(group, name="corpus")

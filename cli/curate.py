@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
         wait: WaitOpt = True, json_: JsonOpt = False,
     ) -> None:
-        """Curate the pending memory buffer files into <workspace>/runs/<run-id>/curated (no training)."""
+        """Curate the pending buffer files into <workspace>/runs/<run-id>/curated (no training)."""
         from lib.curation.pipeline import curate
         from lib.registry.runs import new_run_id
 

@@ -1,6 +1,6 @@
 """`consolidate demo`: the whole story on the embedded default (CPU, no downloads, no server).
 
-Stage 1: make sure the stdlib corpus and the demo memory buffer exist and print their
+Stage 1: make sure the stdlib corpus and the demo buffer exist and print their
 statistics (`lib.data.corpus.ensure_embedded_default`, `show_embedded`). Stage 2: the story itself,
 `flows.demo.demo_story` on the Prefect ephemeral API: bootstrap v0 if there is no champion, one
 night → v1, evaluation before/after, gate, lineage, and `<workspace>/demo.png`; then the retention
@@ -26,9 +26,9 @@ def show_embedded(console, stats: dict) -> None:
     verb = "built" if stats["corpus_built"] else "already there"
     console.print(corpus_table(corpus, f"original corpus '{corpus['name']}' ({verb})").rich())
     if stats["demo_buffer"] is not None:
-        console.print(demo_buffer_table(stats["demo_buffer"], "demo memory buffer (built)").rich())
+        console.print(demo_buffer_table(stats["demo_buffer"], "demo buffer (built)").rich())
     buf = stats["buffer"]
-    console.print(fields_table("memory buffer", [
+    console.print(fields_table("buffer", [
         ("parquet files", f"{buf['files']:,}"), ("records", f"{buf['records']:,}"), ("bytes on disk", f"{buf['bytes']:,}"),
         ("pending in write-ahead logs", f"{buf['pending_log']:,}")]).rich())
 

@@ -1,6 +1,6 @@
 """`consolidate serve` (OpenAI-compatible HTTP server) and `consolidate chat` (terminal chat).
 
-Both talk to the lineage's `champion` and capture what is said into the memory buffer, so the
+Both talk to the lineage's `champion` and capture what is said into the buffer, so the
 next nightly run can consolidate it. Both prompt an instruct model with its own chat template
 (`LoadedModel.chat_prompt`) and capture the session in the same rendering (`capture.format`).
 """
@@ -21,7 +21,7 @@ def serve(
     workspace: WorkspaceOpt = None,
     host: Annotated[Optional[str], typer.Option(help="Listen address (overrides serve.host).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Listen port (overrides serve.port).")] = None,
-    no_capture: Annotated[bool, typer.Option("--no-capture", help="Do not write conversations into the memory buffer.")] = False,
+    no_capture: Annotated[bool, typer.Option("--no-capture", help="Do not write conversations into the buffer.")] = False,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the champion with /v1/completions, /v1/chat/completions and /v1/models."""
@@ -50,7 +50,7 @@ def chat(
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Longest reply in tokens (default serve.max_new_tokens).")] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature; 0 is greedy.")] = 0.7,
     seed: Annotated[Optional[int], typer.Option(help="Seed of the sampling, for a reproducible session.")] = None,
-    no_capture: Annotated[bool, typer.Option("--no-capture", help="Do not keep this session in the memory buffer.")] = False,
+    no_capture: Annotated[bool, typer.Option("--no-capture", help="Do not keep this session in the buffer.")] = False,
 ) -> None:
     """Chat with the champion in the terminal; the session is captured as one document on exit.
 

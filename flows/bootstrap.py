@@ -2,7 +2,7 @@
 
 With `adopt` (your own model): the Hugging Face folder you serve becomes v0 with your replay
 corpus (lib/registry/adopt.py, the same function as `consolidate init`). Without it, the embedded demo:
-stdlib corpus + demo memory buffer → BPE tokenizer on the corpus (cached) → manifest + token
+stdlib corpus + demo buffer → BPE tokenizer on the corpus (cached) → manifest + token
 shards of the corpus (cached) → pre-train v0 from scratch with the same torchrun trainer the
 nights use → record v0, make it champion and latest.
 

@@ -63,7 +63,7 @@ NightlyConfig = run_form("workspace", "buffer", "curation", "sampling", "tokeniz
 
 @flow(name="nightly-consolidation", log_prints=True)
 def nightly_consolidation(cfg: NightlyConfig) -> dict[str, Any]:
-    """One night: curate the memory buffer, replay-mix, continue pre-training the champion,
+    """One night: curate the buffer, replay-mix, continue pre-training the champion,
     evaluate, gate, promote, record lineage.
 
     Args:

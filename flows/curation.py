@@ -1,4 +1,4 @@
-"""The curation flow: tonight's memory buffer files to curated parquet, on its own or inside the
+"""The curation flow: tonight's buffer files to curated parquet, on its own or inside the
 nightly flow.
 
 - ingest: list the buffer folder, hash every file once (a task per file, on threads or Ray),
@@ -76,7 +76,7 @@ CurateConfig = run_form("workspace", "buffer", "curation", "orchestration")
 
 @flow(name="curate", log_prints=True)
 def curate(cfg: CurateConfig) -> dict[str, Any]:
-    """Curate the pending memory buffer into a new run folder (no training; nothing is consumed).
+    """Curate the pending buffer into a new run folder (no training; nothing is consumed).
 
     Args:
         cfg: The consolidation config (workspace, buffer, curation and orchestration apply).

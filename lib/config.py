@@ -230,7 +230,7 @@ class ServeConfig(_Section):
     host: str = Field("127.0.0.1", description="Address the inference server listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port of the inference server.")
     token: SecretStr | None = Field(None, description="Bearer token required by the server; none: no authentication.")
-    capture: bool = Field(True, description="Write served conversations into the memory buffer (per-request opt-out).")
+    capture: bool = Field(True, description="Write served conversations into the buffer (per-request opt-out).")
     strip_system_prompt: bool = Field(False, description="Leave system messages out of captured conversations (seed 000 open question 1).")
     strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens and <|name|> markers from captured plain text; a conversation rendered with the model's chat template always has its message contents cleaned (capture.format).")
     max_request_bytes: int = Field(1_000_000, ge=1, description="Largest accepted request body.")
@@ -242,7 +242,7 @@ class ServeConfig(_Section):
 
 
 class CaptureConfig(_Section):
-    format: Literal["chat_template", "plain"] = Field("chat_template", description="How a served conversation is written into the memory buffer. chat_template: rendered with the model's own chat template, as it was prompted (plain when the model has none); plain: a 'User: ... / Assistant: ...' transcript. On/off and stripping: serve.capture, serve.strip_*.")
+    format: Literal["chat_template", "plain"] = Field("chat_template", description="How a served conversation is written into the buffer. chat_template: rendered with the model's own chat template, as it was prompted (plain when the model has none); plain: a 'User: ... / Assistant: ...' transcript. On/off and stripping: serve.capture, serve.strip_*.")
 
 
 class OrchestrationConfig(_Section):

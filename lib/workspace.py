@@ -2,7 +2,7 @@
 
 ```
 <root>/
-  buffers/               memory buffer parquet files + wal/ (write-ahead log of unflushed records)
+  buffers/               buffer parquet files + wal/ (write-ahead log of unflushed records)
   quarantine/            buffer files (or rows) that failed validation, each with a .reason.json
   corpora/<name>/        original corpus shards (parquet, column `text`), validation split in val/
   index/                 curation state that grows night by night (exact hashes, MinHash bands),

@@ -112,7 +112,7 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     from lib.evaluation.evaluate import bits_per_byte
-    from lib.data.tokenization import is_heldout
+    from lib.data.token_cache import is_heldout
 
     captured = [r for f in sorted(Workspace(ws).buffers.glob("*.parquet"))
                 for r in pq.read_table(f).to_pylist() if str(r.get("source", "")).startswith("serve:")]

@@ -45,7 +45,7 @@ def build_embedded_default(cfg: ConsolidationConfig) -> dict[str, Any]:
     for k in ("train_docs", "val_docs", "train_bytes", "val_bytes", "documents", "bytes"):
         if k in corpus:
             counts[f"corpus_{k}"] = corpus[k]
-    publish_table("embedded-default", counts, "Corpus and memory buffer of the embedded default")
+    publish_table("embedded-default", counts, "Corpus and buffer of the embedded default")
     stage_logger().info("embedded default: %s", counts)
     return {"corpus_built": info["corpus_built"], "demo_buffer_built": info["demo_buffer_built"]}
 

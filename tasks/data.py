@@ -36,7 +36,7 @@ from lib.buffer.ingest import (
 from lib.config import ConsolidationConfig
 from lib.curation.pipeline import commit_index
 from lib.data.sampling import memory_weights, prepare_run_data
-from lib.data.tokenization import tokenize_tasks, tokenize_to_cache
+from lib.data.token_cache import tokenize_tasks, tokenize_to_cache
 from lib.data.tokenizer import load_tokenizer, resolve_tokenizer as resolve
 from lib.files import link_or_copy
 from lib.registry.lineage import Lineage
@@ -75,7 +75,7 @@ def select_pending(workspace_root: str, inspected: list[dict[str, Any]]) -> list
     with own_time():
         statuses = {b.content_hash: b.status for b in Lineage(Workspace(workspace_root).lineage_db).buffer_files()}
         pending, counts = choose(inspected, statuses)
-    publish_table("buffer-files", counts, "Memory buffer files found tonight, by registry status")
+    publish_table("buffer-files", counts, "Buffer files found tonight, by registry status")
     stage_logger().info("buffer files: %s", counts)
     return pending
 

@@ -36,11 +36,11 @@ def _cfg(ws_root: Path, *extra: str):
 
 def _night_buffer(ws) -> None:
     """Tonight's text: sources of an installed package the replay corpus never saw."""
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
 
     root = site_packages() / "rich"
     texts = [p.read_text(encoding="utf-8")[:3000] for p in sorted(root.glob("*.py")) if p.stat().st_size > 1500][:16]
-    buf = MemoryBuffer(ws.buffers)
+    buf = Buffer(ws.buffers)
     buf.add_many(texts, source="import:rich")
     buf.close(flush=True)
 

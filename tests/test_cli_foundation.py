@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from cli.main import app
-from lib.buffer.store import MemoryBuffer
+from lib.buffer.store import Buffer
 from lib.buffer.records import content_hash, read_buffer_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ def cli(ws: Path, *args: str, input: str | bytes | None = None):
 
 
 def buffer_rows(ws: Path) -> list[dict]:
-    return read_buffer_files(MemoryBuffer(ws / "buffers", recover=False).list_buffers()).to_pylist()
+    return read_buffer_files(Buffer(ws / "buffers", recover=False).list_buffers()).to_pylist()
 
 
 def test_buffer_add_every_input_kind(tmp_path):
@@ -131,8 +131,8 @@ def test_buffer_flush_leaves_a_live_writers_log_alone(tmp_path):
     script = textwrap.dedent(
         """
         import sys, time
-        from lib.buffer.store import MemoryBuffer
-        buf = MemoryBuffer(sys.argv[1], flush_size=1000)
+        from lib.buffer.store import Buffer
+        buf = Buffer(sys.argv[1], flush_size=1000)
         buf.add("held by a live server")
         print("ready", flush=True)
         sys.stdin.readline()
@@ -214,7 +214,7 @@ def test_buffer_add_packs_whole_inputs_into_files(tmp_path):
                  "--set", "buffer.flush_size=1000", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["added"] == 2502
-    files = MemoryBuffer(ws / "buffers", recover=False).list_buffers()
+    files = Buffer(ws / "buffers", recover=False).list_buffers()
     assert [pq.ParquetFile(f).metadata.num_rows for f in files] == [2500, 2]
     assert [r["text"] for r in buffer_rows(ws)] == [f"line {i} " + "é" * (i % 7) for i in range(2500)] + ["small one", "small two"]
     assert not list((ws / "buffers").glob(".*.tmp")) and not list((ws / "buffers" / "wal").glob("*.log"))

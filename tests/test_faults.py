@@ -95,7 +95,7 @@ def write_good(folder: Path, texts=GOOD_TEXTS[:3], name: str = "good.parquet") -
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_buffer_add_refuses_a_bad_file_and_imports_the_good_one(tmp_path, kind):
     from cli.main import app
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.buffer.records import read_buffer_files
 
     bad, good = write_bad(tmp_path / "in", kind), write_good(tmp_path / "in")
@@ -105,7 +105,7 @@ def test_buffer_add_refuses_a_bad_file_and_imports_the_good_one(tmp_path, kind):
     assert f"error: {bad}: " in result.stderr and BAD_FILES[kind][1] in result.stderr, result.stderr
     assert "Traceback" not in result.output
     assert "added 3 records from 1 of 2 inputs" in result.stdout
-    files = MemoryBuffer(ws / "buffers", recover=False).list_buffers()
+    files = Buffer(ws / "buffers", recover=False).list_buffers()
     assert [r["text"] for r in read_buffer_files(files).to_pylist()] == GOOD_TEXTS[:3]
 
 
@@ -531,11 +531,11 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
     """One night, killed with SIGKILL inside each stage in turn (and stopped with Ctrl-C and with
     SIGTERM mid-training): every next `consolidate run` picks the same night up where it died,
     nobody frees anything, and the lineage invariants hold after every kill."""
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.buffer.records import content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
-    buf = MemoryBuffer(ws.buffers)
+    buf = Buffer(ws.buffers)
     good = [buf.add_file(GOOD_TEXTS[:3], "chat"), buf.add_file(GOOD_TEXTS[3:], "chat")]
     bad = write_bad(ws.buffers, "invalid-utf8")
     bad_hash = content_hash(bad)
@@ -643,11 +643,11 @@ def test_two_triggers_at_once_make_one_night(tmp_path, v0_workspace):
     a --no-wait trigger arriving then exits 75 at once, naming it. The first night also stops at
     training.time_limit_s, so the waiter, as the next trigger, resumes it from its snapshot. One
     night: no file curated twice, no version id taken twice, trained in one run folder."""
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.buffer.records import content_hash
 
     ws = clone(v0_workspace, tmp_path / "ws")
-    pending = MemoryBuffer(ws.buffers).add_file(GOOD_TEXTS, "chat")
+    pending = Buffer(ws.buffers).add_file(GOOD_TEXTS, "chat")
     hold, hold_waiter = tmp_path / "hold", tmp_path / "hold-waiter"
     hold.touch()
     hold_waiter.touch()

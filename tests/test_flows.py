@@ -179,9 +179,9 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     cfg = _tiny(tmp_path / "ws", "training.num_iterations=4", "eval.max_docs=8", "gate.min_acquisition=10")
     ws = Workspace(cfg.workspace.root)
     assert bootstrap(cfg)["version"] == "v0"
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
 
-    buf = MemoryBuffer(ws.buffers)  # a second buffer file: curation maps over two shards
+    buf = Buffer(ws.buffers)  # a second buffer file: curation maps over two shards
     buf.add_many([f"Conversation {i}: the user explained that the {w} valve in hall {i} is checked every "
                   f"morning before the pumps start, and that the log of each check is kept for a year."
                   for i, w in enumerate(["north", "south", "east", "west", "upper", "lower"])])

@@ -364,10 +364,10 @@ def test_deployment_on_a_real_server(server, tmp_path):
         # Curation alone, as the docs run it: `prefect deployment run curate/curate` with the
         # deployment's own parameters (tiny preset), on a new buffer file and a torn one.
         t1 = time.monotonic()
-        from lib.buffer.store import MemoryBuffer
+        from lib.buffer.store import Buffer
 
         known = {b.content_hash for b in Lineage(ws.lineage_db).buffer_files()}
-        buf = MemoryBuffer(ws.buffers, flush_size=100)
+        buf = Buffer(ws.buffers, flush_size=100)
         for text in CURATE_TEXTS + CURATE_TEXTS[:1]:  # one exact copy
             buf.add(text)
         buf.flush()

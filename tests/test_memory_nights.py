@@ -37,9 +37,9 @@ def _package_texts(name: str, limit: int) -> list[str]:
 
 
 def _buffer(ws, texts: list[str]) -> None:
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
 
-    buf = MemoryBuffer(ws.buffers)
+    buf = Buffer(ws.buffers)
     buf.add_many(texts)
     buf.flush()
 

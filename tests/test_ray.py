@@ -15,12 +15,12 @@ def test_ingest_maps_over_buffer_files_on_ray(workspace, prefect_harness):
     from prefect import flow
 
     from flows.runtime import map_over, shard_task_runner
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.buffer.records import content_hash
     from lib.config import load_config
     from tasks.data import inspect_buffer_file
 
-    buf = MemoryBuffer(workspace.buffers, flush_size=10)
+    buf = Buffer(workspace.buffers, flush_size=10)
     files = []
     for night in range(4):
         for i in range(3):
@@ -53,14 +53,14 @@ def test_curation_shards_on_ray_match_threads(tmp_path, prefect_harness):
     import pyarrow.parquet as pq
 
     from flows.curation import curate
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.config import load_config
     from lib.workspace import Workspace
 
     kept = {}
     for runner in ("ray", "threads"):
         ws = Workspace(tmp_path / runner).ensure()
-        buf = MemoryBuffer(ws.buffers, flush_size=100)
+        buf = Buffer(ws.buffers, flush_size=100)
         for night in range(3):
             for i in range(4):
                 w = ["copper", "timber", "granite", "cotton", "marble", "amber", "cobalt", "linen", "basalt", "walnut",

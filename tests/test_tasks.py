@@ -105,12 +105,12 @@ def test_stage_key_depends_on_content_and_config_not_names(tmp_path):
 
 # -- tasks as plain functions (CI use) -------------------------------------------------------
 def test_ingest_tasks_run_outside_a_flow(workspace):
-    from lib.buffer.store import MemoryBuffer
+    from lib.buffer.store import Buffer
     from lib.buffer.records import content_hash
     from lib.registry.lineage import Lineage
     from tasks.data import find_buffer_files, inspect_buffer_file, select_pending
 
-    buf = MemoryBuffer(workspace.buffers, flush_size=10)
+    buf = Buffer(workspace.buffers, flush_size=10)
     for i in range(3):
         buf.add(f"document number {i} " * 20)
     first = buf.flush()

@@ -1,4 +1,4 @@
-"""Capture: what an inference engine hands to the memory buffer after each answer.
+"""Capture: what an inference engine hands to the buffer after each answer.
 
 - One served exchange becomes one buffer record (one document): a completion is `prompt +
   completion`, exactly the text the model saw and wrote; a chat is the whole conversation, in the
@@ -34,7 +34,7 @@
 - Opt-out per request: `meta={"capture": False}` (the server maps a request field
   `"capture": false` or a header `X-Capture: off` onto it). Opted-out text never reaches the
   buffer, not even its write-ahead log.
-- Durability is the buffer's: `MemoryBuffer.add` appends to its write-ahead log before it returns,
+- Durability is the buffer's: `Buffer.add` appends to its write-ahead log before it returns,
   so a record whose id was handed back survives a crash of the server; records are flushed to a
   parquet file every `buffer.flush_size` records and on shutdown.
 - `Capture` serialises calls with a lock: one buffer, many server threads.
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
 
-from lib.buffer.store import MemoryBuffer
+from lib.buffer.store import Buffer
 from lib.serving import chat_format
 
 log = logging.getLogger(__name__)
@@ -209,8 +209,8 @@ class Capture:
 
 
 def open_capture(workspace: Any, cfg: Any, special_tokens: Iterable[str] = ()) -> Capture:
-    """A Capture writing into the workspace's memory buffer with the config's policy and sizes."""
-    buffer = MemoryBuffer.from_config(workspace.buffers, cfg)
+    """A Capture writing into the workspace's buffer with the config's policy and sizes."""
+    buffer = Buffer.from_config(workspace.buffers, cfg)
     return Capture(buffer, CapturePolicy.from_config(cfg.serve, special_tokens, cfg.capture.format))
 
 

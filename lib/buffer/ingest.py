@@ -1,7 +1,7 @@
-"""Ingest: tonight's memory buffer files → validated documents, bad input quarantined, never twice.
+"""Ingest: tonight's buffer files → validated documents, bad input quarantined, never twice.
 
-- First the buffer's write-ahead logs of stopped writers are replayed into parquet files
-  (`MemoryBuffer.flush`), so records that `add` returned for are part of the night.
+- First the buffer's write-ahead logs of stopped writers are recovered into parquet files
+  (`Buffer.flush`), so records that `add` returned for are part of the night.
 - Every `buffers/*.parquet` file is identified by the xxh3-128 of its bytes, taken once per night
   (`inspect_buffer_file`; ingest and the cache keys reuse it). The lineage registry says whether
   that content was consumed or quarantined already (skipped: `select_pending`, the one rule) or
@@ -40,7 +40,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lib.buffer.store import MemoryBuffer
+from lib.buffer.store import Buffer
 from lib.buffer.records import content_hash
 from lib.files import atomic_path, write_json
 from lib.registry.lineage import Lineage
@@ -184,9 +184,9 @@ def apply_registry_events(lineage: Lineage, events: list[dict]) -> None:
 
 
 def flush_buffer(ws: Workspace) -> None:
-    """Replay the write-ahead logs of stopped writers into parquet files (before listing them)."""
+    """Recover the write-ahead logs of stopped writers into parquet files (before listing them)."""
     if ws.buffers.is_dir():
-        MemoryBuffer(ws.buffers).close(flush=True)
+        Buffer(ws.buffers).close(flush=True)
 
 
 def buffer_files(ws: Workspace) -> list[Path]:

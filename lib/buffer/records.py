@@ -1,4 +1,4 @@
-"""A memory buffer record, as the buffer's parquet files and its write-ahead log hold it.
+"""A buffer record, as the buffer's parquet files and its write-ahead log hold it.
 
 - Parquet (`SCHEMA`): id (a UUIDv7: sorts by capture time, unique without coordination), text,
   source, created_at. Every reader of buffer files relies on it (curation's ingest validates

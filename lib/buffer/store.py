@@ -1,4 +1,4 @@
-"""The memory buffer: text captured by day, kept safe until the night's consolidation reads it.
+"""The buffer: text captured by day, kept safe until the night's consolidation reads it.
 
 - `add(text, source)` validates the record (a non-empty str that encodes as UTF-8, at most
   `max_text_bytes`), appends it as one framed record (magic, length, CRC32) to this writer's own
@@ -6,11 +6,11 @@
 - When `flush_size` records are pending (or on `flush()`), the segment becomes one parquet file
   `buffer_<segment>.parquet`: written under a temporary name, fsync'd, renamed into place; only
   then is the log deleted. The parquet is named after its segment, so a crash between the rename
-  and the delete replays nothing twice: replay sees the segment's parquet and drops the log.
-- Each writer holds an exclusive `flock` on its log for its whole life. Opening a MemoryBuffer
-  (and every `flush()`) replays the logs that no live process holds, i.e. those of dead writers,
+  and the delete recovers nothing twice: recovery sees the segment's parquet and drops the log.
+- Each writer holds an exclusive `flock` on its log for its whole life. Opening a Buffer
+  (and every `flush()`) recovers the logs that no live process holds, i.e. those of dead writers,
   into their parquet files. A lock is released by the kernel when a process dies, even by SIGKILL.
-- Replay reads frames until the first one whose header or checksum does not match: that is a
+- Recovery reads frames until the first one whose header or checksum does not match: that is a
   torn last write (its `add` never returned), dropped and counted, never half-imported.
 - Segment names (UTC time with microseconds, pid, random suffix) never collide, across processes
   or within one second, and sort by the time of the segment's first record.
@@ -94,7 +94,7 @@ def _open_if_abandoned(path: Path) -> int | None:
     return fd
 
 
-class MemoryBuffer:
+class Buffer:
     """Durable buffer of captured text. Thread-safe within a process; any number of processes
     may write to the same folder at once (each into its own log and parquet files)."""
 
@@ -107,11 +107,11 @@ class MemoryBuffer:
         recover: bool = True,
     ):
         if not isinstance(flush_size, int) or flush_size < 1:
-            raise ValueError(f"MemoryBuffer flush_size must be a positive int, got {flush_size!r}")
+            raise ValueError(f"Buffer flush_size must be a positive int, got {flush_size!r}")
         if not isinstance(max_text_bytes, int) or max_text_bytes < 1:
-            raise ValueError(f"MemoryBuffer max_text_bytes must be a positive int, got {max_text_bytes!r}")
+            raise ValueError(f"Buffer max_text_bytes must be a positive int, got {max_text_bytes!r}")
         if durability not in ("fsync", "flush"):
-            raise ValueError(f"MemoryBuffer durability must be 'fsync' or 'flush', got {durability!r}")
+            raise ValueError(f"Buffer durability must be 'fsync' or 'flush', got {durability!r}")
         self.buffer_dir = Path(buffer_dir)
         self.wal_dir = self.buffer_dir / "wal"
         self.wal_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +129,7 @@ class MemoryBuffer:
             self.recover()
 
     @classmethod
-    def from_config(cls, buffer_dir: str | Path, cfg, recover: bool = True) -> "MemoryBuffer":
+    def from_config(cls, buffer_dir: str | Path, cfg, recover: bool = True) -> "Buffer":
         """From a `lib.config.BufferConfig` (or a whole ConsolidationConfig)."""
         section = getattr(cfg, "buffer", cfg)
         return cls(buffer_dir, section.flush_size, section.max_text_bytes, section.durability, recover)
@@ -222,7 +222,7 @@ class MemoryBuffer:
 
     def _open_segment(self) -> None:
         segment = new_segment_name()
-        # Created under a name replay never looks at, locked, then renamed: the lock travels with
+        # Created under a name recovery never looks at, locked, then renamed: the lock travels with
         # the inode, so no other process can ever see this log unlocked while we live.
         tmp = self.wal_dir / f".{segment}.log.new"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
@@ -256,7 +256,7 @@ class MemoryBuffer:
         if delete:
             self.log_path(self._segment).unlink(missing_ok=True)
             fsync_path(self.wal_dir)
-        os.close(self._fd)  # releases the lock last: nobody replays a log we are still deleting
+        os.close(self._fd)  # releases the lock last: nobody recovers a log we are still deleting
         self._fd, self._segment, self._log_size, self._pending = None, None, 0, []
 
     def _flush_own(self) -> Path | None:
@@ -266,12 +266,12 @@ class MemoryBuffer:
         path = self.parquet_path(self._segment)
         self._write_parquet(path, self._pending, self._segment)
         # From here the parquet holds every record: a crash before the delete below is harmless,
-        # replay finds buffer_<segment>.parquet and drops the log instead of importing it again.
+        # recovery finds buffer_<segment>.parquet and drops the log instead of importing it again.
         self._close_segment(delete=True)
         return path
 
     def flush(self) -> Path | None:
-        """Write pending records to a new parquet file (None if none were pending), and replay
+        """Write pending records to a new parquet file (None if none were pending), and recover
         the logs of writers that died since this buffer was opened."""
         with self._lock:
             path = self._flush_own()
@@ -280,30 +280,30 @@ class MemoryBuffer:
 
     def close(self, flush: bool = True) -> None:
         """Flush (default) and release the log. With flush=False the records stay in the log,
-        and the next MemoryBuffer opened on this folder replays them."""
+        and the next Buffer opened on this folder recovers them."""
         with self._lock:
             if flush:
                 self._flush_own()
             self._close_segment(delete=not self._pending)
 
     def __del__(self) -> None:
-        # An abandoned buffer is a dead writer: release the log (records stay in it, replayed by
-        # the next MemoryBuffer on the folder) instead of holding its lock until the process ends.
+        # An abandoned buffer is a dead writer: release the log (records stay in it, recovered by
+        # the next Buffer on the folder) instead of holding its lock until the process ends.
         try:
             if self._fd is not None and os.getpid() == self._owner_pid:
                 self._close_segment(delete=not self._pending)
         except Exception:
             pass
 
-    def __enter__(self) -> "MemoryBuffer":
+    def __enter__(self) -> "Buffer":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close(flush=True)
 
-    # -- replay --------------------------------------------------------------------------------
+    # -- recovery ------------------------------------------------------------------------------
     def recover(self) -> dict:
-        """Replay every log no live writer holds into `buffer_<segment>.parquet` (exactly once),
+        """Recover every log no live writer holds into `buffer_<segment>.parquet` (exactly once),
         then delete it. Returns this call's counts (also accumulated in `self.recovered`)."""
         report = {"segments": 0, "records": 0, "dropped_bytes": 0, "already_flushed": 0}
         with self._lock:
@@ -318,7 +318,7 @@ class MemoryBuffer:
                     with open(fd, "rb", closefd=False) as f:
                         contents = parse_log(f.read())
                     if contents.foreign:
-                        log.warning("%s is not a memory-buffer log (bad header); left in place", path)
+                        log.warning("%s is not a buffer log (bad header); left in place", path)
                         continue
                     target = self.parquet_path(segment)
                     if target.exists():

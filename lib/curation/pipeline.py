@@ -1,4 +1,4 @@
-"""One night's curation as a list of steps: pending memory buffer files → curated parquet, every
+"""One night's curation as a list of steps: pending buffer files → curated parquet, every
 drop counted.
 
 `curation_steps(ws)` is the list; each step is `run(input, output, rank, world_size, section) ->

@@ -10,10 +10,10 @@
 - Shards hold at most `shard_bytes` of text (`train/shard-NNNNN.parquet`, `val/...`, columns id,
   text, kind, zstd); the corpus is written into a temporary folder and swapped in, with a
   `corpus.json` of parameters and stats. Same interpreter, same arguments: byte-identical files.
-- Demo memory buffer (`build_demo_buffer`): the sources and METADATA descriptions of a fixed list
+- Demo buffer (`build_demo_buffer`): the sources and METADATA descriptions of a fixed list
   of installed third-party packages the stdlib never contained (prefect and its pure-Python
   dependencies), taken round-robin over the packages in a fixed hash order up to a byte cap, and
-  written through MemoryBuffer with source "demo:<package>".
+  written through Buffer with source "demo:<package>".
 
 Trade-off: leaving out the test suites drops 19 MB of the 31 MB of stdlib `.py`: the corpus is
 the library's own code (12.3 MB, 742 documents), not its idiosyncratic tests. The demo buffer's
@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
 
-from lib.buffer.store import MemoryBuffer
+from lib.buffer.store import Buffer
 from lib.buffer.records import content_hash
 from lib.files import swap_in, temp_folder
 from lib.registry.lineage import Lineage
@@ -191,7 +191,7 @@ def read_corpus_stats(workspace: Workspace, name: str = "stdlib") -> dict | None
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-# -- demo memory buffer -------------------------------------------------------------------------
+# -- demo buffer -------------------------------------------------------------------------
 def _package_documents(package: str, min_chars: int, max_chars: int) -> list[tuple[str, str]]:
     """(id, text) of one installed package: its METADATA description, then its .py files, in a
     fixed hash order of their paths."""
@@ -253,9 +253,9 @@ def build_demo_buffer(
     min_chars: int = 400,
     max_chars: int = 12_000,
 ) -> dict:
-    """Add the demo documents to `<ws>/buffers/` through MemoryBuffer and flush them to parquet."""
+    """Add the demo documents to `<ws>/buffers/` through Buffer and flush them to parquet."""
     chosen, info = select_demo_documents(packages, max_bytes, min_chars, max_chars)
-    buf = MemoryBuffer(workspace.buffers, flush_size=max(1000, len(chosen)))
+    buf = Buffer(workspace.buffers, flush_size=max(1000, len(chosen)))
     before = set(buf.list_buffers())
     buf.add_many([text for _, _, text in chosen], [f"demo:{package}" for package, _, _ in chosen])
     buf.flush()
@@ -297,14 +297,14 @@ def with_replay_corpus(workspace: Workspace, cfg):
 
 def ensure_embedded_default(workspace: Workspace, cfg, *, demo_max_bytes: int = 120_000) -> dict:
     """What the embedded demo needs before anything trains: the stdlib corpus (named
-    `cfg.workspace.corpus`, default stdlib) and a non-empty memory buffer. Builds only what is missing."""
+    `cfg.workspace.corpus`, default stdlib) and a non-empty buffer. Builds only what is missing."""
     workspace.ensure()
     name = cfg.workspace.corpus or DEFAULT_CORPUS
     corpus = read_corpus_stats(workspace, name)
     corpus_built = corpus is None
     if corpus is None:
         corpus = build_stdlib_corpus(workspace, name)
-    buf = MemoryBuffer.from_config(workspace.buffers, cfg)  # also replays logs of dead writers
+    buf = Buffer.from_config(workspace.buffers, cfg)  # also replays logs of dead writers
     demo = None
     if buf.total_sequences() == 0:
         demo = build_demo_buffer(workspace, max_bytes=demo_max_bytes)

@@ -155,7 +155,7 @@ def write_manifest(cols: dict, path: Path) -> str:
 
 def source_documents(pairs: list[tuple[dict, dict]], data_dir: Path, memory: bool = False) -> tuple[dict, list[str], int]:
     """One source's documents as the draw walks them, from its tokenized files (`pairs` of
-    tokenization task and result, lib/data/tokenization.py): documents with identical text kept once
+    tokenization task and result, lib/data/token_cache.py): documents with identical text kept once
     (seed 004 11.5: dedup before resampling), documents without tokens left out. Returns the
     document columns (doc_id; per document its first unit and unit count; per unit its shard
     relative to `data_dir`, index, length and FIM flag), each document's night (the memory's

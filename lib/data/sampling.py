@@ -1,6 +1,6 @@
 """Prepare one run's training data (seed 000 section 4, seed 004 sections 11.2 and 11.5): the
 sources and the token budget, then `prepare_training_data`, which tokenizes every source
-(lib/data/tokenization.py), holds out new documents, draws the manifest (lib/data/manifest.py) and writes
+(lib/data/token_cache.py), holds out new documents, draws the manifest (lib/data/manifest.py) and writes
 the prepared-data folder (lib/data/prepared.py).
 
 - Sources are named parquet folders with `id` and `text` columns, each with a weight counted in
@@ -10,7 +10,7 @@ the prepared-data folder (lib/data/prepared.py).
   `token_budget` the tokens either draws.
 - Held out: documents of `kind="buffer"` sources below the night's hash cut go to
   `heldout/<source>.parquet` instead of the shards (same split every night for the same id;
-  lib/data/tokenization.py says how the cut is chosen). When a night keeps none, data.json's warnings
+  lib/data/token_cache.py says how the cut is chosen). When a night keeps none, data.json's warnings
   say so (the gate then falls back to new_train).
 - Documents with identical text inside a source are kept once (dedup before resampling).
 - Same inputs (content hashes), tokenizer and seed give a byte-identical manifest.parquet; with
@@ -35,7 +35,7 @@ from lib.data.corpus import replay_corpus_name
 from lib.data.manifest import SLACK, SourceStream, draw_manifest, source_documents, write_manifest
 from lib.data.memory import MEMORY_NIGHT, replay_weights
 from lib.data.prepared import PreparedData
-from lib.data.tokenization import tokenize_sources, tokenize_tasks
+from lib.data.token_cache import tokenize_sources, tokenize_tasks
 from lib.data.tokenizer import load_tokenizer
 from lib.registry.lineage import Lineage
 from lib.serving.chat_format import template_markers

@@ -45,7 +45,7 @@ from lib.checkpoints.checkpoint import TOKENIZER_FILES, write_meta
 from lib.config import SourceConfig
 from lib.data.replay import build_replay_corpus
 from lib.data.selfreplay import generate_replay, parse_generate
-from lib.data.tokenization import cache_key, cache_store, run_tokenize_tasks, tokenize_tasks
+from lib.data.token_cache import cache_key, cache_store, run_tokenize_tasks, tokenize_tasks
 from lib.data.tokenizer import TokenizerError, load_tokenizer
 from lib.evaluation.evaluate import measure_root
 from lib.evaluation.sets import OLD_VAL

@@ -1,4 +1,4 @@
-"""The queries of the `buffer_files` table: every memory buffer file the ingest saw, by content hash.
+"""The queries of the `buffer_files` table: every buffer file the ingest saw, by content hash.
 
 `BufferRecords` is mixed into `Lineage` (lib/registry/lineage.py), which owns the file, its schema
 and its connections: every method opens a connection through `self.transaction()` or

@@ -332,7 +332,7 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
                 if path is not None:
                     log.info("captured records flushed to %s", path)
             except Exception:  # a full disk must not stop the server; the records stay in the log
-                log.exception("periodic flush of the memory buffer failed")
+                log.exception("periodic flush of the buffer failed")
 
     @asynccontextmanager
     async def lifespan(app):

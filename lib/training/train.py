@@ -4,7 +4,7 @@ Run as `python -m lib.training.train --config FILE --data DIR --out DIR (--paren
 or under `torchrun --nproc-per-node N -m lib.training.train ...` (`lib.training.distributed.torchrun_command` builds that line).
 
 - `train()` reads as its stages: `set_up` (lib/training/setup.py) → `resume_from_snapshot` →
-  `run_steps` (`train_step`, `save_snapshot`) → `finish`; a `Run` holds what they share.
+  `training_loop` (`train_step`, `save_snapshot`) → `finish`; a `Run` holds what they share.
 - Setup: gloo on CPU, nccl on CUDA (lib.training.distributed); the data's tokenizer hash must equal the
   parent's (v0: the given tokenizer's); memory per rank estimated (lib.training.footprint) before the model
   is loaded, and a run that cannot fit refused with the knobs to turn; the parent loaded straight
@@ -173,7 +173,7 @@ def train(
         stop = _StopFlag()
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, stop)
-        status = run_steps(run, stop)
+        status = training_loop(run, stop)
         return finish(run, status)
     finally:
         # leave the process as found: an in-process caller (tests, a notebook) keeps its settings
@@ -211,7 +211,7 @@ def resume_from_snapshot(run: Run) -> None:
         log.info("resumed from %s at step %d", latest, run.step)
 
 
-def run_steps(run: Run, stop: "_StopFlag") -> str:
+def training_loop(run: Run, stop: "_StopFlag") -> str:
     """Optimizer steps until the last one ('done') or a stop request with a snapshot ('stopped')."""
     d, tcfg = run.d, run.tcfg
     if d.is_main:

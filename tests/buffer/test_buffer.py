@@ -1,4 +1,4 @@
-"""MemoryBuffer: round trip, durability across SIGKILL, torn logs, concurrent writers, bad input."""
+"""Buffer: round trip, durability across SIGKILL, torn logs, concurrent writers, bad input."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lib.buffer.records import LOG_MAGIC, SCHEMA, InvalidRecordError, read_buffer_files, read_log
-from lib.buffer.store import MemoryBuffer
+from lib.buffer.store import Buffer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ def run_writer(script: str, *args: str) -> subprocess.Popen:
     )
 
 
-def all_rows(buf: MemoryBuffer) -> list[dict]:
+def all_rows(buf: Buffer) -> list[dict]:
     return read_buffer_files(buf.list_buffers()).to_pylist()
 
 
@@ -38,7 +38,7 @@ def all_rows(buf: MemoryBuffer) -> list[dict]:
 def test_round_trip_keeps_ids_sources_times_and_text(tmp_path):
     texts = ["plain ascii", "ünïcödé — 漢字 🙂", "line one\nline two\n\ttabbed", "x" * 100_000]
     before = datetime.now(timezone.utc)
-    buf = MemoryBuffer(tmp_path, flush_size=100)
+    buf = Buffer(tmp_path, flush_size=100)
     ids = [buf.add(t, source=None if i == 0 else f"chat:{i}") for i, t in enumerate(texts)]
     assert buf.pending() == 4 and buf.list_buffers() == []
     assert buf.total_sequences() == 4
@@ -60,7 +60,7 @@ def test_round_trip_keeps_ids_sources_times_and_text(tmp_path):
 
 
 def test_auto_flush_at_flush_size_and_unique_names_within_a_second(tmp_path):
-    buf = MemoryBuffer(tmp_path, flush_size=3, durability="flush")
+    buf = Buffer(tmp_path, flush_size=3, durability="flush")
     for i in range(7):
         buf.add(f"record {i}")
     assert len(buf.list_buffers()) == 2 and buf.pending() == 1
@@ -74,7 +74,7 @@ def test_auto_flush_at_flush_size_and_unique_names_within_a_second(tmp_path):
 
 
 def test_add_many_splits_at_flush_size_and_is_all_or_nothing(tmp_path):
-    buf = MemoryBuffer(tmp_path, flush_size=4)
+    buf = Buffer(tmp_path, flush_size=4)
     ids = buf.add_many([f"doc {i}" for i in range(10)], source="import:a.jsonl")
     assert len(ids) == 10
     assert [pq.ParquetFile(f).metadata.num_rows for f in buf.list_buffers()] == [4, 4]
@@ -86,7 +86,7 @@ def test_add_many_splits_at_flush_size_and_is_all_or_nothing(tmp_path):
 
 
 def test_two_buffers_in_one_process_use_separate_logs(tmp_path):
-    a, b = MemoryBuffer(tmp_path), MemoryBuffer(tmp_path)
+    a, b = Buffer(tmp_path), Buffer(tmp_path)
     a.add("from a")
     b.add("from b")
     assert len(list((tmp_path / "wal").glob("*.log"))) == 2
@@ -101,8 +101,8 @@ def test_two_buffers_in_one_process_use_separate_logs(tmp_path):
 # -- durability --------------------------------------------------------------------------------
 KILLED_WRITER = """
 import sys, time
-from lib.buffer.store import MemoryBuffer
-buf = MemoryBuffer(sys.argv[1], flush_size=10**6)
+from lib.buffer.store import Buffer
+buf = Buffer(sys.argv[1], flush_size=10**6)
 for i in range(1000):
     buf.add(f"record {i:04d} " + "é" * (i % 50), source=f"writer:{i % 3}")
 print("added", flush=True)
@@ -115,14 +115,14 @@ def test_sigkill_before_flush_loses_nothing_and_duplicates_nothing(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "added", proc.stderr.read()
         # the writer is alive and holds its log: a reader must not steal it
-        reader = MemoryBuffer(tmp_path)
+        reader = Buffer(tmp_path)
         assert reader.recovered["records"] == 0
         assert reader.total_sequences() == 1000
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    buf = MemoryBuffer(tmp_path)
+    buf = Buffer(tmp_path)
     assert buf.recovered["records"] == 1000 and buf.recovered["segments"] == 1
     buf.flush()
     rows = all_rows(buf)
@@ -131,15 +131,15 @@ def test_sigkill_before_flush_loses_nothing_and_duplicates_nothing(tmp_path):
     assert {r["source"] for r in rows} == {"writer:0", "writer:1", "writer:2"}
     assert list((tmp_path / "wal").glob("*.log")) == []
     # a second open replays nothing again
-    again = MemoryBuffer(tmp_path)
+    again = Buffer(tmp_path)
     again.flush()
     assert again.total_sequences() == 1000 and len(again.list_buffers()) == 1
 
 
 IMPORTER = """
 import sys
-from lib.buffer.store import MemoryBuffer
-buf = MemoryBuffer(sys.argv[1])
+from lib.buffer.store import Buffer
+buf = Buffer(sys.argv[1])
 print("ready", flush=True)
 for k in range(1000):
     buf.add_file([f"batch {k} record {i} " * 8 for i in range(20_000)], source=f"import:{k}")
@@ -160,7 +160,7 @@ def test_add_file_is_all_or_nothing_under_sigkill(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     files = sorted(tmp_path.glob("buffer_*.parquet"))
     assert all(pq.ParquetFile(f).metadata.num_rows == 20_000 for f in files)
-    buf = MemoryBuffer(tmp_path)
+    buf = Buffer(tmp_path)
     assert not list(tmp_path.glob(".import-*.tmp")) and buf.recovered["records"] == 0
     rows = all_rows(buf)
     assert len(rows) == 20_000 * len(files) and len({r["source"] for r in rows}) == len(files)
@@ -171,14 +171,14 @@ def test_add_file_is_all_or_nothing_under_sigkill(tmp_path):
 
 
 def test_crash_between_parquet_and_log_delete_does_not_duplicate(tmp_path):
-    buf = MemoryBuffer(tmp_path, flush_size=100)
+    buf = Buffer(tmp_path, flush_size=100)
     buf.add_many([f"doc {i}" for i in range(10)])
     log = next((tmp_path / "wal").glob("*.log"))
     saved = log.read_bytes()
     buf.flush()
     # the state a crash right after the rename leaves: the parquet and the (unlocked) log
     log.write_bytes(saved)
-    reopened = MemoryBuffer(tmp_path)
+    reopened = Buffer(tmp_path)
     assert reopened.recovered == {"segments": 0, "records": 0, "dropped_bytes": 0, "already_flushed": 1}
     assert not log.exists()
     assert sorted(r["text"] for r in all_rows(reopened)) == sorted(f"doc {i}" for i in range(10))
@@ -186,8 +186,8 @@ def test_crash_between_parquet_and_log_delete_does_not_duplicate(tmp_path):
 
 DEAD_WRITER = """
 import os, sys
-from lib.buffer.store import MemoryBuffer
-buf = MemoryBuffer(sys.argv[1], flush_size=10**6, durability="flush")
+from lib.buffer.store import Buffer
+buf = Buffer(sys.argv[1], flush_size=10**6, durability="flush")
 for i in range(int(sys.argv[2])):
     buf.add(f"kept {i}")
 os._exit(0)  # dies without flush or close
@@ -206,7 +206,7 @@ def test_torn_log_tail_is_dropped_cleanly(tmp_path):
         f.write(b"MBR1\x40\x00\x00\x00\x12\x34")
     contents = read_log(log)
     assert len(contents.records) == 5 and contents.valid_bytes == full and contents.dropped_bytes == 10
-    buf = MemoryBuffer(tmp_path)
+    buf = Buffer(tmp_path)
     assert buf.recovered["records"] == 5 and buf.recovered["dropped_bytes"] == 10
     assert [r["text"] for r in all_rows(buf)] == [f"kept {i}" for i in range(5)]
 
@@ -218,7 +218,7 @@ def test_corrupt_frame_checksum_stops_replay_there(tmp_path):
     data = bytearray(log.read_bytes())
     data[-3] ^= 0xFF  # flip a byte inside the last record's text
     log.write_bytes(bytes(data))
-    buf = MemoryBuffer(tmp_path)
+    buf = Buffer(tmp_path)
     assert buf.recovered["records"] == 2 and buf.recovered["dropped_bytes"] > 0
     assert [r["text"] for r in all_rows(buf)] == ["kept 0", "kept 1"]
 
@@ -226,9 +226,9 @@ def test_corrupt_frame_checksum_stops_replay_there(tmp_path):
 CONCURRENT_WRITER = """
 import sys, time
 from pathlib import Path
-from lib.buffer.store import MemoryBuffer
+from lib.buffer.store import Buffer
 folder, name, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-buf = MemoryBuffer(folder, flush_size=64)
+buf = Buffer(folder, flush_size=64)
 while not go.exists():
     time.sleep(0.005)
 for i in range(500):
@@ -245,7 +245,7 @@ def test_two_concurrent_writer_processes_lose_and_garble_nothing(tmp_path):
     go.touch()
     for p in procs:
         assert p.wait(timeout=120) == 0, p.stderr.read()
-    buf = MemoryBuffer(buf_dir)
+    buf = Buffer(buf_dir)
     rows = all_rows(buf)
     assert len(rows) == 1000 and len({r["id"] for r in rows}) == 1000
     expected = {f"{n}:{i}:" + n * (i % 200) for n in ("alpha", "beta") for i in range(500)}
@@ -269,7 +269,7 @@ def test_two_concurrent_writer_processes_lose_and_garble_nothing(tmp_path):
     ],
 )
 def test_bad_input_is_refused_and_nothing_else_is_lost(tmp_path, bad, message):
-    buf = MemoryBuffer(tmp_path, flush_size=100, max_text_bytes=1000)
+    buf = Buffer(tmp_path, flush_size=100, max_text_bytes=1000)
     good = buf.add("a good record")
     with pytest.raises(InvalidRecordError, match=message.replace("(", r"\(")):
         buf.add(bad)
@@ -282,13 +282,13 @@ def test_bad_input_is_refused_and_nothing_else_is_lost(tmp_path, bad, message):
 
 
 def test_bad_source_and_bad_arguments(tmp_path):
-    buf = MemoryBuffer(tmp_path)
+    buf = Buffer(tmp_path)
     with pytest.raises(InvalidRecordError, match="source must be str or None, got int"):
         buf.add("text", source=7)
     with pytest.raises(ValueError, match="flush_size must be a positive int"):
-        MemoryBuffer(tmp_path, flush_size=0)
+        Buffer(tmp_path, flush_size=0)
     with pytest.raises(ValueError, match="durability must be 'fsync' or 'flush'"):
-        MemoryBuffer(tmp_path, durability="sometimes")
+        Buffer(tmp_path, durability="sometimes")
     with pytest.raises(InvalidRecordError, match="use add"):
         buf.add_many("a str is not a batch")
     assert buf.total_sequences() == 0
@@ -298,20 +298,20 @@ def test_from_config_reads_the_buffer_section(tmp_path):
     from lib.config import load_config
 
     cfg = load_config(preset="tiny", overrides=["buffer.durability=flush", "buffer.max_text_bytes=10"])
-    buf = MemoryBuffer.from_config(tmp_path, cfg)
+    buf = Buffer.from_config(tmp_path, cfg)
     assert (buf.flush_size, buf.max_text_bytes, buf.durability) == (100, 10, "flush")
     with pytest.raises(InvalidRecordError, match="over the limit of 10"):
         buf.add("eleven byte")
 
 
 def test_stats_counts_files_records_and_logs(tmp_path):
-    writer = MemoryBuffer(tmp_path, flush_size=100)
+    writer = Buffer(tmp_path, flush_size=100)
     writer.add_many(["one", "two", "three"])
     writer.flush()
     writer.add("pending four")
     proc = run_writer(DEAD_WRITER, str(tmp_path), "2")
     assert proc.wait() == 0, proc.stderr.read()
-    stats = MemoryBuffer(tmp_path, recover=False).stats()
+    stats = Buffer(tmp_path, recover=False).stats()
     assert stats["files"] == 1 and stats["records"] == 3 and stats["bytes"] > 0
     assert stats["pending_log"] == 3 and stats["log_segments"] == 2 and stats["abandoned_segments"] == 1
     shutil.copy(writer.list_buffers()[0], tmp_path / "not_a_buffer.parquet.bak")  # ignored: not *.parquet
@@ -323,7 +323,7 @@ def test_stats_counts_files_records_and_logs(tmp_path):
 def test_threads_of_one_process_share_a_buffer_safely(tmp_path):
     import threading
 
-    buf = MemoryBuffer(tmp_path, flush_size=37, durability="flush")
+    buf = Buffer(tmp_path, flush_size=37, durability="flush")
     ids: list[str] = []
 
     def worker(name: str) -> None:
@@ -345,17 +345,17 @@ def test_threads_of_one_process_share_a_buffer_safely(tmp_path):
 def test_an_abandoned_buffer_releases_its_log_for_replay(tmp_path):
     import gc
 
-    buf = MemoryBuffer(tmp_path, flush_size=100)
+    buf = Buffer(tmp_path, flush_size=100)
     buf.add("left behind by a buffer nobody closed")
     del buf
     gc.collect()
-    other = MemoryBuffer(tmp_path)
+    other = Buffer(tmp_path)
     assert other.recovered["records"] == 1
     assert [r["text"] for r in all_rows(other)] == ["left behind by a buffer nobody closed"]
 
 
 def test_a_forked_child_never_touches_the_parents_log(tmp_path):
-    buf = MemoryBuffer(tmp_path, flush_size=100)
+    buf = Buffer(tmp_path, flush_size=100)
     buf.add("parent record")
     pid = os.fork()
     if pid == 0:  # child: its own record goes to a log of its own (no parquet: no pyarrow after fork)

@@ -12,7 +12,7 @@ import pytest
 from conftest import stdlib_texts, settled_task_states
 
 pytest_plugins = ["prefect_fixtures"]
-from lib.buffer.store import MemoryBuffer
+from lib.buffer.store import Buffer
 from lib.config import load_config
 from lib.curation.pipeline import commit_index, curate
 from lib.curation.dedup import exact_duplicate_clusters, near_duplicate_clusters
@@ -32,7 +32,7 @@ def _cfg(ws, *extra):
 
 
 def _add(ws, texts):
-    buf = MemoryBuffer(ws.buffers)
+    buf = Buffer(ws.buffers)
     for t in texts:
         buf.add(t)
     buf.close()

@@ -91,7 +91,7 @@ def test_the_memory_source_replays_without_the_held_out_and_hits_the_token_cache
     token cache entry, its held-out documents never reach training, and heavier documents come first."""
     from lib.data.memory import remember
     from lib.data.sampling import default_sources, prepare_training_data
-    from lib.data.tokenization import heldout_cut
+    from lib.data.token_cache import heldout_cut
     from lib.data.tokenizer import train_bpe
 
     ws, lin = workspace, Lineage(workspace.lineage_db)

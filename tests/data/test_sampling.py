@@ -60,7 +60,7 @@ def test_manifest_mixes_sources_at_the_token_ratio(env, base):
 
 
 def test_same_inputs_give_a_byte_identical_manifest(env, base, monkeypatch):
-    monkeypatch.setattr("lib.data.tokenization.MIN_PARALLEL_BYTES", 0)  # really start 2 processes on small inputs
+    monkeypatch.setattr("lib.data.token_cache.MIN_PARALLEL_BYTES", 0)  # really start 2 processes on small inputs
     again = _prepare(env, "again", workers=2)  # two processes must not change anything either
     first = (env["root"] / "base" / "manifest.parquet").read_bytes()
     assert (env["root"] / "again" / "manifest.parquet").read_bytes() == first
@@ -68,7 +68,7 @@ def test_same_inputs_give_a_byte_identical_manifest(env, base, monkeypatch):
     # from a thread (as under a Prefect task runner) the workers are spawned, not forked
     import threading
 
-    from lib.data.tokenization import pool_context
+    from lib.data.token_cache import pool_context
 
     seen = {}
 
@@ -259,7 +259,7 @@ def test_bad_inputs_name_the_file(env, tmp_path):
 def test_heldout_split_is_independent_of_other_id_hash_splits():
     import xxhash
 
-    from lib.data.tokenization import is_heldout
+    from lib.data.token_cache import is_heldout
 
     # ids that an unsalted xxh64 split (the corpus's 5% validation split) puts below 5%
     low = [f"doc-{i}" for i in range(20_000) if xxhash.xxh64_intdigest(f"doc-{i}".encode()) < 0.05 * 2**64]
@@ -311,7 +311,7 @@ def test_files_tokenized_one_by_one_into_the_cache_give_the_same_manifest(env, b
     prepare_training_data only links shards, and the manifest is byte-identical."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from lib.data.tokenization import tokenize_tasks, tokenize_to_cache
+    from lib.data.token_cache import tokenize_tasks, tokenize_to_cache
     from lib.data.tokenizer import load_tokenizer
 
     cache = tmp_path / "cache"
@@ -332,14 +332,14 @@ def test_files_tokenized_one_by_one_into_the_cache_give_the_same_manifest(env, b
 def _ids_with_hashes(n: int, *, at_least: float) -> list[str]:
     """n ids whose salted held-out hash is at or above `at_least` of the range: the fraction
     below it holds none of them out."""
-    from lib.data.tokenization import _heldout_hash
+    from lib.data.token_cache import _heldout_hash
 
     return list(itertools.islice((i for i in (f"night/{k}" for k in itertools.count())
                                   if _heldout_hash(i) >= at_least * 2**64), n))
 
 
 def test_heldout_cut_keeps_a_minimum_when_the_night_has_twice_as_many():
-    from lib.data.tokenization import _heldout_hash, heldout_cut
+    from lib.data.token_cache import _heldout_hash, heldout_cut
 
     def held(ids, cut):
         return sorted({i for i in ids if _heldout_hash(i) < cut})
