@@ -3,7 +3,7 @@
 - `ConsolidationConfig` is the root; each stage reads its own section (buffer, curation,
   sampling, tokenizer, model, training, checkpoints, eval, gate, serve, capture, orchestration,
   workspace).
-- Defaults are the design seed's (000 section 5): new_data_ratio 0.1, lr_scale 0.1, warmup 0.1,
+- Defaults are the conservative ones (a tenth new data, a tenth of the original LR): new_data_ratio 0.1, lr_scale 0.1, warmup 0.1,
   warmdown 0.5, 1000 iterations of 524,288 tokens, forgetting gate at +2% bits per byte.
 - Field descriptions are the documentation: the Prefect UI renders them as the run form.
 - `load_config(path, preset, overrides)` merges, in order: a preset (`default` or `tiny`), a YAML
@@ -57,7 +57,7 @@ class CurationConfig(_Section):
     min_chars: int = Field(48, ge=0, description="Documents shorter than this many characters are dropped (or concatenated, see concatenate_short).")
     max_chars: int = Field(100_000, ge=1, description="Documents longer than this are dropped or split (see long_docs).")
     long_docs: Literal["drop", "split"] = Field("split", description="What to do with documents over max_chars.")
-    concatenate_short: bool = Field(True, description="Concatenate short documents up to max_chars instead of dropping them (seed 001).")
+    concatenate_short: bool = Field(True, description="Concatenate short documents up to max_chars instead of dropping them: short texts together still teach, alone they carry too little context.")
     languages: list[str] = Field(default_factory=lambda: ["en"], description="Languages to keep for prose (fastText lid.176 labels, e.g. en, de), judged on its prose lines; code gets the code rule instead. Empty list: no language filter.")
     language_threshold: float = Field(0.65, ge=0, le=1, description="Minimum language-ID confidence to keep a prose document.")
     language_min_prose_chars: int = Field(100, ge=0, description="A prose document is language-checked on its prose lines when they hold at least this many characters, else on its whole text.")
@@ -141,7 +141,7 @@ class TrainingConfig(_Section):
     weight_decay: float = Field(0.1, ge=0, description="AdamW weight decay.")
     adam_betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW betas.")
     grad_clip: float = Field(1.0, ge=0, description="Gradient norm clipping; 0 disables it.")
-    optimizer_state: Literal["fresh", "inherit"] = Field("fresh", description="Start AdamW moments from zero (fresh) or from the parent's saved state, LRs reset (seed 000 open question 4).")
+    optimizer_state: Literal["fresh", "inherit"] = Field("fresh", description="Start AdamW moments from zero (fresh) or from the parent's saved state, LRs reset. Fresh is the safe default: inherited moments carry the last night's direction into tonight's data.")
     nproc_per_node: int = Field(1, ge=1, description="Processes torchrun starts on each node (GPUs per node on CUDA).")
     nnodes: int = Field(1, ge=1, description="Nodes for multi-node torchrun (each node runs the same command with its own --node-rank; see rdzv_endpoint).")
     rdzv_endpoint: str | None = Field(None, description="host:port of the rendezvous when nnodes > 1: the first node's address and a free port every node can reach (torchrun --rdzv-endpoint).")
@@ -231,7 +231,7 @@ class ServeConfig(_Section):
     port: int = Field(8000, ge=1, le=65535, description="Port of the inference server.")
     token: SecretStr | None = Field(None, description="Bearer token required by the server; none: no authentication.")
     capture: bool = Field(True, description="Write served conversations into the buffer (per-request opt-out).")
-    strip_system_prompt: bool = Field(False, description="Leave system messages out of captured conversations (seed 000 open question 1).")
+    strip_system_prompt: bool = Field(False, description="Leave system messages out of captured conversations: a system prompt repeated in every conversation would become the night's most frequent text.")
     strip_special_tokens: bool = Field(True, description="Remove tokenizer special tokens and <|name|> markers from captured plain text; a conversation rendered with the model's chat template always has its message contents cleaned (capture.format).")
     max_request_bytes: int = Field(1_000_000, ge=1, description="Largest accepted request body.")
     max_new_tokens: int = Field(512, ge=1, description="Largest generation length a request may ask for.")

@@ -26,7 +26,7 @@
     A model without a template is prompted with the same rendering plus "Assistant:"
     (`chat_prompt`) and stopped at the next turn (`CHAT_STOPS`).
 - Policy (`CapturePolicy`, from config `serve.*` and `capture.format`): `capture` on/off,
-  `strip_system_prompt` (seed 000 open question 1: a system prompt repeated in every conversation
+  `strip_system_prompt` (a system prompt repeated in every conversation
   would be learnt as the most frequent text of the night; a template's own default system prompt,
   as Qwen2's, is part of the format and stays), `strip_special_tokens` (remove `<|bos|>`-style
   markers and the tokenizer's control tokens from plain records, so a captured document is plain

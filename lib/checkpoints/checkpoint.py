@@ -15,7 +15,7 @@
   The cast is in place, tensor by tensor: no second copy of the model (the arithmetic is in
   lib/checkpoints/precision.py).
 - Writes are atomic: the folder is assembled under a temporary name and renamed into place.
-- Delta storage (seed 003): `compact(version, parent)` replaces model.safetensors by
+- Delta storage: `compact(version, parent)` replaces model.safetensors by
   model.delta.zst, the lossless delta codec of lib/checkpoints/delta.py against the parent's weights (formats
   and bytes described there), and records delta.json (format, parent, digests, sizes). The
   restore is checked against the recorded sha256. Both directions stream one tensor at a time

@@ -1,5 +1,5 @@
 """Fill-in-the-middle (Bavarian et al. 2022, "Efficient Training of Language Models to Fill in
-the Middle"; seed 001) applied to text pieces at tokenization time.
+the Middle", so a code model also learns to complete a gap) applied to text pieces at tokenization time.
 
 - Which pieces: a piece of a document is turned into a FIM example with probability `fim_rate`
   (per source; 0 for prose, `sampling.fim_rate_code` = 0.5 for code), drawn from a generator

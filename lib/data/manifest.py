@@ -1,5 +1,5 @@
-"""The manifest: which pieces of which documents a run trains on, in training order (seed 000
-section 4, seed 004 section 11.2).
+"""The manifest: which pieces of which documents a run trains on, in training order: sources
+mixed by weight, the mix annealed from exploring to exploiting over the run.
 
 - The manifest lists pieces of at most `seq_len` tokens (one packed row with its BOS). Each
   source walks its documents in a fresh seeded permutation per epoch (no document twice in an
@@ -44,7 +44,7 @@ MANIFEST_SCHEMA = pa.schema([
 
 
 def temperature_at(sampling: SamplingConfig, progress: float) -> float:
-    """T at training progress in [0, 1] (seed 004 11.2: anneal from explore to exploit)."""
+    """T at training progress in [0, 1] (annealed from explore to exploit: flat early, the weights' own shape late)."""
     t0, t1 = sampling.temperature, sampling.final_temperature
     if t1 is None or sampling.temperature_schedule == "constant":
         return t0
@@ -156,7 +156,7 @@ def write_manifest(cols: dict, path: Path) -> str:
 def source_documents(pairs: list[tuple[dict, dict]], data_dir: Path, memory: bool = False) -> tuple[dict, list[str], int]:
     """One source's documents as the draw walks them, from its tokenized files (`pairs` of
     tokenization task and result, lib/data/token_cache.py): documents with identical text kept once
-    (seed 004 11.5: dedup before resampling), documents without tokens left out. Returns the
+    (deduplicated before resampling, so no document is drawn twice by accident), documents without tokens left out. Returns the
     document columns (doc_id; per document its first unit and unit count; per unit its shard
     relative to `data_dir`, index, length and FIM flag), each document's night (the memory's
     `<memory>/<night>/train/` folder, else ""), and the number of duplicates dropped."""

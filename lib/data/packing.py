@@ -1,5 +1,5 @@
-"""Pack documents into fixed-length training rows: BOS-aligned best-fit (seed 000) and the
-concatenate-and-chunk baseline with a random offset per epoch (seed 002).
+"""Pack documents into fixed-length training rows: BOS-aligned best-fit (every row starts a document, so no row
+begins mid-text) and the concatenate-and-chunk baseline with a random offset per epoch.
 
 BOS-aligned best-fit (`bos_bestfit_rows`, planned by `BestFitPlanner`):
 - every document gets a BOS in front of it, so every row starts with BOS and every token can
@@ -240,9 +240,9 @@ def chunk_rows(
     shuffle: bool = False,
     stats: PackingStats | None = None,
 ) -> np.ndarray:
-    """Seed 002: concatenate BOS + doc for all docs, skip a random offset in [0, seq_len) drawn
+    """The baseline: concatenate BOS + doc for all docs, skip a random offset in [0, seq_len) drawn
     from (seed, epoch), and cut the rest into [rows, seq_len + 1]; the tail is dropped.
-    Sequential splitting keeps the rows in stream order; `shuffle=True` is the seed's random
+    Sequential splitting keeps the rows in stream order; `shuffle=True` is random
     sampling (the same rows in a seeded order, so neighbouring rows are unrelated)."""
     stats = stats if stats is not None else PackingStats()
     parts = []

@@ -1,10 +1,10 @@
-"""Prepare one run's training data (seed 000 section 4, seed 004 sections 11.2 and 11.5): the
+"""Prepare one run's training data (new text mixed with replay, weights annealed over the run, the drawn list deduplicated): the
 sources and the token budget, then `prepare_training_data`, which tokenizes every source
 (lib/data/token_cache.py), holds out new documents, draws the manifest (lib/data/manifest.py) and writes
 the prepared-data folder (lib/data/prepared.py).
 
 - Sources are named parquet folders with `id` and `text` columns, each with a weight counted in
-  TOKENS. `default_sources` is the seed's mix: the original corpus at 1 - r - m, the night's
+  TOKENS. `default_sources` is the default mix, mostly replay: the original corpus at 1 - r - m, the night's
   curated data ("new") at r = `sampling.new_data_ratio`, the memory of accepted nights at
   m = `sampling.memory_ratio`; `corpus_sources` is pre-training's (the corpus alone), and
   `token_budget` the tokens either draws.
@@ -48,11 +48,11 @@ log = logging.getLogger(__name__)
 
 NEW_SOURCE = "new"            # name of the night's curated data
 MEMORY_SOURCE = "memory"      # name of the accepted nights' documents
-EXPOSURE_RANGE = (3.0, 10.0)  # seed 000 rule of thumb: each new document seen 3-10 times
+EXPOSURE_RANGE = (3.0, 10.0)  # rule of thumb: a new document is learnt when seen 3-10 times, memorised past that
 
 
 def default_sources(workspace, cfg: ConsolidationConfig, new_data_dir: str | Path) -> list[SourceConfig]:
-    """The seed's mix: corpus train split (weight 1 - r - m, kind corpus) + tonight's curated data
+    """The default mix: corpus train split (weight 1 - r - m, kind corpus) + tonight's curated data
     (weight r, kind buffer) + the memory of accepted nights (weight m = `sampling.memory_ratio`,
     kind memory, when there is one), then any extra `sampling.sources` with their own weights.
     r + m = 1 leaves the corpus out: no replay (an ablation, bench/bench_memory.py)."""
@@ -167,7 +167,7 @@ def prepare_training_data(
     manifest_hash = write_manifest(cols, out.manifest)
     warnings = _draw_stats(sources, streams, stats, cols, drawn, sampling)
     # How often each new and each memory document is drawn: the memory's exposure counts (recorded
-    # in lineage when the night is accepted) and the seed's 3-10 rule for new data.
+    # in lineage when the night is accepted) and the 3-10 rule of thumb for new data.
     new_streams = [st for s, st in zip(sources, streams) if s.kind in ("buffer", "memory")]
     out.write_exposures({
         "source": [st.name for st in new_streams for _ in range(st.n_docs)],
@@ -267,5 +267,5 @@ def _draw_stats(sources: list[SourceConfig], streams: list[SourceStream], stats:
             if not lo <= e.mean() <= hi:
                 warnings.append(
                     f"source {s.name!r}: each new document is seen {e.mean():.1f} times on average, outside the "
-                    f"seed's rule of thumb of {lo:g}-{hi:g}; adjust training.num_iterations or sampling.new_data_ratio")
+                    f"rule of thumb of {lo:g}-{hi:g} (fewer: not learnt; more: memorised); adjust training.num_iterations or sampling.new_data_ratio")
     return warnings

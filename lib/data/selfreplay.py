@@ -1,6 +1,6 @@
 """Self-generated replay: text sampled from v0 itself, for users who do not have its training corpus.
 
-Seed 000 known limitation 1: replay needs the original data, and a user who adopted a public model
+Replay needs the original data, and a user who adopted a public model
 rarely has it. The model's own samples are the next best thing: replaying them pulls every night
 back toward v0's distribution, a cheap form of distillation (no teacher kept in memory; the
 samples are drawn once).

@@ -3,7 +3,7 @@
 - Inputs are the parent's and the candidate's metrics measured on the same data, as
   {dataset: {metric: value}} (what `lib.evaluation.evaluate.evaluate_pair` returns and lineage stores).
 - forgetting: relative rise of bits per byte on the original validation split (`old_val`) must be
-  at most `gate.max_forgetting` (seed 000 section 6: a rise over 2% is significant forgetting).
+  at most `gate.max_forgetting` (a rise of more than 2% is taken as real forgetting, not noise).
 - acquisition: relative drop of bits per byte on tonight's new data must be at least
   `gate.min_acquisition`; measured on `new_heldout` (documents never trained on, so learning that
   generalises) and, when no held-out slice exists, on `new_train`.
@@ -16,7 +16,7 @@
   `gate.probe_tolerance`.
 - A rule whose inputs are missing fails (fail closed): a gate that cannot measure must not promote.
 
-Trade-off: relative thresholds on one scalar per data set are coarse (seed 000 section 8: BPB
+Trade-off: relative thresholds on one scalar per data set are coarse (BPB
 misses forgetting of single facts), but they separate the cases that matter by a wide margin:
 no replay at lr×0.3 forgets +32.6% on old data vs −0.7% with 10% new data (shared/NOTES.md).
 """
@@ -176,7 +176,7 @@ def rejected_for_forgetting(rules: list[dict[str, Any]]) -> list[str]:
 
 
 def safer_settings(cfg):
-    """The retry's configuration (seed 000 section 6): half the learning rate and half the new
+    """The retry's configuration: half the learning rate and half the new
     data, twice the memory replay (at most what leaves the corpus a share), the rest as it was."""
     s = cfg.sampling
     new = s.new_data_ratio / 2

@@ -9,7 +9,7 @@
   (measured on a 110 M bf16 Llama on CPU: resident anonymous memory ends 0.54 GB above the
   imports for the 0.44 GB fp32 model, the peak adds the file's mapped pages, which the kernel can
   drop; loading with dtype=float32 directly peaks the same). Master weights stay fp32 and bf16 is
-  only the autocast compute dtype on CUDA (seed 001: fp32 weight copy, fp32 updates).
+  only the autocast compute dtype on CUDA (mixed precision: an fp32 weight copy and fp32 updates, bf16 only in the matmuls).
   `training_start(version_dir)` is the folder a night starts from: the version's fp32 `master/`
   when it keeps one, else the version.
 - `enable_activation_checkpointing(model)`: recompute every transformer block in the backward

@@ -1,6 +1,6 @@
 """Learning-rate schedule of a consolidation (and of v0's pre-training): warmup, constant, warmdown.
 
-- Peak LR = the parent's original (pre-training) LR × `lr_scale` (seed 000 section 5: 1/10 by
+- Peak LR = the parent's original (pre-training) LR × `lr_scale` (1/10 by
   default), so a consolidation nudges the weights instead of re-learning them; v0 uses
   `model.pretrain_lr` with scale 1.
 - Step s of N (0-based; the LR applies to the update made at step s):
@@ -8,7 +8,7 @@
   zero-LR step is a wasted step);
   constant at the peak;
   warmdown over the last `round(warmdown_ratio·N)` steps to `final_lr_frac × peak` at the last step.
-- The warmdown is a cosine (seed 000 draws "cosine warmdown"); `shape="linear"` gives nanochat's
+- The warmdown is a cosine (a cosine decay spends longer near the peak than a linear one); `shape="linear"` gives nanochat's
   straight line. Both start at the peak and land exactly on the final fraction.
 - Pure functions of the step: a resumed run recomputes the LR from the step alone, nothing to save.
 

@@ -12,7 +12,7 @@ or under `torchrun --nproc-per-node N -m lib.training.train ...` (`lib.training.
   `training.*`, activation checkpointing and torch.compile per block, and DDP or FSDP2
   (`parallelism`, lib.training.distributed.prepare_model). bf16 compute on CUDA (autocast with DDP, the
   FSDP mixed-precision policy with FSDP) with the logits cast to fp32 before the cross-entropy
-  (seed 001), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical.
+  (bf16 log-softmax over a large vocabulary loses precision), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical.
 - One step = `total_batch_size / (device_batch_size × seq_len × world)` micro-batches per rank.
   The micro-batches of a step are fetched first, the valid targets (≠ -100) counted over all
   ranks, and each micro-batch's summed loss divided by that global count: the gradient is the
@@ -285,7 +285,7 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
         with gradient_sync(run.step_model, d, last_micro_batch=i == run.accum - 1):
             with run.autocast:
                 logits = run.step_model(input_ids=x).logits
-            # fp32 cross-entropy: bf16 log-softmax over a large vocab loses ~2 digits (seed 001)
+            # fp32 cross-entropy: bf16 log-softmax over a large vocab loses ~2 digits
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), ignore_index=-100, reduction="sum")
             del logits  # nothing in the graph needs it: one batch × seq × vocab fewer during backward
             (loss * scale).backward()

@@ -54,7 +54,7 @@ def test_rows_start_with_bos_full_utilisation_and_docs_intact():
                 assert k not in seen                   # each document is placed at most once
                 seen[k] = seg.size
     assert len(seen) > 0.9 * len(lengths)  # all but the unfinished tail row
-    # a larger buffer gives best-fit more choice: less cropping (seed 000 uses 1,000 documents)
+    # a larger buffer gives best-fit more choice: less cropping (nanochat's loader keeps 1,000 documents)
     wide = PackingStats()
     list(bos_bestfit_rows(docs, 128, BOS, buffer_size=1000, stats=wide))
     assert wide.cropped_fraction < stats.cropped_fraction and wide.cropped_fraction < 0.03

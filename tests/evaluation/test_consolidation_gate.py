@@ -4,7 +4,7 @@ A v0 is pre-trained from scratch on standard-library code; then two consolidatio
 real data preparation (`lib.data.sampling`) and the real trainer (`lib.training.train`) on new text (installed
 packages' sources), are evaluated with `lib.evaluation.evaluate` and judged by the gate through lineage:
 - harmful: no replay (new data only, new_data_ratio 0.99), 3× the original LR, many steps;
-- sensible: the seed's replay defaults (new:old 1:9, lr×0.1).
+- sensible: the default replay (new:old 1:9, lr×0.1).
 shared/NOTES.md measured the gap this test relies on: no replay forgets +32.6% on old data,
 replay −0.7%, against a 2% gate. Here (v0 pre-trained 150 steps, prose as the new data):
 harmful +6.9% old-data BPB (rejected), sensible −0.7% (passed), ~3 CPU-minutes in all.

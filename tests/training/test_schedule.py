@@ -1,4 +1,4 @@
-"""The LR schedule's shape: warmup → constant → warmdown to final_lr_frac × peak (seed 000)."""
+"""The LR schedule's shape: warmup → constant → warmdown to final_lr_frac × peak."""
 
 import math
 
