@@ -25,18 +25,9 @@ from tasks.reporting import TrainingProgress, own_time, publish_table, stage_log
 
 
 @task(name="train", cache_policy=NO_CACHE, retries=0)
-def train_checkpoint(
-    cfg: ConsolidationConfig,
-    data_dir: str,
-    out_dir: str,
-    train_dir: str,
-    parent: str | None = None,
-    init: bool = False,
-    resume: bool = False,
-    meta: dict[str, Any] | None = None,
-    tokenizer_dir: str | None = None,
-    node_rank: int | None = None,
-) -> dict[str, Any]:
+def train_checkpoint(cfg: ConsolidationConfig, data_dir: str, out_dir: str, train_dir: str, parent: str | None = None,
+                     init: bool = False, resume: bool = False, meta: dict[str, Any] | None = None,
+                     tokenizer_dir: str | None = None, node_rank: int | None = None) -> dict[str, Any]:
     """`lib.training.launch.launch` as the night's training task: writes the version folder
     `out_dir`; returns its meta's final metrics (on several nodes, one task per node)."""
     progress = TrainingProgress("training-progress", f"{'Pre-training' if init else 'Consolidation'} steps of {Path(out_dir).name}")

@@ -1,13 +1,6 @@
 """The queries of the `buffer_files` table: every buffer file the ingest saw, by content hash.
 
-`BufferRecords` is mixed into `Lineage` (lib/registry/lineage.py), which owns the file, its schema
-and its connections: every method opens a connection through `self.transaction()` or
-`self.reading()`, or takes the caller's `con` to be part of a larger transaction (a night's records
-commit together).
-
-Trade-off: one class per table group, mixed into one object, keeps every caller's `lineage.<method>`
-unchanged; a method can call another group's (`record_version` records inputs and metrics) only
-through `self`, which ties the groups to the one class that mixes them.
+A mixin of `Lineage` (lib/registry/lineage.py: the file, the schema, the connections).
 """
 
 from __future__ import annotations

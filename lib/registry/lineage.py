@@ -18,10 +18,14 @@
 - Layout: this module owns the file (schema, migrations, connections); `Lineage` takes the queries
   of each table group from its own module (lib/registry/buffer_records.py, run_records.py,
   memory_records.py, version_records.py; rows as values in records.py), so a new table adds a
-  module and a migration here, and callers keep one object.
+  module and a migration here, and callers keep one object. Every query method opens a
+  connection through `self.transaction()` or `self.reading()`, or takes the caller's `con` to be
+  part of a larger transaction (a night's records commit together).
 
-Trade-off: short connections cost ~1 ms each, negligible next to a nightly run, and let the
-server, the CLI and the flow share the file without a daemon.
+Trade-offs: short connections cost ~1 ms each, negligible next to a nightly run, and let the
+server, the CLI and the flow share the file without a daemon. One mixin per table group keeps
+every caller's `lineage.<method>` unchanged; a method reaches another group's (`record_version`
+records inputs and metrics) only through `self`, which ties the groups to the one class.
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ os.kill(os.getpid(), signal.SIGKILL)                             # dies before t
 
 def test_kill_between_training_and_promotion_then_rerun(lin, workspace):
     bootstrap(lin, workspace)
-    script = NIGHT_SCRIPT.format(root=str(ROOT), tests=str(ROOT / "tests"), ws=str(workspace.root))
+    script = NIGHT_SCRIPT.format(root=str(ROOT), tests=str(Path(__file__).resolve().parent), ws=str(workspace.root))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     # Consistent: a candidate, champion unmoved, buffers pending, the run still "running".
