@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(report, indent=2))
             return
         typer.echo(
-            f"recovered {report['records']} records from {report['segments']} logs of stopped writers"
+            f"replayed {report['records']} records from {report['segments']} logs of stopped writers"
             + (f" into {', '.join(report['files_written'])}" if report["files_written"] else "")
         )
         if report["dropped_bytes"]:
@@ -325,7 +325,7 @@ def register(app: typer.Typer) -> None:
 
         labels = (("files", "parquet files"), ("records", "records in files"), ("bytes", "bytes on disk"),
                   ("pending_log", "records pending in write-ahead logs"), ("log_segments", "write-ahead logs"),
-                  ("abandoned_segments", "  of stopped writers (recovered on next open)"), ("log_bytes", "log bytes"))
+                  ("abandoned_segments", "  of stopped writers (replayed on next open)"), ("log_bytes", "log bytes"))
         Console().print(fields_table(f"buffer {stats['buffer_dir']}", [(label, f"{stats[key]:,}") for key, label in labels]).rich())
         for problem in stats["unreadable_files"]:
             typer.secho(f"warning: unreadable {problem}", fg=typer.colors.YELLOW, err=True)
