@@ -88,26 +88,77 @@ def require_original_lr(parent: Path, parent_meta: dict[str, Any], lr_scale: flo
 
 def check_memory(hf_config, tcfg, d: "Dist") -> dict[str, Any]:
     """Estimate this rank's memory before the model is loaded; refuse a run that cannot fit
-    (training.memory_check=false skips the refusal, not the estimate)."""
-    from lib.footprint import GiB, available_memory, check_fits, estimate_training_memory, resident_bytes
+    (training.memory_check=false skips the refusal, not the estimate). `tcfg.device_batch_size`
+    must be a number here (`size_micro_batch` resolves auto)."""
+    from lib.footprint import GiB, available_memory, check_fits, estimate_training_memory
 
     device = d.device.type
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    runtime = resident_bytes() if device == "cpu" else None
+    available, sharing, runtime = _memory_budget(d)
     est = estimate_training_memory(hf_config, tcfg, d.world_size, device, runtime_bytes=runtime or None)
-    if device == "cuda":
-        available, sharing = available_memory("cuda", d.local_rank), 1
-    else:
-        # MemAvailable excludes what the ranks of this machine already hold; count that back in
-        available, sharing = available_memory("cpu") + (runtime or 0) * local, local
     if d.is_main:
         log.info("memory per rank, estimated: %.2f GiB (%s) of %.2f GiB %s",
                  est.total / GiB, ", ".join(f"{k} {v / GiB:.2f}" for k, v in est.components.items()),
                  available / GiB, "on the GPU" if device == "cuda" else f"available RAM for {sharing} rank(s)")
-    problems = check_fits(est, available, ranks_sharing=sharing, training=tcfg)
+    host = available_memory("cpu") if device == "cuda" and d.is_main else None  # rank 0 writes the final version
+    problems = check_fits(est, available, ranks_sharing=sharing, training=tcfg, host_available=host)
     if problems and tcfg.memory_check:
         raise InsufficientMemory("\n".join(problems))
     return {**est.to_dict(), "available": available, "fits": not problems}
+
+
+def _memory_budget(d: "Dist") -> tuple[int, int, int | None]:
+    """(bytes available to this rank's device, ranks sharing it, this process's resident bytes on CPU)."""
+    from lib.footprint import available_memory, resident_bytes
+
+    if d.device.type == "cuda":
+        return available_memory("cuda", d.local_rank), 1, None  # the GPU's free memory
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    runtime = resident_bytes()
+    # MemAvailable excludes what the ranks of this machine already hold; count that back in
+    return available_memory("cpu") + runtime * local, local, runtime
+
+
+def size_micro_batch(cfg, hf_config, d: "Dist", snapshot_dir: Path, resume: bool) -> tuple[Any, dict[str, Any] | None]:
+    """training.device_batch_size=auto resolved: the config with the micro-batch (and activation
+    checkpointing) `lib.footprint.choose_device_batch` picks for this device's free memory, and
+    what it chose (None when the batch was given). A resumed run keeps its snapshot's choice:
+    the loader's position is counted in micro-batches of that size."""
+    tcfg = cfg.training
+    if tcfg.device_batch_size != "auto":
+        return cfg, None
+    from lib.footprint import choose_device_batch
+
+    chosen = None
+    if resume:
+        from lib import snapshot as snap
+
+        latest = snap.latest_complete(snapshot_dir)
+        if latest is not None:
+            state = json.loads((latest / "state.json").read_text(encoding="utf-8"))
+            if state.get("device_batch_size") is not None:
+                chosen = {"device_batch_size": int(state["device_batch_size"]),
+                          "activation_checkpointing": bool(state.get("activation_checkpointing", tcfg.activation_checkpointing)),
+                          "from": f"the snapshot {latest.name}"}
+    if chosen is None:
+        available, sharing, runtime = _memory_budget(d)
+        try:
+            choice = choose_device_batch(hf_config, tcfg, d.world_size, d.device.type, available, ranks_sharing=sharing,
+                                         runtime_bytes=runtime or None)
+        except ValueError as exc:
+            raise InsufficientMemory(str(exc)) from None
+        chosen = {"device_batch_size": choice.device_batch_size, "activation_checkpointing": choice.activation_checkpointing,
+                  "from": choice.describe()}
+    # every rank must train the same micro-batch: the smallest any rank chose
+    if d.world_size > 1:
+        gathered = d.gather_objects((chosen["device_batch_size"], chosen["activation_checkpointing"]))
+        smallest = min(gathered)
+        chosen.update(device_batch_size=smallest[0], activation_checkpointing=any(g[1] for g in gathered))
+    if d.is_main:
+        log.info("training.device_batch_size=auto: %d sequences per micro-batch%s (%s)", chosen["device_batch_size"],
+                 ", activation checkpointing on" if chosen["activation_checkpointing"] else "", chosen["from"])
+    new_tcfg = tcfg.model_copy(update={"device_batch_size": chosen["device_batch_size"],
+                                       "activation_checkpointing": chosen["activation_checkpointing"]})
+    return cfg.model_copy(update={"training": new_tcfg}), chosen
 
 
 class InsufficientMemory(ValueError):
@@ -152,24 +203,51 @@ def param_groups(model, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def optimizer_flags(device) -> dict[str, Any]:
+    """AdamW's implementation switches for `device`: fused on CUDA (one kernel for all
+    parameters: ~10% of a small model's step time), the single-tensor path on CPU (the same
+    results on every resume)."""
+    if device.type == "cuda":
+        return {"fused": True, "foreach": None, "capturable": False}
+    return {"fused": None, "foreach": False, "capturable": False}
+
+
 def make_optimizer(model, tcfg, device, lr: float):
     import torch
 
     kwargs: dict[str, Any] = {"lr": lr, "betas": tuple(tcfg.adam_betas), "eps": 1e-8}
-    if device.type == "cuda":
-        kwargs["fused"] = True  # one kernel for all parameters: ~10% of a small model's step time
-    else:
-        kwargs["foreach"] = False  # the single-tensor path: same results on every resume
+    kwargs.update({k: v for k, v in optimizer_flags(device).items() if k != "capturable"})
     return torch.optim.AdamW(param_groups(model, tcfg.weight_decay), **kwargs)
 
 
-def reset_hyperparameters(optimizer, tcfg, lr: float) -> None:
-    """After loading an inherited state: this run's LR, betas and decay, not the parent's."""
+def apply_optimizer_flags(optimizer, device) -> None:
+    """After `load_state_dict` (an inherited optimizer.pt, a snapshot): the saved groups'
+    fused/foreach flags replaced by this run's, and each parameter's `step` counter moved where
+    that implementation keeps it (fused: on the parameter's device; single-tensor: the CPU). A
+    CPU-written state would otherwise make a CUDA run use the slow single-tensor AdamW, and a
+    CUDA-written one a CPU run fused, which breaks bit-exact resume."""
+    import torch
+
+    flags = optimizer_flags(device)
+    on_device = bool(flags["fused"] or flags["capturable"])
+    for group in optimizer.param_groups:
+        group.update(flags)
+        for p in group["params"]:
+            st = optimizer.state.get(p)
+            if st and torch.is_tensor(st.get("step")):
+                st["step"] = st["step"].to(device=p.device if on_device else "cpu", dtype=torch.float32)
+
+
+def reset_hyperparameters(optimizer, tcfg, lr: float, device=None) -> None:
+    """After loading an inherited state: this run's LR, betas and decay, not the parent's, and
+    (with `device`) this run's AdamW implementation (`apply_optimizer_flags`)."""
     for i, group in enumerate(optimizer.param_groups):
         group["lr"] = lr
         group["initial_lr"] = lr
         group["betas"] = tuple(tcfg.adam_betas)
         group["weight_decay"] = tcfg.weight_decay if i == 0 else 0.0
+    if device is not None:
+        apply_optimizer_flags(optimizer, device)
 
 
 def default_loader(data: PreparedData, batch_size, seq_len, rank, world_size, tokenizer_hash=None):
@@ -248,6 +326,7 @@ class Run:
     optimizer_choice: str
     loader: Any
     sharded: bool
+    meter: Any = None     # lib.training.throughput.Meter, made when the steps start
     step: int = 0
     history: dict[str, Any] = field(default_factory=lambda: {"loss": [], "tokens": 0, "elapsed_s": 0.0, "tokens_per_source": {}})
 
@@ -292,7 +371,7 @@ def train(
         raise FileExistsError(f"--out {out_dir} already exists; choose a new version folder (or --resume an interrupted run)")
     data = PreparedData.open(data_dir)
 
-    d = Dist(cfg.training.device)
+    d = Dist(cfg.training.device, timeout_s=cfg.training.collective_timeout_s)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     was_filling = torch.utils.deterministic.fill_uninitialized_memory
     previous_sigterm = signal.getsignal(signal.SIGTERM)
@@ -365,13 +444,19 @@ def set_up(cfg, d: Dist, data: PreparedData, out_dir: Path, train_dir: Path, *, 
     from lib.schedule import peak_lr
 
     tcfg = cfg.training
-    accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
+    if tcfg.device_batch_size != "auto":
+        steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)  # fail early
     start = _start_point(cfg, d, data.info, parent, init, tokenizer_dir)
     tok_hash = check_tokenizer(data, start["tok_dir"])
     max_pos = getattr(start["hf_config"], "max_position_embeddings", None)
     if max_pos is not None and tcfg.seq_len > max_pos:
         raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={max_pos}")
+    cfg, auto_batch = size_micro_batch(cfg, start["hf_config"], d, train_dir / "snapshots", resume)  # before the model is loaded
+    tcfg = cfg.training
+    accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
     memory = check_memory(start["hf_config"], tcfg, d)  # before the model is loaded
+    if auto_batch is not None:
+        memory["auto_batch"] = auto_batch
     if init:
         tok = start["tok"]
         model = build_model(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, seed=tcfg.seed)
@@ -404,7 +489,7 @@ def set_up(cfg, d: Dist, data: PreparedData, out_dir: Path, train_dir: Path, *, 
                     optimizer.load_state_dict(state)
             except (ValueError, KeyError) as exc:
                 raise ValueError(f"{parent}/optimizer.pt does not match this model's parameters: {exc}") from None
-            reset_hyperparameters(optimizer, tcfg, peak)
+            reset_hyperparameters(optimizer, tcfg, peak, d.device)
     sharded = is_sharded(tcfg, d.world_size)
     if d.is_main:
         extras = [("FSDP" if sharded else "DDP") if d.world_size > 1 else "",
@@ -446,6 +531,7 @@ def resume_from_snapshot(run: Run) -> None:
 
         load_weights(run.model, str(s["model_file"]), device=str(d.device))
         run.optimizer.load_state_dict(s["optimizer"])
+    apply_optimizer_flags(run.optimizer, d.device)  # a snapshot written on another device keeps this run's AdamW
     run.loader.load_state_dict(s["loader"])
     snap.set_rng_state(s["rng"], s["rng_tensors"])
     run.step, run.history = s["step"], s["state"]["history"]
@@ -455,8 +541,6 @@ def resume_from_snapshot(run: Run) -> None:
 
 def run_steps(run: Run, stop: "_StopFlag") -> str:
     """Optimizer steps until the last one ('done') or a stop request with a snapshot ('stopped')."""
-    from lib.model import flops_per_token
-
     d, tcfg = run.d, run.tcfg
     if d.is_main:
         run.train_dir.mkdir(parents=True, exist_ok=True)
@@ -465,7 +549,7 @@ def run_steps(run: Run, stop: "_StopFlag") -> str:
     d.barrier()
     metrics_file = open(run.metrics_path, "a", encoding="utf-8") if d.is_main else None
     progress = _Progress(run.num_iterations, run.step, enabled=d.is_main)
-    flops = flops_per_token(run.model, tcfg.seq_len)
+    run.meter = throughput_meter(run)
     t_run, cpu_run = time.perf_counter(), time.process_time()
     elapsed_before, cpu_before = run.history["elapsed_s"], run.history.get("cpu_s", 0.0)
     status = "done"
@@ -479,12 +563,12 @@ def run_steps(run: Run, stop: "_StopFlag") -> str:
 
             record, stop_reason = train_step(run, local_stop)
             dt = time.perf_counter() - t0
+            record.update(run.meter.step(record["tokens"], dt, run.history))  # tokens_per_s, mfu (per GPU), warmup
             if metrics_file is not None:
-                tok_s = record["tokens"] / dt
-                record.update({"tokens_per_s": tok_s, "mfu_flops_per_s": tok_s * flops, "dt_s": dt, "cpu_s": time.process_time() - c0})
+                record.update({"dt_s": dt, "cpu_s": time.process_time() - c0})
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
-                progress.update(record["step"], record["loss"], record["lr"], tok_s)
+                progress.update(record["step"], record["loss"], record["lr"], record["tokens_per_s"])
             run.history["elapsed_s"] = elapsed_before + time.perf_counter() - t_run
             # CPU seconds of this process: on a shared machine a steadier cost measure than wall time
             run.history["cpu_s"] = cpu_before + time.process_time() - cpu_run
@@ -503,10 +587,44 @@ def run_steps(run: Run, stop: "_StopFlag") -> str:
     return status
 
 
+def _to_device(t, device):
+    """A CPU batch onto the device: through pinned memory on CUDA, so the copy is asynchronous
+    (a non_blocking copy from pageable memory is a synchronous one)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
+
+
+def _step_collectives(run: Run, src_tokens: dict[str, int], reason: str | None) -> tuple[dict[str, int], str | None]:
+    """One host-side sum over the ranks (gloo; no GPU sync): the step's tokens per source and
+    who asked to stop, and why."""
+    d = run.d
+    names = getattr(run.loader, "source_names", None)
+    if names is None:  # a loader that does not list its sources up front: exchange the dicts
+        gathered = d.gather_objects((src_tokens, reason))
+        total: dict[str, int] = {}
+        for per_src, _ in gathered:
+            for name, n in per_src.items():
+                total[name] = total.get(name, 0) + n
+        return total, reason or next((g[1] for g in gathered if g[1]), None)
+    names = list(names)
+    unknown = set(src_tokens) - set(names)
+    if unknown:
+        raise ValueError(f"the loader yielded tokens of sources {sorted(unknown)} it does not list in source_names {names}")
+    signalled, over_time = (reason or "").startswith("signal"), reason == "time limit"
+    sums = d.all_sum([float(signalled), float(over_time)] + [float(src_tokens.get(n, 0)) for n in names])
+    total = {name: int(n) for name, n in zip(names, sums[2:]) if n}
+    if reason is None and (sums[0] or sums[1]):
+        reason = "signal on another rank" if sums[0] else "time limit"
+    return total, reason
+
+
 def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str, Any], str | None]:
     """One optimizer step over `accum` micro-batches with the exact token-mean loss; returns the
     metrics record and the stop reason any rank gave after it (`local_stop()` on each; one
-    collective decides for all)."""
+    collective decides for all). The host waits for the GPU once per step: when it reads the
+    step's loss and gradient norm, after the optimizer step is queued; the counts and stop flags
+    travel over gloo on the host."""
     import torch
     import torch.nn.functional as F
 
@@ -518,7 +636,7 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     batches = [run.loader.next_batch() for _ in range(run.accum)]
-    local_count = sum(int((y != -100).sum()) for _, y, _ in batches)
+    local_count = sum(int((y != -100).sum()) for _, y, _ in batches)  # CPU tensors: no device sync
     (global_count,) = d.all_sum([float(local_count)])
     if global_count == 0:
         raise ValueError(f"step {step}: every target of the batch is masked (-100); the data in {run.data.path} yields no loss")
@@ -527,8 +645,8 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
     loss_sum = torch.zeros((), dtype=torch.float64, device=d.device)
     src_tokens: dict[str, int] = {}
     for i, (x, y, per_source) in enumerate(batches):
-        x = x.to(d.device, non_blocking=True)
-        y = y.to(d.device, non_blocking=True)
+        x = _to_device(x, d.device)
+        y = _to_device(y, d.device)
         with gradient_sync(run.step_model, d, last_micro_batch=i == run.accum - 1):
             with run.autocast:
                 logits = run.step_model(input_ids=x).logits
@@ -539,17 +657,15 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
         loss_sum += loss.detach()
         for name, n in per_source.items():
             src_tokens[name] = src_tokens.get(name, 0) + int(n)
-    grad_norm = clip_grad_norm(run.model, tcfg.grad_clip) if tcfg.grad_clip > 0 else float("nan")
+    grad_norm = clip_grad_norm(run.model, tcfg.grad_clip) if tcfg.grad_clip > 0 else None
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
 
-    # one collective for the logged numbers and the stop decision of every rank
-    gathered = d.gather_objects((float(loss_sum), src_tokens, local_stop()))
-    step_loss = sum(g[0] for g in gathered) / global_count
-    step_sources: dict[str, int] = {}
-    for _, per_src, _ in gathered:
-        for name, n in per_src.items():
-            step_sources[name] = step_sources.get(name, 0) + n
+    step_sources, stop_reason = _step_collectives(run, src_tokens, local_stop())
+    d.all_sum_tensor(loss_sum)
+    nan = torch.full((), float("nan"), dtype=torch.float64, device=d.device)
+    loss_total, norm = torch.stack([loss_sum, nan if grad_norm is None else grad_norm.to(torch.float64)]).tolist()  # the one sync
+    step_loss = loss_total / global_count
     if not math.isfinite(step_loss):
         raise FloatingPointError(f"step {step}: loss is {step_loss}; lower training.lr_scale or check the data")
     history = run.history
@@ -558,9 +674,22 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
     for name, n in step_sources.items():
         history["tokens_per_source"][name] = history["tokens_per_source"].get(name, 0) + n
     run.step += 1
-    record = {"step": step, "loss": step_loss, "lr": lr, "grad_norm": grad_norm, "tokens": tcfg.total_batch_size,
+    record = {"step": step, "loss": step_loss, "lr": lr, "grad_norm": norm, "tokens": tcfg.total_batch_size,
               "tokens_per_source": step_sources, "valid_targets": int(global_count)}
-    return record, next((g[2] for g in gathered if g[2]), None)
+    return record, stop_reason
+
+
+def throughput_meter(run: Run):
+    """Tokens/s and MFU per step for this run: model FLOPs per token, and one device's peak in
+    the compute dtype (bf16 on CUDA, fp32 on CPU) from the table or a timed matmul."""
+    import torch
+
+    from lib.training.throughput import Meter, model_flops_per_token, peak_flops
+
+    dtype = torch.bfloat16 if run.d.device.type == "cuda" else torch.float32
+    peak, source = peak_flops(run.d.device, dtype)
+    return Meter(model_flops_per_token(run.model, run.tcfg.seq_len), run.d.world_size, peak, source,
+                 planned_steps=run.num_iterations - run.step)
 
 
 def save_snapshot(run: Run) -> None:
@@ -574,7 +703,9 @@ def save_snapshot(run: Run) -> None:
     d.barrier()
     tmp = snap.tmp_dir(run.snapshot_dir, step)
     snap.write_rank(tmp, d.rank, run.loader.state_dict())
-    state = {"step": step, "world_size": d.world_size, "history": run.history, "parallelism": "fsdp" if run.sharded else "ddp"}
+    state = {"step": step, "world_size": d.world_size, "history": run.history, "parallelism": "fsdp" if run.sharded else "ddp",
+             # what training.device_batch_size=auto chose: a resumed run keeps it (the loader counts in these micro-batches)
+             "device_batch_size": run.tcfg.device_batch_size, "activation_checkpointing": run.tcfg.activation_checkpointing}
     if run.sharded:
         from lib.distributed import save_sharded
 
@@ -602,8 +733,14 @@ def finish(run: Run, status: str) -> dict[str, Any]:
         "tokens_per_source": history["tokens_per_source"],
         "elapsed_s": history["elapsed_s"],
         "cpu_s": history.get("cpu_s"),
-        "tokens_per_s": history["tokens"] / history["elapsed_s"] if history["elapsed_s"] > 0 else None,
+        # all-in: compile, snapshots and the steps' own time
+        "wall_tokens_per_s": history["tokens"] / history["elapsed_s"] if history["elapsed_s"] > 0 else None,
+        "device_batch_size": tcfg.device_batch_size,
+        "accumulation": run.accum,
     }
+    # tokens_per_s and mfu over the steps after warm-up (lib.training.throughput)
+    meter = run.meter or throughput_meter(run)
+    final_metrics.update(meter.summary(history))
     if status == "done":
         model = run.model
         optimizer_state = None

@@ -106,8 +106,13 @@ def register_v0(cfg: ConsolidationConfig, run_id: str, version: str, version_dir
 
     with own_time():
         lin = Lineage(Workspace(cfg.workspace.root).lineage_db)
+        from lib.training.throughput import lineage_metrics
+
+        meta = read_meta(version_dir)
+        throughput = lineage_metrics(meta.get("final_metrics") or {})  # the pre-training's tokens/s and MFU
         lin.record_version(version, version_dir, parent=None, run_id=run_id, status="candidate",
-                           digest=version_digest(version_dir), storage="full", meta=read_meta(version_dir), manifest=manifest)
+                           digest=version_digest(version_dir), storage="full", meta=meta, manifest=manifest,
+                           metrics={version: throughput} if throughput else None)
         promote(lin, version, reason="bootstrap: pre-trained from scratch on the corpus", actor="bootstrap", content_hashes=[])
         # v0's old_val, measured once: the first night reads it from the eval cache
         from lib.evaluate import measure_root
