@@ -1,13 +1,22 @@
 """Processes, sharding and sharded snapshots of a training run: everything that knows about ranks.
 
 - `torchrun_command` builds the launch line: `--standalone` on one node; on several, every node
-  runs the same line with its own `--node-rank` and a c10d rendezvous at `--rdzv-endpoint`.
+  runs the same line with its own `--node-rank` and a c10d rendezvous at `--rdzv-endpoint`;
+  `--shutdown-timeout` gives the ranks time to write their SIGTERM snapshot
+  (`snapshot_shutdown_timeout`: 12 bytes per parameter at 100 MB/s + 2 minutes; torchrun's
+  default of 30 s would SIGKILL a 1 B model's snapshot half-written).
 - `Dist` is this process's rank, world size and device: gloo on CPU, NCCL on CUDA (one GPU per
-  local rank); its collectives are no-ops on a lone process.
+  local rank), the process group's timeout from training.collective_timeout_s (NCCL's default
+  of 10 minutes is shorter than rank 0 alone writing a multi-GB version while the others wait),
+  and on CUDA a second, gloo group for the step's host-side numbers (counts, stop flags) so they
+  never wait for the GPU. Its collectives are no-ops on a lone process. `resolve_device`:
+  training.device=cuda without a usable GPU is an error that says why; auto falls back to the
+  CPU only with a loud warning.
 - `prepare_model` turns the loaded fp32 model into what the step loop calls, in torchtitan's
   order: activation checkpointing per block, then `torch.compile` per block (`module.compile()`:
   parameter names stay as they were), then either DDP or FSDP2: `fully_shard` on each
-  transformer block, then on the root (embeddings, final norm, lm_head). On CUDA FSDP gathers
+  transformer block, then on the root (embeddings, final norm, lm_head), over a mesh on
+  training.device (without one, fully_shard puts the shards on CUDA on any host with a GPU). On CUDA FSDP gathers
   bf16 parameters for compute and reduces gradients in fp32 (MixedPrecisionPolicy); the sharded
   parameters AdamW updates stay fp32 master weights. On CPU no policy: fp32 throughout.
 - Sharded snapshots (`save_sharded` / `load_sharded`): `torch.distributed.checkpoint` with its

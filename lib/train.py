@@ -13,19 +13,26 @@ or under `torchrun --nproc-per-node N -m lib.train ...` (`lib.distributed.torchr
   (`parallelism`, lib.distributed.prepare_model). bf16 compute on CUDA (autocast with DDP, the
   FSDP mixed-precision policy with FSDP) with the logits cast to fp32 before the cross-entropy
   (seed 001), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical.
+- `device_batch_size: auto`: the largest micro-batch that fits the device's free memory by the
+  estimate (lib.footprint.choose_device_batch), resolved before the model is loaded, logged,
+  kept by a resumed run from its snapshot.
 - One step = `total_batch_size / (device_batch_size × seq_len × world)` micro-batches per rank.
   The micro-batches of a step are fetched first, the valid targets (≠ -100) counted over all
   ranks, and each micro-batch's summed loss divided by that global count: the gradient is the
   exact mean over the step's tokens however they are split across ranks and micro-batches, so
-  2 processes and 1 process with twice the accumulation follow the same loss curve.
+  2 processes and 1 process with twice the accumulation follow the same loss curve. One host
+  sync per step (the loss and gradient norm, read after the optimizer step is queued); counts
+  and stop flags over gloo on the host; batches to the GPU through pinned memory.
 - LR = peak × `lib.schedule.lr_multiplier(step)`, peak = the parent's `original_lr` × lr_scale
   (v0: model.pretrain_lr). A parent without original_lr is refused with what it is and typical
   values, never guessed. AdamW (fused on CUDA), weight decay on matrices only, grad clipping.
-  Optimizer state fresh or inherited from the parent's optimizer.pt, LRs reset (recorded in meta).
+  Optimizer state fresh or inherited from the parent's optimizer.pt, LRs reset (recorded in meta),
+  and the implementation flags reset to this device's (a state written on the CPU would make a
+  CUDA run single-tensor).
 - Snapshots every `snapshot_every` steps and on SIGTERM / past `time_limit_s` (lib.snapshot;
   with FSDP each rank writes its own shard, lib.distributed.save_sharded); `--resume` continues
   from the newest complete one. An FSDP model is gathered once at the end, onto rank 0. Rank 0 writes metrics.jsonl (loss, lr,
-  tokens/s, tokens per source) and, at the end, the version folder via lib.checkpoint: in the
+  tokens/s and MFU per GPU, tokens per source; lib.training.throughput) and, at the end, the version folder via lib.checkpoint: in the
   parent's dtype, rounded per `checkpoints.rounding`, fp32 master weights beside it, and in
   meta.json how much of the night's update the stored weights kept.
 
@@ -741,6 +748,11 @@ def finish(run: Run, status: str) -> dict[str, Any]:
     # tokens_per_s and mfu over the steps after warm-up (lib.training.throughput)
     meter = run.meter or throughput_meter(run)
     final_metrics.update(meter.summary(history))
+    if d.device.type == "cuda":  # the steps' peak, before the final version is written (this rank's GPU)
+        import torch
+
+        final_metrics["cuda_peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved(d.device))
+        final_metrics["cuda_peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(d.device))
     if status == "done":
         model = run.model
         optimizer_state = None
