@@ -17,9 +17,10 @@
   with dropout on (as GPT-2's config ships). With `activation_checkpointing` a block keeps only its input (h), and
   one block's full activations exist at a time, during its recomputation. Under bf16 autocast
   (CUDA) the residual stream and the norms stay fp32 and each Linear saves its own bf16 copy of
-  its input: a gated block keeps 30h + 4h_kv + 8i + 4·heads + 8 bytes per token (measured the
-  same way under CPU autocast, which routes Linear, matmul and attention to bf16 as CUDA's
-  does; 29% more than 2 bytes per fp32 element for a 1 B Llama).
+  its input: a gated block keeps 30h + 4h_kv + 8i + 4·heads + 8 bytes per token, a GPT-2 block
+  24h + 10i + 4·heads + 16 (+ 12·heads·seq_len − 4·heads + 6h with dropout) (measured the same
+  way under CPU autocast, which routes Linear, matmul and attention to bf16 as CUDA's does; 29%
+  more than 2 bytes per fp32 element for a 1 B Llama).
 - Logits: the cross-entropy's log-softmax, its gradient and the logits' gradient: 3 fp32 copies
   of batch × seq × vocab in the backward pass (the trainer drops the logits before it; one more
   bf16 copy on CUDA, where autocast computes the lm_head in bf16).
@@ -155,9 +156,10 @@ def activation_bytes_per_token(shape: dict[str, Any], seq_len: int, autocast: bo
         return 4 * activation_elements_per_token(shape, seq_len)
     h, i, kv, heads = shape["hidden"], shape["intermediate"], shape["kv_width"], shape["heads"]
     if shape["model_type"] in NON_GATED:
-        # not measured under autocast: the fp32 residual and norms (about 4 fp32 copies of h) plus
-        # the rest at 2 bytes
-        return 2 * activation_elements_per_token(shape, seq_len) + 8 * h
+        n = 24 * h + 10 * i + 4 * heads + 16
+        if shape["attention_dropout"] > 0:  # eager attention: probabilities, mask and dropped copy
+            n += 12 * heads * seq_len - 4 * heads + 6 * h
+        return n
     return 30 * h + 4 * kv + 8 * i + 4 * heads + 8
 
 

@@ -270,18 +270,32 @@ def test_the_cuda_estimate_counts_autocast_activations_nccl_and_rank0_host_ram()
     assert one.components["activations"] == (s["layers"] * per_token + 3 * s["hidden"] * 4) * 4 * 2048
 
 
-def test_autocast_activation_bytes_match_what_autograd_keeps():
+def _llama(layers, seq):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=200, hidden_size=64, intermediate_size=176, num_hidden_layers=layers, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=seq)
+
+
+def _gpt2(layers, seq):
+    from transformers import GPT2Config
+
+    return GPT2Config(vocab_size=200, n_embd=64, n_inner=192, n_layer=layers, n_head=4, n_positions=seq, bos_token_id=0,
+                      eos_token_id=0)  # attention dropout on, as GPT-2 ships
+
+
+@pytest.mark.parametrize("make", [_llama, _gpt2], ids=["llama", "gpt2"])
+def test_autocast_activation_bytes_match_what_autograd_keeps(make):
     """The bf16-autocast fit against saved_tensors_hooks on a real block (CPU autocast routes
     Linear, matmul and attention to bf16 as CUDA's does), the bf16 weight copies left out (the
     estimate counts them as 'autocast bf16 weights')."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    from lib.footprint import activation_bytes_per_token, model_shape
+    from lib.footprint import activation_bytes_per_token, block_parameters, model_shape
 
     def saved(layers, batch=2, seq=32):
-        cfg = LlamaConfig(vocab_size=200, hidden_size=64, intermediate_size=176, num_hidden_layers=layers, num_attention_heads=4,
-                          num_key_value_heads=2, max_position_embeddings=seq)
-        model = LlamaForCausalLM(cfg).float().train()
+        cfg = make(layers, seq)
+        model = AutoModelForCausalLM.from_config(cfg).float().train()
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         seen: dict[int, int] = {}
 
@@ -291,14 +305,14 @@ def test_autocast_activation_bytes_match_what_autograd_keeps():
             return t
 
         x = torch.randint(0, 200, (batch, seq))
+        torch.manual_seed(0)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
-            model.model(input_ids=x)
+            model.base_model(input_ids=x)
         return sum(seen.values()), cfg
 
     (three, cfg), (one, _) = saved(3), saved(1)
     shape = model_shape(cfg)
-    h, kv, i = shape["hidden"], shape["kv_width"], shape["intermediate"]
-    bf16_weights = 2 * (2 * h * h + 2 * h * kv + 3 * h * i)  # autocast's cached copies, per block
+    bf16_weights = 2 * (block_parameters(shape) - 2 * shape["hidden"])  # autocast's cached copies of the matrices, per block
     per_block = (three - one) / 2 - bf16_weights
     assert per_block == activation_bytes_per_token(shape, 32, autocast=True) * 2 * 32
 
