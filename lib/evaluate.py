@@ -201,8 +201,7 @@ class EvalModel:
                     oom = True  # handled below: the exception's traceback still holds the batch's tensors here
                 if oom:
                     del chunk
-                    if self.device.type == "cuda":
-                        torch.cuda.empty_cache()  # now the failed batch's activations are free to give back
+                    torch.cuda.empty_cache()  # the failed batch's memory is free to give back now (a no-op without CUDA)
                     rows = max(1, rows // 2)
                     log.warning("eval of %s ran out of memory; batch halved to %d rows", self.path.name, rows)
                     continue

@@ -385,3 +385,32 @@ def test_a_run_with_auto_batch_logs_mfu_per_step_and_records_the_figures(tmp_pat
     lin = Lineage(tmp_path / "lineage.duckdb")
     lin.record_version("v0", tmp_path / "v0", parent=None, status="candidate", metrics={"v0": lineage_metrics(final)})
     assert lin.metrics("v0")["training"]["mfu"] == pytest.approx(final["mfu"])
+
+
+def test_an_out_of_memory_batch_is_released_before_the_retry(tiny_hf_model, monkeypatch):
+    """A batch that runs out of memory (the error raised from inside the forward, as CUDA's is)
+    is halved and retried; the failed batch's tensors are no longer referenced when the retry
+    starts (where CUDA's cache is emptied), and the result equals an ordinary run's."""
+    import weakref
+
+    from lib.evaluate import EvalModel
+
+    em = EvalModel.load(tiny_hf_model, max_len=64)
+    windows = em.windows(["def f(x):\n    return x + 1\n" * 20, "import os\nprint(os.getcwd())\n" * 10])
+    expected = em.sum_nats(windows, batch_size=8)
+    forward, failed, alive_at_retry = em.model.forward, [], []
+
+    def forward_with_a_small_memory(*args, input_ids=None, **kwargs):
+        if failed and not alive_at_retry:
+            alive_at_retry.append(failed[0]() is not None)
+        if input_ids.shape[0] > 2:
+            failed.append(weakref.ref(input_ids))
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return forward(*args, input_ids=input_ids, **kwargs)
+
+    alive_at_empty_cache = []
+    em.model.forward = forward_with_a_small_memory
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: alive_at_empty_cache.append(failed[-1]() is not None))
+    assert em.sum_nats(windows, batch_size=8) == pytest.approx(expected, rel=1e-6)
+    assert failed and alive_at_retry == [False], "the failed batch was still referenced at the retry"
+    assert alive_at_empty_cache and not any(alive_at_empty_cache), "empty_cache ran while the exception still held the batch"
