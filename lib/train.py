@@ -152,9 +152,14 @@ def size_micro_batch(cfg, hf_config, d: "Dist", snapshot_dir: Path, resume: bool
             choice = choose_device_batch(hf_config, tcfg, d.world_size, d.device.type, available, ranks_sharing=sharing,
                                          runtime_bytes=runtime or None)
         except ValueError as exc:
-            raise InsufficientMemory(str(exc)) from None
-        chosen = {"device_batch_size": choice.device_batch_size, "activation_checkpointing": choice.activation_checkpointing,
-                  "from": choice.describe()}
+            if tcfg.memory_check:
+                raise InsufficientMemory(str(exc)) from None
+            # training.memory_check=false: try the smallest anyway, as a given batch would be tried
+            chosen = {"device_batch_size": 1, "activation_checkpointing": True,
+                      "from": "nothing fits by the estimate; training.memory_check=false tries the smallest"}
+        else:
+            chosen = {"device_batch_size": choice.device_batch_size, "activation_checkpointing": choice.activation_checkpointing,
+                      "from": choice.describe()}
     # every rank must train the same micro-batch: the smallest any rank chose
     if d.world_size > 1:
         gathered = d.gather_objects((chosen["device_batch_size"], chosen["activation_checkpointing"]))

@@ -186,6 +186,12 @@ def test_peak_table_and_the_meter_leave_warm_up_steps_out():
     assert table_peak("NVIDIA A10G", "bfloat16") == 70e12 and table_peak("NVIDIA L4", "bfloat16") == 121e12
     assert table_peak("NVIDIA GH200 480GB", "bfloat16") == 989.4e12 and table_peak("Tesla V100-SXM2-16GB", "bfloat16") is None
     assert table_peak("Some Future GPU", "bfloat16") is None
+    from lib.training.throughput import peak_flops
+
+    rng = torch.random.get_rng_state()
+    peak, source = peak_flops(torch.device("cpu"), torch.float32)  # no table for a CPU: a timed matmul
+    assert peak > 0 and source == "measured matmul: cpu, float32"
+    assert torch.equal(rng, torch.random.get_rng_state()), "timing the peak must not move the run's RNG (snapshots save it)"
 
     meter = Meter(flops_per_token=1e9, world_size=2, peak=1e12, peak_source="test", planned_steps=6)
     history: dict = {}

@@ -60,8 +60,9 @@ def measured_matmul_flops(device, dtype, size: int | None = None, repeats: int =
 
     dev = torch.device(device)
     n = size or (8192 if dev.type == "cuda" else 512)
-    a = torch.randn(n, n, device=dev, dtype=dtype)
-    b = torch.randn(n, n, device=dev, dtype=dtype)
+    g = torch.Generator(device=dev).manual_seed(0)  # its own stream: the run's RNG (saved in snapshots) is not moved
+    a = torch.randn(n, n, device=dev, dtype=dtype, generator=g)
+    b = torch.randn(n, n, device=dev, dtype=dtype, generator=g)
     best = float("inf")
     for _ in range(repeats + 1):  # the first call warms the kernels up and is not kept
         if dev.type == "cuda":
