@@ -1,18 +1,26 @@
-"""A rank of test_cuda_readiness.py's 2-process gloo runs (started by torchrun).
+"""A rank of test_cuda_readiness.py's 2-process gloo runs (started by torchrun); each rank writes its JSON lines to $READINESS_OUT/rank-R.jsonl.
 
   python -m torch.distributed.run --standalone --nproc-per-node=2 tests/cuda_readiness_worker.py MODE ...
   pause TIMEOUT_S SLEEP_S : lib.distributed.Dist with timeout_s=TIMEOUT_S; rank 0 works alone for
                            SLEEP_S (as it does writing a snapshot) while rank 1 waits at the barrier
   fsdp                  : a tiny Llama sharded by lib.distributed.prepare_model (training.device=cpu);
-                           prints the device and mesh device of every parameter
+                           reports the device and mesh device of every parameter
 """
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def report(record: dict) -> None:
+    """One JSON line into this rank's own file under $READINESS_OUT (the ranks share torchrun's
+    stdout, where two lines can run together)."""
+    with open(Path(os.environ["READINESS_OUT"]) / f"rank-{os.environ['RANK']}.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def pause(timeout_s: float, sleep_s: float) -> None:
@@ -24,12 +32,12 @@ def pause(timeout_s: float, sleep_s: float) -> None:
     import torch.distributed as dist
 
     pg_timeout = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu")).options._timeout
-    print(json.dumps({"rank": d.rank, "pg_timeout_s": pg_timeout.total_seconds()}), flush=True)
+    report({"rank": d.rank, "pg_timeout_s": pg_timeout.total_seconds()})
     if d.is_main:
         time.sleep(sleep_s)
     t0 = time.perf_counter()
     d.barrier()
-    print(json.dumps({"rank": d.rank, "waited_s": round(time.perf_counter() - t0, 2), "passed": True}), flush=True)
+    report({"rank": d.rank, "waited_s": round(time.perf_counter() - t0, 2), "passed": True})
     d.close()
 
 
@@ -46,7 +54,7 @@ def fsdp() -> None:
     prepare_model(model, TrainingConfig(parallelism="fsdp", device="cpu", compile="off", device_batch_size=1), d)
     rows = [{"name": n, "device": p.device.type, "mesh": p.device_mesh.device_type if hasattr(p, "device_mesh") else None}
             for n, p in model.named_parameters()]
-    print(json.dumps({"rank": d.rank, "params": rows}), flush=True)
+    report({"rank": d.rank, "params": rows})
     d.close()
 
 

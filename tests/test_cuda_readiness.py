@@ -21,31 +21,34 @@ WORKER = Path(__file__).parent / "cuda_readiness_worker.py"
 PORTS = iter(range(29660, 29690))
 
 
-def _torchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _torchrun(out: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The worker on 2 gloo ranks; each rank's JSON lines land in `out`/rank-R.jsonl."""
+    out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--rdzv-backend=c10d",
            f"--rdzv-endpoint=127.0.0.1:{next(PORTS)}", str(WORKER), *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "READINESS_OUT": str(out)}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _records(out: str) -> list[dict]:
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for f in sorted(out.glob("rank-*.jsonl")) for line in f.read_text().splitlines()]
 
 
 # -- 1. the process group's timeout --------------------------------------------------------------
 @pytest.mark.slow
-def test_ranks_wait_for_rank_0_under_the_configured_timeout_not_a_short_one():
+def test_ranks_wait_for_rank_0_under_the_configured_timeout_not_a_short_one(tmp_path):
     """Rank 0 sleeps 4 s before the barrier (as it does writing a snapshot while the others wait).
     With a 1.5 s process-group timeout rank 1 gives up; with the configured 30 s it waits through
     the pause. Each run's group really carries the timeout given to Dist."""
-    short = _torchrun("pause", "1.5", "4")
+    short = _torchrun(tmp_path / "short", "pause", "1.5", "4")
     assert short.returncode != 0, "rank 1 should have timed out waiting 4 s under a 1.5 s timeout"
-    assert any(r.get("pg_timeout_s") == 1.5 for r in _records(short.stdout)), short.stdout
-    assert not any(r.get("rank") == 1 and r.get("passed") for r in _records(short.stdout)), short.stdout
+    recs = _records(tmp_path / "short")
+    assert any(r.get("pg_timeout_s") == 1.5 for r in recs), recs
+    assert not any(r.get("rank") == 1 and r.get("passed") for r in recs), recs
 
-    long = _torchrun("pause", "30", "4")
+    long = _torchrun(tmp_path / "long", "pause", "30", "4")
     assert long.returncode == 0, long.stderr[-3000:]
-    recs = _records(long.stdout)
+    recs = _records(tmp_path / "long")
     assert sorted(r["pg_timeout_s"] for r in recs if "pg_timeout_s" in r) == [30.0, 30.0]
     waited = {r["rank"]: r["waited_s"] for r in recs if r.get("passed")}
     assert set(waited) == {0, 1} and waited[1] >= 3.0, waited  # rank 1 waited through rank 0's pause
@@ -92,10 +95,10 @@ def test_torchrun_gets_a_shutdown_timeout_sized_for_the_snapshot(tmp_path):
 
 # -- 3. FSDP's mesh ------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_every_parameter_stays_on_training_device_after_sharding():
-    res = _torchrun("fsdp")
+def test_every_parameter_stays_on_training_device_after_sharding(tmp_path):
+    res = _torchrun(tmp_path, "fsdp")
     assert res.returncode == 0, res.stderr[-3000:]
-    recs = [r for r in _records(res.stdout) if "params" in r]
+    recs = [r for r in _records(tmp_path) if "params" in r]
     assert len(recs) == 2
     for r in recs:
         assert r["params"] and all(p["device"] == "cpu" and p["mesh"] == "cpu" for p in r["params"]), r
