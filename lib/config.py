@@ -132,7 +132,12 @@ class ModelConfig(_Section):
 class TrainingConfig(_Section):
     num_iterations: int = Field(1000, ge=1, description="Optimizer steps of one consolidation (seed: make the new data seen 3-10 times).")
     total_batch_size: int = Field(524_288, ge=1, description="Tokens per optimizer step, over all ranks; reached with gradient accumulation.")
-    device_batch_size: int = Field(32, ge=1, description="Sequences per forward pass on one device.")
+    device_batch_size: Annotated[Annotated[int, Field(ge=1)] | Literal["auto"],
+                                 # one input in the run form: "auto" or a number of sequences
+                                 WithJsonSchema({"type": ["string", "integer"], "pattern": "^(auto|[1-9][0-9]*)$", "minimum": 1})] = Field(
+        "auto", description="Sequences per forward pass on one device. auto: the largest that fits the device's free memory by the "
+                            "memory estimate with a 10% margin (with activation checkpointing when only that fits) and divides "
+                            "the step; total_batch_size is kept by accumulation, and the trainer logs what it chose.")
     seq_len: int = Field(2048, ge=8, description="Tokens per training sequence (rows are seq_len + 1 for the shifted targets).")
     lr_scale: float = Field(0.1, gt=0, description="Peak LR = the parent's original LR × lr_scale (seed default 1/10).")
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="Share of steps with linear LR warmup.")
@@ -157,13 +162,31 @@ class TrainingConfig(_Section):
         "inductor", min_length=1, description="torch.compile backend when compile is on: inductor generates fused kernels (on CPU it "
                                               "needs a C++ compiler and about a minute per block shape); aot_eager only traces the "
                                               "forward and backward graphs, to check that a model compiles without that cost.")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where training runs. cuda: the GPUs (one per rank), and an error when CUDA is not usable (a CPU wheel "
+                            "of torch, a broken driver). auto: CUDA when usable, else CPU with a loud warning (a model sized "
+                            "for a GPU then trains about 100 times slower). cpu: the CPU (gloo, bit-exact resume).")
+    collective_timeout_s: float = Field(
+        3600.0, gt=0, description="How long a rank waits in a collective (a barrier, an all-reduce) before the process group gives up. "
+                                  "The other ranks wait at a barrier while rank 0 works alone: rebuilding a delta-stored parent, "
+                                  "writing a snapshot, gathering and writing the final version of a multi-GB model; NCCL's own "
+                                  "default (10 minutes) would kill such a run part-way.")
+    shutdown_timeout_s: int | None = Field(
+        None, ge=1, description="Seconds torchrun (and the training task's time limit) give the ranks after SIGTERM to write their "
+                                "snapshot before SIGKILL. none: sized from the model (its fp32 weights and AdamW state, 12 bytes per "
+                                "parameter, written and hashed at 100 MB/s, plus 2 minutes), never under torchrun's 30 s.")
     snapshot_every: int = Field(100, ge=1, description="Save a resumable snapshot every this many steps (and on SIGTERM).")
     keep_snapshots: int = Field(2, ge=1, description="Complete snapshots kept; older ones are deleted.")
     time_limit_s: float | None = Field(None, gt=0, description="Wall-clock limit of the training step; the run is stopped (snapshot kept) past it.")
     activation_checkpointing: bool = Field(False, description="Recompute each transformer block's activations during the backward pass instead of keeping them: activation memory drops to about one block's plus each block's input, for about a third more compute per step.")
     memory_check: bool = Field(True, description="Estimate memory per rank (weights, gradients, AdamW, activations, logits) before training and refuse a run that cannot fit the device, naming the knob to turn.")
     seed: int = Field(1337, description="Seed of model init (v0) and of anything random in training.")
+
+    @field_validator("device_batch_size", mode="before")
+    @classmethod
+    def _batch_number(cls, value):
+        # the run form and --set send text: "8" is the number 8
+        return int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
     @field_validator("compile", mode="before")
     @classmethod

@@ -33,6 +33,7 @@ from lib.workspace import Workspace
 from tasks.cache_keys import content_cache
 from tasks.data import IO_RETRIES
 from tasks.reporting import own_time, publish_table, stage_logger
+from lib.training.throughput import lineage_metrics
 
 
 @task(name="build-embedded-default", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -102,8 +103,12 @@ def register_v0(cfg: ConsolidationConfig, run_id: str, version: str, version_dir
     """Record the pre-trained model and make it champion and latest."""
     with own_time():
         lin = Lineage(Workspace(cfg.workspace.root).lineage_db)
+
+        meta = read_meta(version_dir)
+        throughput = lineage_metrics(meta.get("final_metrics") or {})  # the pre-training's tokens/s and MFU
         lin.record_version(version, version_dir, parent=None, run_id=run_id, status="candidate",
-                           digest=version_digest(version_dir), storage="full", meta=read_meta(version_dir), manifest=manifest)
+                           digest=version_digest(version_dir), storage="full", meta=meta, manifest=manifest,
+                           metrics={version: throughput} if throughput else None)
         promote(lin, version, reason="bootstrap: pre-trained from scratch on the corpus", actor="bootstrap", content_hashes=[])
         # v0's old_val, measured once: the first night reads it from the eval cache
 

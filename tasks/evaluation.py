@@ -42,6 +42,7 @@ from lib.evaluation.evaluate import evaluate_and_record, evaluate_candidate
 from lib.evaluation.retention import retention_matrix
 from lib.faults import fault_point
 from lib.registry.lineage import Lineage, version_digest
+from lib.training.throughput import lineage_metrics
 from lib.registry.promotion import apply_storage_policy, conclude, gate_version, storage_record
 from lib.workspace import RunDir, Workspace
 from tasks.data import IO_RETRIES
@@ -57,9 +58,12 @@ def record_candidate(cfg: ConsolidationConfig, run_id: str, version: str, versio
                      input_hashes: list[str], manifest: dict[str, Any] | None, status: str = "candidate") -> str:
     with own_time():
         meta = read_meta(version_dir)
+        # the training's tokens/s and MFU, as metrics of the version (dataset "training")
+        throughput = lineage_metrics(meta.get("final_metrics") or {})
         _lineage(cfg).record_version(
             version, version_dir, parent=parent, run_id=run_id, status=status, digest=version_digest(version_dir),
             storage="full", meta=meta, inputs=input_hashes, manifest=manifest,
+            metrics={version: throughput} if throughput else None,
         )
     stage_logger().info("recorded %s (parent %s, %d buffer file(s))", version, parent, len(input_hashes))
     return version

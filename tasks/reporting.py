@@ -184,7 +184,8 @@ def training_curve(metrics_jsonl: str | Path, final: Mapping[str, Any], points: 
     if losses:
         picks = sorted({round(i * (len(losses) - 1) / max(points - 1, 1)) for i in range(points)})
         rows += [{"what": f"loss at step {losses[i][0]}", "value": round(losses[i][1], 4)} for i in picks]
-    for key in ("mean_loss_last_10", "steps", "tokens", "tokens_per_s", "elapsed_s"):
+    for key in ("mean_loss_last_10", "steps", "tokens", "tokens_per_s", "mfu", "wall_tokens_per_s", "elapsed_s",
+                "device_batch_size", "peak_source"):
         if final.get(key) is not None:
             value = final[key]
             rows.append({"what": key, "value": round(value, 4) if isinstance(value, float) else value})
@@ -195,4 +196,4 @@ def publish_training_curve(metrics_jsonl: str | Path, final: Mapping[str, Any], 
     """The "training-curve" table of the flow run this is called from (the night, the bootstrap)."""
     rows = training_curve(metrics_jsonl, final)
     if rows:
-        publish_table("training-curve", rows, f"Training of {version}: loss along the run, tokens, tokens/s, seconds")
+        publish_table("training-curve", rows, f"Training of {version}: loss along the run, tokens, tokens/s and MFU per GPU after warm-up, seconds")

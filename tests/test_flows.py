@@ -211,6 +211,9 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     own = {a["key"]: a for a in _api("artifacts/filter", {"flow_runs": {"id": {"any_": [str(state.state_details.flow_run_id)]}}})}
     assert {"training-curve", "night-plot"} <= set(own), sorted(own)
     assert "loss at step 0" in own["training-curve"]["data"] and "tokens_per_s" in own["training-curve"]["data"]
+    assert '"mfu"' in own["training-curve"]["data"]  # MFU per GPU after warm-up, shown with the night
+    training = lin.metrics("v1", night["run_id"])["training"]  # and recorded with the version in lineage
+    assert training["mfu"] > 0 and training["tokens_per_s"] > 0
     assert "](data:image/png;base64," in own["night-plot"]["data"] and (ws.run(night["run_id"]).path / "night.png").is_file()
 
     # the evaluation stage alone (the `evaluate` deployment): v1 against its parent, gate not applied

@@ -43,7 +43,10 @@ def stochastic_round(x, dtype, generator):
         if dtype == torch.bfloat16:
             # bf16 is the top half of fp32: add 16 random low bits, then truncate (round toward
             # zero); a carry past the kept bits happens with probability = the dropped fraction
-            noise = torch.randint(0, 1 << 16, part.shape, generator=generator, dtype=torch.int32, device=part.device)
+            # drawn on the generator's device (the CPU, `rounding_generator`), then moved: the same
+            # bytes whether the model is rounded on a GPU (DDP) or gathered to the CPU (FSDP)
+            noise = torch.randint(0, 1 << 16, part.shape, generator=generator, dtype=torch.int32,
+                                  device=generator.device).to(part.device)
             r = ((part.view(torch.int32) + noise) & -65536).view(torch.float32).to(dtype)
         else:
             near = part.to(dtype)
@@ -52,7 +55,7 @@ def stochastic_round(x, dtype, generator):
             other = torch.nextafter(near, toward.to(dtype))
             gap = (other.float() - nf).abs()
             frac = torch.where(gap > 0, (part - nf).abs() / gap, torch.zeros_like(gap))
-            u = torch.rand(part.shape, generator=generator, device=part.device)
+            u = torch.rand(part.shape, generator=generator, device=generator.device).to(part.device)
             r = torch.where(u < frac, other, near)
         bad = ~torch.isfinite(r) | ~torch.isfinite(part)
         if bool(bad.any()):
@@ -61,16 +64,23 @@ def stochastic_round(x, dtype, generator):
     return out
 
 
+def rounding_generator(seed: int):
+    """The stochastic rounding's random stream: on the CPU whatever device the weights are on,
+    since CUDA's and the CPU's generators draw different numbers from one seed (DDP rounds on
+    the GPU, FSDP the model gathered to the CPU: they must write the same bytes)."""
+    import torch
+
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(int(seed) % (1 << 63))
+    return generator
+
+
 def cast_for_storage(model, dtype, *, rounding: str = "nearest", seed: int = 0, survival: "UpdateSurvival | None" = None) -> None:
     """Cast the model's parameters to `dtype` in place, one tensor at a time (the fp32 tensor is
     freed as its narrow copy replaces it). Buffers follow with the ordinary cast."""
     import torch
 
-    generator = None
-    if rounding == "stochastic":
-        device = next(model.parameters()).device
-        generator = torch.Generator(device=device)
-        generator.manual_seed(int(seed) % (1 << 63))
+    generator = rounding_generator(seed) if rounding == "stochastic" else None
     with torch.no_grad():
         for name, p in model.named_parameters():  # tied parameters come once
             if not p.is_floating_point() or p.dtype == dtype:

@@ -15,7 +15,10 @@
   the shorter tails right-padded and masked, so the result does not depend on the order of
   `texts`. The batch is capped so its fp32 logits stay under `LOGITS_BUDGET_BYTES` (a 150k
   vocabulary at 2,048 positions is 1.2 GB of logits per row) and halved on a CUDA out-of-memory.
-  fp32 on CPU; on CUDA the model runs in its stored dtype (bf16) with the loss in fp32.
+  fp32 on CPU; on CUDA in bf16 like serving (lib.serving.generate): bf16 and fp16-stored versions are
+  loaded as bf16 (pure fp16 overflows where bf16 does not, and serving never runs fp16), fp32
+  ones keep fp32 weights under bf16 autocast; the loss in fp32. Out of memory: the failed batch
+  is released before the cache is emptied and the batch halved.
 - `evaluate_pair` measures parent and candidate on the same sets (old_val: forgetting,
   new_heldout: generalisation, new_train: acquisition) and reports the relative change. With
   `cache_dir`, a result is kept per (weights digest, text digest, window, separator): the parent's
@@ -71,6 +74,22 @@ def _pick_device(device: str | None):
     return torch.device(device)
 
 
+def eval_dtype(folder: Path, device_type: str):
+    """The dtype a version is evaluated in: fp32 on CPU (bf16 matmuls are slow or missing there);
+    on CUDA bf16 for bf16- and fp16-stored weights (as lib.serving.generate serves them), fp32 weights
+    kept as they are (under bf16 autocast)."""
+    import torch
+
+    if device_type == "cpu":
+        return torch.float32
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        stored = config.get("dtype") or config.get("torch_dtype")
+    except (OSError, ValueError, AttributeError):
+        stored = None
+    return torch.float32 if stored in ("float32", "fp32") else torch.bfloat16
+
+
 def _is_oom(exc: BaseException) -> bool:
     return "out of memory" in str(exc).lower()
 
@@ -101,8 +120,7 @@ class EvalModel:
         dev = _pick_device(device)
         tokenizer = load_tokenizer(folder)
         sep_id, _ = tokenizer.separator(separator)
-        # CPU: fp32 (bf16 matmuls are slow or missing there); CUDA: the stored dtype, no fp32 copy
-        dtype = torch.float32 if dev.type == "cpu" else "auto"
+        dtype = eval_dtype(folder, dev.type)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(dev)
         model.eval()
         positions = getattr(model.config, "max_position_embeddings", None) or 2048
@@ -126,8 +144,8 @@ class EvalModel:
     def _autocast(self):
         import torch
 
-        if self.device.type == "cuda" and next(self.model.parameters()).dtype == torch.float32:
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)  # bf16 like serving, whatever the weights' dtype
         return contextlib.nullcontext()
 
     def _batch_rows(self, batch_size: int) -> int:
@@ -173,13 +191,16 @@ class EvalModel:
         with torch.inference_mode():
             while done < len(order):
                 chunk = [windows[i] for i in order[done : done + rows]]
+                oom = False
                 try:
                     total += self._nats(chunk)
                 except (RuntimeError, MemoryError) as exc:
                     if not _is_oom(exc) or rows == 1:
                         raise
-                    if self.device.type == "cuda":
-                        torch.cuda.empty_cache()
+                    oom = True  # handled below: the exception's traceback still holds the batch's tensors here
+                if oom:
+                    del chunk
+                    torch.cuda.empty_cache()  # the failed batch's memory is free to give back now (a no-op without CUDA)
                     rows = max(1, rows // 2)
                     log.warning("eval of %s ran out of memory; batch halved to %d rows", self.path.name, rows)
                     continue

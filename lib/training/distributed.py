@@ -1,13 +1,22 @@
 """Processes, sharding and sharded snapshots of a training run: everything that knows about ranks.
 
 - `torchrun_command` builds the launch line: `--standalone` on one node; on several, every node
-  runs the same line with its own `--node-rank` and a c10d rendezvous at `--rdzv-endpoint`.
+  runs the same line with its own `--node-rank` and a c10d rendezvous at `--rdzv-endpoint`;
+  `--shutdown-timeout` gives the ranks time to write their SIGTERM snapshot
+  (`snapshot_shutdown_timeout`: 12 bytes per parameter at 100 MB/s + 2 minutes; torchrun's
+  default of 30 s would SIGKILL a 1 B model's snapshot half-written).
 - `Dist` is this process's rank, world size and device: gloo on CPU, NCCL on CUDA (one GPU per
-  local rank); its collectives are no-ops on a lone process.
+  local rank), the process group's timeout from training.collective_timeout_s (NCCL's default
+  of 10 minutes is shorter than rank 0 alone writing a multi-GB version while the others wait),
+  and on CUDA a second, gloo group for the step's host-side numbers (counts, stop flags) so they
+  never wait for the GPU. Its collectives are no-ops on a lone process. `resolve_device`:
+  training.device=cuda without a usable GPU is an error that says why; auto falls back to the
+  CPU only with a loud warning.
 - `prepare_model` turns the loaded fp32 model into what the step loop calls, in torchtitan's
   order: activation checkpointing per block, then `torch.compile` per block (`module.compile()`:
   parameter names stay as they were), then either DDP or FSDP2: `fully_shard` on each
-  transformer block, then on the root (embeddings, final norm, lm_head). On CUDA FSDP gathers
+  transformer block, then on the root (embeddings, final norm, lm_head), over a mesh on
+  training.device (without one, fully_shard puts the shards on CUDA on any host with a GPU). On CUDA FSDP gathers
   bf16 parameters for compute and reduces gradients in fp32 (MixedPrecisionPolicy); the sharded
   parameters AdamW updates stay fp32 master weights. On CPU no policy: fp32 throughout.
 - Sharded snapshots (`save_sharded` / `load_sharded`): `torch.distributed.checkpoint` with its
@@ -35,6 +44,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
+from datetime import timedelta
 
 from lib.training.model import enable_activation_checkpointing
 
@@ -63,6 +73,7 @@ def torchrun_command(
     preset: str | None = None,
     python: str | None = None,
     train_dir: str | Path | None = None,
+    shutdown_timeout_s: int | None = None,
 ) -> list[str]:
     """argv of `python -m torch.distributed.run ... -m lib.training.train ...`: standalone on one node; on
     `nnodes` > 1 a c10d rendezvous at `rdzv_endpoint` (host:port of the first node), and this
@@ -74,6 +85,10 @@ def torchrun_command(
     if nnodes < 1 or nproc_per_node < 1:
         raise ValueError(f"torchrun_command: nnodes ({nnodes}) and nproc_per_node ({nproc_per_node}) must be at least 1")
     cmd = [python or sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={int(nproc_per_node)}"]
+    if shutdown_timeout_s is not None:
+        # after SIGTERM torchrun SIGKILLs the ranks after this long (its default: 30 s); they need
+        # it to write the snapshot (snapshot_shutdown_timeout)
+        cmd.append(f"--shutdown-timeout={int(shutdown_timeout_s)}")
     if nnodes == 1:
         cmd.append("--standalone")
     else:
@@ -104,31 +119,91 @@ def torchrun_command(
     return cmd
 
 
+def snapshot_shutdown_timeout(num_parameters: int, configured: int | None = None) -> int:
+    """Seconds the ranks get after SIGTERM (torchrun --shutdown-timeout): training.shutdown_timeout_s
+    when set, else the snapshot's fp32 weights and AdamW state (12 bytes per parameter, written
+    and hashed at SNAPSHOT_WRITE_BYTES_PER_S) plus a step to finish and 2 minutes; never under
+    torchrun's own 30 s. A 1 B model: 240 s."""
+    if configured is not None:
+        return int(configured)
+    return max(30, int(12 * num_parameters / SNAPSHOT_WRITE_BYTES_PER_S) + 120)
+
+
+SNAPSHOT_WRITE_BYTES_PER_S = 100e6  # written, fsynced and hashed: a slow network volume's speed
+
+
 # -- this process --------------------------------------------------------------------------------
+def cuda_problem(local_rank: int = 0) -> str | None:
+    """Why CUDA cannot train on this process's GPU (None: it can): a CPU-only torch wheel, a
+    driver torch cannot use, or fewer GPUs than local ranks."""
+    import torch
+
+    if torch.version.cuda is None:
+        return (f"this torch ({torch.__version__}) is a CPU-only build: install the CUDA build of the same version "
+                f"(pip install torch=={torch.__version__.split('+')[0]} --index-url https://download.pytorch.org/whl/cu128 or the "
+                f"CUDA worker image of docker/)")
+    if not torch.cuda.is_available():
+        return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no usable GPU: check `nvidia-smi`, the driver "
+                f"version against CUDA {torch.version.cuda}, and CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')!r}")
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        return (f"local rank {local_rank} has no GPU of its own: {count} visible; set training.nproc_per_node to at most {count}")
+    return None
+
+
+def resolve_device(device_pref: str, local_rank: int = 0, warn: bool = True) -> str:
+    """"cuda" or "cpu" for training.device: cuda must be usable (else a ValueError that says
+    why and what to do); auto falls back to CPU only with a loud warning."""
+    if device_pref == "cpu":
+        return "cpu"
+    problem = cuda_problem(local_rank)
+    if device_pref == "cuda":
+        if problem:
+            raise ValueError(f"training.device=cuda but CUDA is not usable: {problem}. To train on the CPU on purpose, "
+                             f"set training.device=cpu.")
+        return "cuda"
+    if device_pref != "auto":
+        raise ValueError(f"training.device={device_pref!r}: expected auto, cpu or cuda")
+    if problem:
+        if warn:
+            bar = "!" * 78
+            log.warning("%s\ntraining.device=auto: CUDA is not usable, so this run TRAINS ON THE CPU (%s).\n"
+                        "A model sized for a GPU trains about 100 times slower here. Set training.device=cuda to make "
+                        "this an error, or training.device=cpu to silence this warning.\n%s", bar, problem, bar)
+        return "cpu"
+    return "cuda"
+
+
 class Dist:
     """Rank, world size and device of this process; collectives are no-ops on one process."""
 
-    def __init__(self, device_pref: str = "auto"):
+    def __init__(self, device_pref: str = "auto", timeout_s: float | None = None):
         import torch
         import torch.distributed as dist
 
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if device_pref == "cuda" and not torch.cuda.is_available():
-            raise ValueError("training.device=cuda but no CUDA device is visible; use training.device=cpu or auto")
-        use_cuda = device_pref == "cuda" or (device_pref == "auto" and torch.cuda.is_available())
+        use_cuda = resolve_device(device_pref, self.local_rank, warn=self.rank == 0) == "cuda"
         if use_cuda:
             torch.cuda.set_device(self.local_rank)
             self.device = torch.device("cuda", self.local_rank)
         else:
             self.device = torch.device("cpu")
         self.backend = "nccl" if use_cuda else "gloo"
+        self.timeout_s = timeout_s
         self.initialized = False
+        self.cpu_group = None  # gloo: the small host-side collectives of a step (counts, stop flags) without a GPU sync
         if self.world_size > 1:
-            kwargs = {"device_id": self.device} if use_cuda else {}
+            kwargs: dict[str, Any] = {"device_id": self.device} if use_cuda else {}
+            if timeout_s is not None:
+                # NCCL's default is 10 minutes: ranks that wait for rank 0 (a snapshot, the final
+                # version) must wait the configured time instead (training.collective_timeout_s)
+                kwargs["timeout"] = timedelta(seconds=float(timeout_s))
             dist.init_process_group(backend=self.backend, **kwargs)
             self.initialized = True
+            if use_cuda:
+                self.cpu_group = dist.new_group(backend="gloo", timeout=kwargs.get("timeout"))
 
     @property
     def is_main(self) -> bool:
@@ -141,14 +216,26 @@ class Dist:
             dist.barrier()
 
     def all_sum(self, values: list[float]) -> list[float]:
+        """Sum host numbers over the ranks: over gloo on the host (the CPU group on CUDA runs),
+        so the GPU's queue is never waited for."""
         if not self.initialized:
             return values
         import torch
         import torch.distributed as dist
 
-        t = torch.tensor(values, dtype=torch.float64, device=self.device if self.backend == "nccl" else "cpu")
-        dist.all_reduce(t)
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, group=self.cpu_group)
         return t.tolist()
+
+    def all_sum_tensor(self, t):
+        """Sum a device tensor over the ranks in place (no host sync); returns it."""
+        if self.initialized:
+            import torch.distributed as dist
+
+            if t.device.type != self.device.type:
+                raise ValueError(f"all_sum_tensor: a {t.device.type} tensor on a {self.backend} process group")
+            dist.all_reduce(t)
+        return t
 
     def gather_objects(self, obj: Any) -> list[Any]:
         if not self.initialized:
@@ -156,7 +243,7 @@ class Dist:
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=self.cpu_group)
         return out
 
     def close(self) -> None:
@@ -209,7 +296,11 @@ def prepare_model(model, tcfg, d: Dist):
     if is_sharded(tcfg, d.world_size):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        kwargs: dict[str, Any] = {}
+        from torch.distributed.device_mesh import init_device_mesh
+
+        # the mesh on training.device: without one fully_shard moves the parameters to CUDA on any
+        # host that has a GPU, even when training.device=cpu keeps the inputs on the CPU
+        kwargs: dict[str, Any] = {"mesh": init_device_mesh(d.device.type, (d.world_size,))}
         if cuda:
             # bf16 gathers and matmuls, fp32 gradient reduction and fp32 sharded master weights
             kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -237,14 +328,15 @@ def gradient_sync(model, d: Dist, last_micro_batch: bool):
     return nullcontext()
 
 
-def clip_grad_norm(model, max_norm: float) -> float:
-    """Clip the gradients' global norm (over all shards with FSDP); returns the norm before clipping."""
+def clip_grad_norm(model, max_norm: float):
+    """Clip the gradients' global norm (over all shards with FSDP); returns the norm before
+    clipping as a 0-d tensor on the device (read it with the step's other numbers: no sync here)."""
     import torch
 
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     if hasattr(norm, "full_tensor"):  # FSDP: a DTensor, already reduced over the shards
         norm = norm.full_tensor()
-    return float(norm)
+    return norm
 
 
 # -- sharded snapshots ---------------------------------------------------------------------------

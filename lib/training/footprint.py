@@ -3,8 +3,11 @@
 - `estimate_training_memory(hf_config, training, world_size, device)` adds up, in bytes per rank:
   fp32 master weights (4 per parameter), gradients (4), AdamW's two moments (8), DDP's gradient
   buckets when world_size > 1 (4), the bf16 weight copies autocast keeps during a CUDA step (2),
-  activations at `device_batch_size × seq_len`, the logits and their cross-entropy, and a
-  runtime floor (the Python process on CPU, the CUDA context on GPU).
+  activations at `device_batch_size × seq_len`, the logits and their cross-entropy, NCCL's
+  buffers over several GPUs, and a runtime floor (the Python process on CPU, the CUDA context on
+  GPU). On CUDA the host RAM rank 0 needs at the end (the gathered or copied fp32 model, AdamW's
+  state with optimizer_state=inherit, the narrower stored copy) is counted apart (`host`) and
+  checked against the machine's RAM.
 - Parameters are counted exactly by building the model on the meta device (no memory, any
   architecture `AutoModelForCausalLM.from_config` knows).
 - Activations per token per block were measured with `torch.autograd.graph.saved_tensors_hooks`
@@ -12,7 +15,12 @@
   Mistral, Gemma, Phi-3) keep 8h + 2h_kv + 4i + heads + 2 elements, exactly for each of them;
   GPT-2-style blocks (non-gated MLP, fused qkv) keep 20h + 2i, plus 3 × heads × seq_len + 2h
   with dropout on (as GPT-2's config ships). With `activation_checkpointing` a block keeps only its input (h), and
-  one block's full activations exist at a time, during its recomputation.
+  one block's full activations exist at a time, during its recomputation. Under bf16 autocast
+  (CUDA) the residual stream and the norms stay fp32 and each Linear saves its own bf16 copy of
+  its input: a gated block keeps 30h + 4h_kv + 8i + 4·heads + 8 bytes per token, a GPT-2 block
+  24h + 10i + 4·heads + 16 (+ 12·heads·seq_len − 4·heads + 6h with dropout) (measured the same
+  way under CPU autocast, which routes Linear, matmul and attention to bf16 as CUDA's does; 29%
+  more than 2 bytes per fp32 element for a 1 B Llama).
 - Logits: the cross-entropy's log-softmax, its gradient and the logits' gradient: 3 fp32 copies
   of batch × seq × vocab in the backward pass (the trainer drops the logits before it; one more
   bf16 copy on CUDA, where autocast computes the lm_head in bf16).
@@ -28,6 +36,11 @@
   2 ranks: estimate 2.68 GiB against a peak of 2.94 GiB, -9%). The trainer loads the whole fp32 model on every rank
   before it shards it, and on CPU rank 0 gathers a whole fp32 copy at the end: when either peak
   is above the step's total, the difference is counted too.
+- `available_memory("cuda")` is the GPU's *free* memory (`cudaMemGetInfo`): a server or another
+  job on the same GPU is left its share.
+- `choose_device_batch` (training.device_batch_size=auto): the largest micro-batch that divides
+  the step and fits the free memory less a 10% margin, without activation checkpointing if any
+  does, else with it; none: refused with the estimate at batch 1.
 - `check_fits(estimate, available)` returns the problems (empty when it fits), each with the
   numbers and the knob to turn: device_batch_size, activation_checkpointing, seq_len, and
   `training.parallelism=fsdp` when the 16 bytes per parameter alone do not fit but their share
@@ -58,6 +71,10 @@ NON_GATED = {"gpt2", "gpt_neo", "gpt_neox", "gptj", "gpt_bigcode", "opt", "bloom
 CPU_RUNTIME_BYTES = 400 * (1 << 20)   # python + torch + transformers imported: ~350-400 MB resident
 CUDA_CONTEXT_BYTES = 600 * (1 << 20)  # CUDA context and cuBLAS workspace: outside torch's allocator
 CPU_ALLOCATOR_SLACK = 0.5  # share of a step's freed memory glibc keeps resident (measured, see the bench)
+# NCCL's communicators over several GPUs: channel buffers per peer (NCCL_BUFFSIZE 4 MiB x channels)
+# plus NVLS/CollNet buffers on NVSwitch machines; a guess from NCCL's documented defaults, not measured
+NCCL_BUFFER_BYTES = 1 << 30
+AUTO_BATCH_MARGIN = 0.10  # share of free memory training.device_batch_size=auto leaves unused
 
 
 @dataclass
@@ -71,13 +88,18 @@ class MemoryEstimate:
     activation_checkpointing: bool
     components: dict[str, int] = field(default_factory=dict)
     parallelism: str = "ddp"
+    host: dict[str, int] = field(default_factory=dict)  # rank 0's host RAM at the end of a CUDA run
+
+    @property
+    def host_total(self) -> int:
+        return sum(self.host.values())
 
     @property
     def total(self) -> int:
         return sum(self.components.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "total": self.total}
+        return {**asdict(self), "total": self.total, "host_total": self.host_total}
 
     def table(self) -> str:
         """One line per component, in GiB, for an error message or a log."""
@@ -128,6 +150,20 @@ def block_parameters(shape: dict[str, Any]) -> int:
     return 2 * h * h + 2 * h * kv + mlp + 2 * h
 
 
+def activation_bytes_per_token(shape: dict[str, Any], seq_len: int, autocast: bool) -> int:
+    """Bytes one transformer block keeps for the backward pass, per token: fp32 (4 bytes per
+    element of `activation_elements_per_token`), or under bf16 autocast (fitted, see above)."""
+    if not autocast:
+        return 4 * activation_elements_per_token(shape, seq_len)
+    h, i, kv, heads = shape["hidden"], shape["intermediate"], shape["kv_width"], shape["heads"]
+    if shape["model_type"] in NON_GATED:
+        n = 24 * h + 10 * i + 4 * heads + 16
+        if shape["attention_dropout"] > 0:  # eager attention: probabilities, mask and dropped copy
+            n += 12 * heads * seq_len - 4 * heads + 6 * h
+        return n
+    return 30 * h + 4 * kv + 8 * i + 4 * heads + 8
+
+
 def activation_elements_per_token(shape: dict[str, Any], seq_len: int) -> int:
     """Elements one transformer block keeps for the backward pass, per token (fitted, see above)."""
     h, i, kv, heads = shape["hidden"], shape["intermediate"], shape["kv_width"], shape["heads"]
@@ -156,7 +192,6 @@ def estimate_training_memory(
     cuda = device == "cuda"
     batch, seq = int(training.device_batch_size), int(training.seq_len)
     tokens = batch * seq
-    act_bytes = 2 if cuda else 4  # bf16 autocast outputs on CUDA, fp32 on CPU
     sharded = getattr(training, "parallelism", "ddp") == "fsdp" and world_size > 1
     if sharded:
         block = min(block_parameters(shape), n)
@@ -179,12 +214,12 @@ def estimate_training_memory(
             comp["DDP gradient buckets"] = 4 * n
         if cuda:
             comp["autocast bf16 weights"] = 2 * n
-    per_block = activation_elements_per_token(shape, seq)
+    per_block = activation_bytes_per_token(shape, seq, autocast=cuda)  # bf16 autocast on CUDA, fp32 on CPU
     if getattr(training, "activation_checkpointing", False):
         # each block's input (the fp32 residual stream) plus one block recomputed at a time
-        acts = shape["layers"] * shape["hidden"] * tokens * 4 + per_block * tokens * act_bytes
+        acts = shape["layers"] * shape["hidden"] * tokens * 4 + per_block * tokens
     else:
-        acts = shape["layers"] * per_block * tokens * act_bytes
+        acts = shape["layers"] * per_block * tokens
     acts += 3 * shape["hidden"] * tokens * 4  # embeddings output and the final norm
     comp["activations"] = acts
     # log-softmax, its gradient and the logits' gradient in fp32 during backward (the trainer drops
@@ -201,6 +236,8 @@ def estimate_training_memory(
         # each of the forward's and the backward's gathered weights and of the unsharded
         # gradients (bench_fsdp: 95 M, 2 ranks, peak 2.94 GiB, 1.89 GiB with MALLOC_MMAP_THRESHOLD_=1 MB)
         comp["FSDP buffers glibc keeps"] = max(0, 12 * n - comp["FSDP gathered weights"] - comp["FSDP unsharded gradients"])
+    if cuda and world_size > 1:
+        comp["NCCL buffers"] = NCCL_BUFFER_BYTES
     comp["runtime"] = int(runtime_bytes if runtime_bytes is not None else (CUDA_CONTEXT_BYTES if cuda else CPU_RUNTIME_BYTES))
     if sharded:
         # every rank loads the whole fp32 model before fully_shard frees all but its shard; at the
@@ -210,18 +247,32 @@ def estimate_training_memory(
             peak = max(peak, 4 * n + 16 * n // world_size + comp["runtime"])
         if peak > sum(comp.values()):
             comp["whole model at load / gather"] = peak - sum(comp.values())
+    host: dict[str, int] = {}
+    if cuda:
+        # rank 0 at the end, in host RAM: the fp32 model (FSDP: gathered there; DDP: the state dict
+        # lib.checkpoints.checkpoint copies off the GPU), AdamW's moments with optimizer_state=inherit, and
+        # the copy in the narrower storage dtype (at most 2 bytes per parameter)
+        host["final version: fp32 weights"] = 4 * n
+        if getattr(training, "optimizer_state", "fresh") == "inherit":
+            host["final version: AdamW state"] = 8 * n
+        host["final version: stored copy"] = 2 * n
+        host["runtime"] = CPU_RUNTIME_BYTES
     return MemoryEstimate(parameters=n, device=device, world_size=world_size, tokens_per_micro_batch=tokens,
                           activation_checkpointing=bool(getattr(training, "activation_checkpointing", False)), components=comp,
-                          parallelism="fsdp" if sharded else "ddp")
+                          parallelism="fsdp" if sharded else "ddp", host=host)
 
 
 def available_memory(device: str = "cpu", local_rank: int = 0) -> int:
-    """Bytes a rank may use: the CUDA device's total memory, or the RAM available right now on
-    this machine (MemAvailable; the caller divides it among the ranks of a node)."""
+    """Bytes a rank may use: the CUDA device's free memory now (another job or a server on the
+    same GPU keeps its share), or the RAM available right now on this machine (MemAvailable; the
+    caller divides it among the ranks of a node)."""
     if device == "cuda":
         import torch
 
-        return int(torch.cuda.get_device_properties(local_rank).total_memory)
+        free, _total = torch.cuda.mem_get_info(local_rank)
+        # this process's own context is already out of `free`, and the estimate counts it
+        # ("runtime"); what torch's allocator holds in reserve is free for the training too
+        return int(free) + CUDA_CONTEXT_BYTES + int(torch.cuda.memory_reserved(local_rank))
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -245,13 +296,21 @@ def resident_bytes() -> int:
     return 0
 
 
-def check_fits(estimate: MemoryEstimate, available: int, *, ranks_sharing: int = 1, training=None) -> list[str]:
+def check_fits(estimate: MemoryEstimate, available: int, *, ranks_sharing: int = 1, training=None,
+               host_available: int | None = None) -> list[str]:
     """Problems that keep the run from fitting (empty list: it fits). `available` is the memory
     of the device one rank uses; `ranks_sharing` ranks share it (CPU: nproc_per_node on one
-    machine). Each problem gives the numbers and what to change."""
+    machine); `host_available` (CUDA runs) the RAM rank 0's machine has for the final version.
+    Each problem gives the numbers and what to change."""
+    problems = []
+    if estimate.host and host_available is not None and estimate.host_total > host_available:
+        rows = "\n".join(f"  {k:<30} {v / GiB:8.2f} GiB" for k, v in estimate.host.items())
+        problems.append(f"rank 0 needs about {estimate.host_total / GiB:.1f} GiB of host RAM to write the final version but the "
+                        f"machine has {host_available / GiB:.1f} GiB available:\n{rows}\nto make it fit: free RAM on the "
+                        f"first node, or set training.optimizer_state=fresh (AdamW's state is 8 bytes per parameter)")
     need = estimate.total * ranks_sharing
     if need <= available:
-        return []
+        return problems
     where = "GPU" if estimate.device == "cuda" else "machine (available RAM)"
     share = f" × {ranks_sharing} ranks on this machine" if ranks_sharing > 1 else ""
     head = (f"training needs about {need / GiB:.1f} GiB{share} but the {where} has {available / GiB:.1f} GiB "
@@ -273,7 +332,64 @@ def check_fits(estimate: MemoryEstimate, available: int, *, ranks_sharing: int =
         if t:
             knobs.append(f"lower training.seq_len (now {t})")
     knobs.append(sharding_advice(estimate, available // max(1, ranks_sharing)))
-    return [head + "\nto make it fit:\n  - " + "\n  - ".join(knobs)]
+    return problems + [head + "\nto make it fit:\n  - " + "\n  - ".join(knobs)]
+
+
+@dataclass
+class BatchChoice:
+    """What training.device_batch_size=auto chose, and why."""
+
+    device_batch_size: int
+    activation_checkpointing: bool
+    estimate: MemoryEstimate
+    available: int
+    tried: list[tuple[int, bool, int]]  # (batch, checkpointing, bytes) of every estimate made
+
+    def describe(self) -> str:
+        return (f"training.device_batch_size=auto chose {self.device_batch_size} sequences per micro-batch"
+                f"{' with activation checkpointing' if self.activation_checkpointing else ''}: "
+                f"{self.estimate.total / GiB:.2f} GiB estimated of {self.available / GiB:.2f} GiB free "
+                f"(a {AUTO_BATCH_MARGIN:.0%} margin kept)")
+
+
+def batch_candidates(total_batch_size: int, seq_len: int, world_size: int) -> list[int]:
+    """Micro-batch sizes that keep total_batch_size exact by accumulation, largest first."""
+    per_row = seq_len * world_size
+    if total_batch_size % per_row:
+        raise ValueError(f"training.total_batch_size={total_batch_size} tokens is not a multiple of seq_len × world_size = "
+                         f"{seq_len} × {world_size} = {per_row}: no micro-batch size divides the step; choose a multiple of {per_row}")
+    rows = total_batch_size // per_row
+    return [b for b in range(rows, 0, -1) if rows % b == 0]
+
+
+def choose_device_batch(hf_config, training, world_size: int, device: str, available: int, *, ranks_sharing: int = 1,
+                        num_parameters: int | None = None, runtime_bytes: int | None = None) -> BatchChoice:
+    """training.device_batch_size=auto: the largest micro-batch (a divisor of the step's rows per
+    rank) whose estimate fits `available` less AUTO_BATCH_MARGIN, without activation
+    checkpointing when one does (or when training.activation_checkpointing is set, always with
+    it), else with it. Raises ValueError, with the estimate at batch 1, when none fits."""
+    n = int(num_parameters if num_parameters is not None else count_parameters(hf_config))
+    budget = int(available * (1 - AUTO_BATCH_MARGIN))
+    tried: list[tuple[int, bool, int]] = []
+    modes = [True] if getattr(training, "activation_checkpointing", False) else [False, True]
+    smallest = None
+    for ac in modes:
+        for b in batch_candidates(int(training.total_batch_size), int(training.seq_len), world_size):
+            t = training.model_copy(update={"device_batch_size": b, "activation_checkpointing": ac})
+            est = estimate_training_memory(hf_config, t, world_size, device, num_parameters=n, runtime_bytes=runtime_bytes)
+            tried.append((b, ac, est.total))
+            smallest = est
+            if est.total * ranks_sharing <= budget:
+                return BatchChoice(b, ac, est, available, tried)
+    assert smallest is not None
+    problems = check_fits(smallest, budget, ranks_sharing=ranks_sharing, training=smallest_training(training))
+    raise ValueError(
+        "training.device_batch_size=auto found no micro-batch that fits, not even 1 sequence with activation checkpointing "
+        f"({available / GiB:.1f} GiB free, {AUTO_BATCH_MARGIN:.0%} kept as margin):\n" + "\n".join(problems))
+
+
+def smallest_training(training):
+    return training.model_copy(update={"device_batch_size": 1, "activation_checkpointing": True})
 
 
 def sharding_advice(estimate: MemoryEstimate, per_rank: int) -> str:

@@ -40,7 +40,9 @@ from lib.faults import armed, fault_point
 from lib.files import write_json, write_text
 from lib.locks import WorkspaceLock
 from lib.training import snapshot
-from lib.training.distributed import torchrun_command
+from lib.training.distributed import snapshot_shutdown_timeout, torchrun_command
+from lib.training.footprint import count_parameters
+from lib.training.preflight import hf_config, read_target
 from lib.training.supervised_process import run_supervised
 from lib.training.train import EXIT_STOPPED
 from lib.workspace import Workspace
@@ -103,6 +105,18 @@ def ranks_stopped(lines: list[str], stopped_code: int) -> bool:
     return bool(codes) and all(c == stopped_code for c in codes)
 
 
+def shutdown_timeout(cfg: ConsolidationConfig, parent: str | None) -> int:
+    """Seconds the ranks get to snapshot after SIGTERM: training.shutdown_timeout_s, else sized
+    from the parameters of the model the run trains (lib.training.distributed.snapshot_shutdown_timeout)."""
+    if cfg.training.shutdown_timeout_s is not None:
+        return snapshot_shutdown_timeout(0, cfg.training.shutdown_timeout_s)
+    try:
+        n = count_parameters(hf_config(cfg, read_target(cfg, parent)))
+    except Exception:  # noqa: BLE001 - a model the meta device cannot build fails in the trainer, with its own message
+        n = 0
+    return snapshot_shutdown_timeout(n)
+
+
 def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, train_dir: str, *,
                      parent: str | None, init: bool, resume: bool, meta: dict[str, Any] | None,
                      tokenizer_dir: str | None = None, node_rank: int | None = None) -> list[str]:
@@ -120,7 +134,8 @@ def training_command(cfg: ConsolidationConfig, data_dir: str, out_dir: str, trai
     cmd = torchrun_command(config_path, data_dir, out_dir, parent=parent, init=init, resume=resume,
                            nproc_per_node=cfg.training.nproc_per_node, nnodes=cfg.training.nnodes,
                            node_rank=node_rank, rdzv_endpoint=cfg.training.rdzv_endpoint, rdzv_id=Path(out_dir).name,
-                           meta=meta_path, tokenizer=tokenizer_dir, python=sys.executable)
+                           meta=meta_path, tokenizer=tokenizer_dir, python=sys.executable,
+                           shutdown_timeout_s=shutdown_timeout(cfg, parent))
     return cmd + ["--train-dir", str(tdir)]
 
 
@@ -159,6 +174,7 @@ def launch(
             fault_point("train")  # torchrun mid-run with a snapshot on disk
 
     limit = cfg.training.time_limit_s
+    grace = float(shutdown_timeout(cfg, parent))
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     lock = training_lock(cfg, out_dir) if not node_rank else None
     if lock is not None:
@@ -175,7 +191,8 @@ def launch(
         with timing():
             # torchrun keeps the lock until it exits, even if this process dies first
             result = run_supervised(cmd, env=env, cwd=os.getcwd(), on_line=log.info, on_tick=on_tick, tick_s=2.0, keep_lines=200,
-                                    time_limit_s=None if limit is None else limit + SNAPSHOT_GRACE_S,
+                                    time_limit_s=None if limit is None else limit + max(SNAPSHOT_GRACE_S, grace),
+                                    grace_s=grace + 30.0,  # torchrun's own shutdown timeout first
                                     pass_fds=(lock.fileno(),) if lock is not None else ())
     finally:
         if lock is not None:

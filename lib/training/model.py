@@ -14,8 +14,8 @@
   when it keeps one, else the version.
 - `enable_activation_checkpointing(model)`: recompute every transformer block in the backward
   pass (transformers' gradient checkpointing, non-reentrant), for any architecture that supports it.
-- `count_parameters` and `flops_per_token` feed the tokens/s and MFU figures (6·N + 12·L·H·T,
-  PaLM appendix B).
+- `count_parameters` (and lib.training.throughput's FLOPs per token) feed the tokens/s and MFU figures (6·N + 12·L·H·T,
+  PaLM appendix B; N without an untied input embedding).
 
 Trade-off: tying the embeddings saves vocab × hidden parameters (4096 × 128 = 0.5 M of the tiny
 preset's ~1.3 M, 40%) at a small quality cost at large scale; it stays the default because the
@@ -120,8 +120,3 @@ def count_parameters(model) -> int:
             total += p.numel()
     return total
 
-
-def flops_per_token(model, seq_len: int) -> float:
-    """Training FLOPs per token: 6 per parameter (forward + backward) plus attention's 12·L·H·T."""
-    cfg = model.config
-    return 6.0 * count_parameters(model) + 12.0 * cfg.num_hidden_layers * cfg.hidden_size * seq_len

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lib.config import ConsolidationConfig
-from lib.training.footprint import available_memory, check_fits, estimate_training_memory
+from lib.training.footprint import available_memory, check_fits, choose_device_batch, estimate_training_memory
 from lib.training.model import llama_config
+from lib.training.distributed import cuda_problem
 
 
 class PreflightError(ValueError):
@@ -81,6 +82,13 @@ def tokenizer_present(cfg: ConsolidationConfig, target: Target) -> str | None:
 def batch_divides(cfg: ConsolidationConfig, target: Target) -> str | None:
     t = cfg.training
     world = t.nproc_per_node * t.nnodes
+    if t.device_batch_size == "auto":
+        if t.total_batch_size % (t.seq_len * world):
+            per_row = t.seq_len * world
+            return (f"training.total_batch_size={t.total_batch_size} tokens is not a multiple of seq_len × processes = "
+                    f"{t.seq_len} × {world} = {per_row}, so no micro-batch size (training.device_batch_size=auto) divides "
+                    f"the step: choose a multiple of {per_row} (e.g. {max(1, round(t.total_batch_size / per_row)) * per_row})")
+        return None
     per_pass = t.device_batch_size * t.seq_len * world
     if t.total_batch_size % per_pass:
         return (f"training.total_batch_size={t.total_batch_size} tokens is not a multiple of device_batch_size × "
@@ -117,21 +125,29 @@ def memory_fits(cfg: ConsolidationConfig, target: Target, available: int | None 
 
     device = training_device(cfg)
     if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            return "training.device=cuda but no CUDA device is visible on this machine: use training.device=cpu or auto"
+        problem = cuda_problem()
+        if problem:
+            return f"training.device=cuda but CUDA is not usable on this machine: {problem}; or set training.device=cpu"
+    if available is None:
+        available = available_memory(device)
+    sharing = 1 if device == "cuda" else t.nproc_per_node  # CPU ranks of one machine share its RAM
     try:
         config = hf_config(cfg, target)
+        if t.device_batch_size == "auto":
+            try:
+                choice = choose_device_batch(config, t, t.nproc_per_node * t.nnodes, device, available, ranks_sharing=sharing)
+                t = t.model_copy(update={"device_batch_size": choice.device_batch_size,
+                                         "activation_checkpointing": choice.activation_checkpointing})
+            except ValueError as exc:
+                if "found no micro-batch" not in str(exc):
+                    raise
+                return str(exc) + "\n  - or set training.memory_check=false to try anyway (the trainer then does not refuse either)"
         estimate = estimate_training_memory(config, t, t.nproc_per_node * t.nnodes, device)
     except Exception as exc:  # an architecture transformers cannot build cannot be trained either
         where = target.model_dir / "config.json" if target.model_dir else "the model section"
         return (f"cannot estimate the training memory from {where}: transformers cannot build the model "
                 f"({type(exc).__name__}: {exc}); training would fail loading it too. Fix the config, or set "
                 f"training.memory_check=false to skip this check")
-    if available is None:
-        available = available_memory(device)
-    sharing = 1 if device == "cuda" else t.nproc_per_node  # CPU ranks of one machine share its RAM
     problems = check_fits(estimate, available, ranks_sharing=sharing, training=t)
     if not problems:
         return None

@@ -19,6 +19,7 @@ failing out of memory after it.
 from __future__ import annotations
 
 # torch and transformers are imported inside functions: importing this module must not cost their ~6 s
+import json
 import logging
 import os
 import random
@@ -32,10 +33,15 @@ from lib.checkpoints.checkpoint import load_optimizer_state, materialize, read_m
 from lib.data.loader import TrainLoader, validate
 from lib.data.prepared import PreparedData  # what --data holds: data.json, manifest, shards
 from lib.data.tokenizer import load_tokenizer
-from lib.training.distributed import Dist, compile_enabled, is_sharded, load_full_optimizer_state, prepare_model
-from lib.training.footprint import GiB, available_memory, check_fits, estimate_training_memory, resident_bytes
+from lib.training.distributed import (
+    Dist, compile_enabled, is_sharded, load_full_optimizer_state, prepare_model,
+)
+from lib.training.footprint import (
+    GiB, available_memory, check_fits, choose_device_batch, estimate_training_memory, resident_bytes,
+)
 from lib.training.model import build_model, count_parameters, llama_config, load_model, training_start
 from lib.training.schedule import peak_lr
+from lib.training import snapshot as snap
 
 log = logging.getLogger("lib.training.train")
 
@@ -70,24 +76,75 @@ def require_original_lr(parent: Path, parent_meta: dict[str, Any], lr_scale: flo
 
 def check_memory(hf_config, tcfg, d: "Dist") -> dict[str, Any]:
     """Estimate this rank's memory before the model is loaded; refuse a run that cannot fit
-    (training.memory_check=false skips the refusal, not the estimate)."""
+    (training.memory_check=false skips the refusal, not the estimate). `tcfg.device_batch_size`
+    must be a number here (`size_micro_batch` resolves auto)."""
     device = d.device.type
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    runtime = resident_bytes() if device == "cpu" else None
+    available, sharing, runtime = _memory_budget(d)
     est = estimate_training_memory(hf_config, tcfg, d.world_size, device, runtime_bytes=runtime or None)
-    if device == "cuda":
-        available, sharing = available_memory("cuda", d.local_rank), 1
-    else:
-        # MemAvailable excludes what the ranks of this machine already hold; count that back in
-        available, sharing = available_memory("cpu") + (runtime or 0) * local, local
     if d.is_main:
         log.info("memory per rank, estimated: %.2f GiB (%s) of %.2f GiB %s",
                  est.total / GiB, ", ".join(f"{k} {v / GiB:.2f}" for k, v in est.components.items()),
                  available / GiB, "on the GPU" if device == "cuda" else f"available RAM for {sharing} rank(s)")
-    problems = check_fits(est, available, ranks_sharing=sharing, training=tcfg)
+    host = available_memory("cpu") if device == "cuda" and d.is_main else None  # rank 0 writes the final version
+    problems = check_fits(est, available, ranks_sharing=sharing, training=tcfg, host_available=host)
     if problems and tcfg.memory_check:
         raise InsufficientMemory("\n".join(problems))
     return {**est.to_dict(), "available": available, "fits": not problems}
+
+
+def _memory_budget(d: "Dist") -> tuple[int, int, int | None]:
+    """(bytes available to this rank's device, ranks sharing it, this process's resident bytes on CPU)."""
+    if d.device.type == "cuda":
+        return available_memory("cuda", d.local_rank), 1, None  # the GPU's free memory
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    runtime = resident_bytes()
+    # MemAvailable excludes what the ranks of this machine already hold; count that back in
+    return available_memory("cpu") + runtime * local, local, runtime
+
+
+def size_micro_batch(cfg, hf_config, d: "Dist", snapshot_dir: Path, resume: bool) -> tuple[Any, dict[str, Any] | None]:
+    """training.device_batch_size=auto resolved: the config with the micro-batch (and activation
+    checkpointing) `lib.training.footprint.choose_device_batch` picks for this device's free memory, and
+    what it chose (None when the batch was given). A resumed run keeps its snapshot's choice:
+    the loader's position is counted in micro-batches of that size."""
+    tcfg = cfg.training
+    if tcfg.device_batch_size != "auto":
+        return cfg, None
+
+    chosen = None
+    if resume:
+        latest = snap.latest_complete(snapshot_dir)
+        if latest is not None:
+            state = json.loads((latest / "state.json").read_text(encoding="utf-8"))
+            if state.get("device_batch_size") is not None:
+                chosen = {"device_batch_size": int(state["device_batch_size"]),
+                          "activation_checkpointing": bool(state.get("activation_checkpointing", tcfg.activation_checkpointing)),
+                          "from": f"the snapshot {latest.name}"}
+    if chosen is None:
+        available, sharing, runtime = _memory_budget(d)
+        try:
+            choice = choose_device_batch(hf_config, tcfg, d.world_size, d.device.type, available, ranks_sharing=sharing,
+                                         runtime_bytes=runtime or None)
+        except ValueError as exc:
+            if tcfg.memory_check:
+                raise InsufficientMemory(str(exc)) from None
+            # training.memory_check=false: try the smallest anyway, as a given batch would be tried
+            chosen = {"device_batch_size": 1, "activation_checkpointing": True,
+                      "from": "nothing fits by the estimate; training.memory_check=false tries the smallest"}
+        else:
+            chosen = {"device_batch_size": choice.device_batch_size, "activation_checkpointing": choice.activation_checkpointing,
+                      "from": choice.describe()}
+    # every rank must train the same micro-batch: the smallest any rank chose
+    if d.world_size > 1:
+        gathered = d.gather_objects((chosen["device_batch_size"], chosen["activation_checkpointing"]))
+        smallest = min(gathered)
+        chosen.update(device_batch_size=smallest[0], activation_checkpointing=any(g[1] for g in gathered))
+    if d.is_main:
+        log.info("training.device_batch_size=auto: %d sequences per micro-batch%s (%s)", chosen["device_batch_size"],
+                 ", activation checkpointing on" if chosen["activation_checkpointing"] else "", chosen["from"])
+    new_tcfg = tcfg.model_copy(update={"device_batch_size": chosen["device_batch_size"],
+                                       "activation_checkpointing": chosen["activation_checkpointing"]})
+    return cfg.model_copy(update={"training": new_tcfg}), chosen
 
 
 class InsufficientMemory(ValueError):
@@ -106,6 +163,7 @@ def steps_accumulation(total_batch_size: int, device_batch_size: int, seq_len: i
     return total_batch_size // per_pass
 
 
+# -- pieces of setup -----------------------------------------------------------------------------
 def _tokenizer_hash(folder: Path) -> str:
     return load_tokenizer(folder).hash
 
@@ -127,30 +185,58 @@ def param_groups(model, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def optimizer_flags(device) -> dict[str, Any]:
+    """AdamW's implementation switches for `device`: fused on CUDA (one kernel for all
+    parameters: ~10% of a small model's step time), the single-tensor path on CPU (the same
+    results on every resume)."""
+    if device.type == "cuda":
+        return {"fused": True, "foreach": None, "capturable": False}
+    return {"fused": None, "foreach": False, "capturable": False}
+
+
 def make_optimizer(model, tcfg, device, lr: float):
     import torch
 
     kwargs: dict[str, Any] = {"lr": lr, "betas": tuple(tcfg.adam_betas), "eps": 1e-8}
-    if device.type == "cuda":
-        kwargs["fused"] = True  # one kernel for all parameters: ~10% of a small model's step time
-    else:
-        kwargs["foreach"] = False  # the single-tensor path: same results on every resume
+    kwargs.update({k: v for k, v in optimizer_flags(device).items() if k != "capturable"})
     return torch.optim.AdamW(param_groups(model, tcfg.weight_decay), **kwargs)
 
 
-def reset_hyperparameters(optimizer, tcfg, lr: float) -> None:
-    """After loading an inherited state: this run's LR, betas and decay, not the parent's."""
+def apply_optimizer_flags(optimizer, device) -> None:
+    """After `load_state_dict` (an inherited optimizer.pt, a snapshot): the saved groups'
+    fused/foreach flags replaced by this run's, and each parameter's `step` counter moved where
+    that implementation keeps it (fused: on the parameter's device; single-tensor: the CPU). A
+    CPU-written state would otherwise make a CUDA run use the slow single-tensor AdamW, and a
+    CUDA-written one a CPU run fused, which breaks bit-exact resume."""
+    import torch
+
+    flags = optimizer_flags(device)
+    on_device = bool(flags["fused"] or flags["capturable"])
+    for group in optimizer.param_groups:
+        group.update(flags)
+        for p in group["params"]:
+            st = optimizer.state.get(p)
+            if st and torch.is_tensor(st.get("step")):
+                st["step"] = st["step"].to(device=p.device if on_device else "cpu", dtype=torch.float32)
+
+
+def reset_hyperparameters(optimizer, tcfg, lr: float, device=None) -> None:
+    """After loading an inherited state: this run's LR, betas and decay, not the parent's, and
+    (with `device`) this run's AdamW implementation (`apply_optimizer_flags`)."""
     for i, group in enumerate(optimizer.param_groups):
         group["lr"] = lr
         group["initial_lr"] = lr
         group["betas"] = tuple(tcfg.adam_betas)
         group["weight_decay"] = tcfg.weight_decay if i == 0 else 0.0
+    if device is not None:
+        apply_optimizer_flags(optimizer, device)
 
 
 def default_loader(data: PreparedData, batch_size, seq_len, rank, world_size, tokenizer_hash=None):
     return TrainLoader(data, batch_size, seq_len, rank=rank, world_size=world_size, tokenizer_hash=tokenizer_hash)
 
 
+# -- the training run ------------------------------------------------------------------------------
 @dataclass
 class Run:
     """Everything one training process holds: what set_up built, what the steps advance."""
@@ -182,6 +268,7 @@ class Run:
     optimizer_choice: str
     loader: Any
     sharded: bool
+    meter: Any = None     # lib.training.throughput.Meter, made when the steps start
     step: int = 0
     history: dict[str, Any] = field(default_factory=lambda: {"loss": [], "tokens": 0, "elapsed_s": 0.0, "tokens_per_source": {}})
 
@@ -230,13 +317,19 @@ def set_up(cfg, d: Dist, data: PreparedData, out_dir: Path, train_dir: Path, *, 
     import torch
 
     tcfg = cfg.training
-    accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
+    if tcfg.device_batch_size != "auto":
+        steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)  # fail early
     start = _start_point(cfg, d, data.info, parent, init, tokenizer_dir)
     tok_hash = check_tokenizer(data, start["tok_dir"])
     max_pos = getattr(start["hf_config"], "max_position_embeddings", None)
     if max_pos is not None and tcfg.seq_len > max_pos:
         raise ValueError(f"training.seq_len={tcfg.seq_len} exceeds the model's max_position_embeddings={max_pos}")
+    cfg, auto_batch = size_micro_batch(cfg, start["hf_config"], d, train_dir / "snapshots", resume)  # before the model is loaded
+    tcfg = cfg.training
+    accum = steps_accumulation(tcfg.total_batch_size, tcfg.device_batch_size, tcfg.seq_len, d.world_size)
     memory = check_memory(start["hf_config"], tcfg, d)  # before the model is loaded
+    if auto_batch is not None:
+        memory["auto_batch"] = auto_batch
     if init:
         tok = start["tok"]
         model = build_model(cfg.model, tok.vocab_size, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id, seed=tcfg.seed)
@@ -267,7 +360,7 @@ def set_up(cfg, d: Dist, data: PreparedData, out_dir: Path, train_dir: Path, *, 
                     optimizer.load_state_dict(state)
             except (ValueError, KeyError) as exc:
                 raise ValueError(f"{parent}/optimizer.pt does not match this model's parameters: {exc}") from None
-            reset_hyperparameters(optimizer, tcfg, peak)
+            reset_hyperparameters(optimizer, tcfg, peak, d.device)
     sharded = is_sharded(tcfg, d.world_size)
     if d.is_main:
         extras = [("FSDP" if sharded else "DDP") if d.world_size > 1 else "",

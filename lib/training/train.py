@@ -13,19 +13,26 @@ or under `torchrun --nproc-per-node N -m lib.training.train ...` (`lib.training.
   (`parallelism`, lib.training.distributed.prepare_model). bf16 compute on CUDA (autocast with DDP, the
   FSDP mixed-precision policy with FSDP) with the logits cast to fp32 before the cross-entropy
   (bf16 log-softmax over a large vocabulary loses precision), fp32 on CPU with deterministic algorithms so a resumed run is bit-identical.
+- `device_batch_size: auto`: the largest micro-batch that fits the device's free memory by the
+  estimate (lib.training.footprint.choose_device_batch), resolved before the model is loaded,
+  logged, kept by a resumed run from its snapshot.
 - One step = `total_batch_size / (device_batch_size × seq_len × world)` micro-batches per rank.
   The micro-batches of a step are fetched first, the valid targets (≠ -100) counted over all
   ranks, and each micro-batch's summed loss divided by that global count: the gradient is the
   exact mean over the step's tokens however they are split across ranks and micro-batches, so
-  2 processes and 1 process with twice the accumulation follow the same loss curve.
+  2 processes and 1 process with twice the accumulation follow the same loss curve. One host
+  sync per step (the loss and gradient norm, read after the optimizer step is queued); counts
+  and stop flags over gloo on the host; batches to the GPU through pinned memory.
 - LR = peak × `lib.training.schedule.lr_multiplier(step)`, peak = the parent's `original_lr` × lr_scale
   (v0: model.pretrain_lr). A parent without original_lr is refused with what it is and typical
   values, never guessed. AdamW (fused on CUDA), weight decay on matrices only, grad clipping.
-  Optimizer state fresh or inherited from the parent's optimizer.pt, LRs reset (recorded in meta).
+  Optimizer state fresh or inherited from the parent's optimizer.pt, LRs reset (recorded in meta),
+  and the implementation flags reset to this device's (a state written on the CPU would make a
+  CUDA run single-tensor).
 - Snapshots every `snapshot_every` steps and on SIGTERM / past `time_limit_s` (lib.training.snapshot;
   with FSDP each rank writes its own shard, lib.training.distributed.save_sharded); `--resume` continues
   from the newest complete one. An FSDP model is gathered once at the end, onto rank 0. Rank 0 writes metrics.jsonl (loss, lr,
-  tokens/s, tokens per source) and, at the end, the version folder via lib.checkpoints.checkpoint: in the
+  tokens/s and MFU per GPU, tokens per source; lib.training.throughput) and, at the end, the version folder via lib.checkpoints.checkpoint: in the
   parent's dtype, rounded per `checkpoints.rounding`, fp32 master weights beside it, and in
   meta.json how much of the night's update the stored weights kept.
 
@@ -57,11 +64,12 @@ from lib.data.prepared import PreparedData  # what --data holds: data.json, mani
 from lib.files import write_text
 from lib.training import snapshot as snap
 from lib.training.distributed import (
-    Dist, clip_grad_norm, compile_enabled, gather_for_storage, gather_optimizer_state, gradient_sync, load_sharded, save_sharded,
+    Dist, clip_grad_norm, compile_enabled, gather_for_storage, gather_optimizer_state, gradient_sync,
+    load_sharded, save_sharded,
 )
-from lib.training.model import flops_per_token
 from lib.training.schedule import lr_at
-from lib.training.setup import Run, default_loader, set_up
+from lib.training.setup import Run, apply_optimizer_flags, default_loader, set_up
+from lib.training.throughput import Meter, model_flops_per_token, peak_flops
 from lib.workspace import RunDir
 
 log = logging.getLogger("lib.training.train")
@@ -155,7 +163,7 @@ def train(
         raise FileExistsError(f"--out {out_dir} already exists; choose a new version folder (or --resume an interrupted run)")
     data = PreparedData.open(data_dir)
 
-    d = Dist(cfg.training.device)
+    d = Dist(cfg.training.device, timeout_s=cfg.training.collective_timeout_s)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     was_filling = torch.utils.deterministic.fill_uninitialized_memory
     previous_sigterm = signal.getsignal(signal.SIGTERM)
@@ -204,6 +212,7 @@ def resume_from_snapshot(run: Run) -> None:
 
         load_weights(run.model, str(s["model_file"]), device=str(d.device))
         run.optimizer.load_state_dict(s["optimizer"])
+    apply_optimizer_flags(run.optimizer, d.device)  # a snapshot written on another device keeps this run's AdamW
     run.loader.load_state_dict(s["loader"])
     snap.set_rng_state(s["rng"], s["rng_tensors"])
     run.step, run.history = s["step"], s["state"]["history"]
@@ -221,7 +230,7 @@ def training_loop(run: Run, stop: "_StopFlag") -> str:
     d.barrier()
     metrics_file = open(run.metrics_path, "a", encoding="utf-8") if d.is_main else None
     progress = _Progress(run.num_iterations, run.step, enabled=d.is_main)
-    flops = flops_per_token(run.model, tcfg.seq_len)
+    run.meter = throughput_meter(run)
     t_run, cpu_run = time.perf_counter(), time.process_time()
     elapsed_before, cpu_before = run.history["elapsed_s"], run.history.get("cpu_s", 0.0)
     status = "done"
@@ -235,12 +244,12 @@ def training_loop(run: Run, stop: "_StopFlag") -> str:
 
             record, stop_reason = train_step(run, local_stop)
             dt = time.perf_counter() - t0
+            record.update(run.meter.step(record["tokens"], dt, run.history))  # tokens_per_s, mfu (per GPU), warmup
             if metrics_file is not None:
-                tok_s = record["tokens"] / dt
-                record.update({"tokens_per_s": tok_s, "mfu_flops_per_s": tok_s * flops, "dt_s": dt, "cpu_s": time.process_time() - c0})
+                record.update({"dt_s": dt, "cpu_s": time.process_time() - c0})
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
-                progress.update(record["step"], record["loss"], record["lr"], tok_s)
+                progress.update(record["step"], record["loss"], record["lr"], record["tokens_per_s"])
             run.history["elapsed_s"] = elapsed_before + time.perf_counter() - t_run
             # CPU seconds of this process: on a shared machine a steadier cost measure than wall time
             run.history["cpu_s"] = cpu_before + time.process_time() - cpu_run
@@ -262,7 +271,9 @@ def training_loop(run: Run, stop: "_StopFlag") -> str:
 def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str, Any], str | None]:
     """One optimizer step over `accum` micro-batches with the exact token-mean loss; returns the
     metrics record and the stop reason any rank gave after it (`local_stop()` on each; one
-    collective decides for all)."""
+    collective decides for all). The host waits for the GPU once per step: when it reads the
+    step's loss and gradient norm, after the optimizer step is queued; the counts and stop flags
+    travel over gloo on the host."""
     import torch
     import torch.nn.functional as F
 
@@ -271,7 +282,7 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     batches = [run.loader.next_batch() for _ in range(run.accum)]
-    local_count = sum(int((y != -100).sum()) for _, y, _ in batches)
+    local_count = sum(int((y != -100).sum()) for _, y, _ in batches)  # CPU tensors: no device sync
     (global_count,) = d.all_sum([float(local_count)])
     if global_count == 0:
         raise ValueError(f"step {step}: every target of the batch is masked (-100); the data in {run.data.path} yields no loss")
@@ -280,29 +291,27 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
     loss_sum = torch.zeros((), dtype=torch.float64, device=d.device)
     src_tokens: dict[str, int] = {}
     for i, (x, y, per_source) in enumerate(batches):
-        x = x.to(d.device, non_blocking=True)
-        y = y.to(d.device, non_blocking=True)
+        x = _to_device(x, d.device)
+        y = _to_device(y, d.device)
         with gradient_sync(run.step_model, d, last_micro_batch=i == run.accum - 1):
             with run.autocast:
                 logits = run.step_model(input_ids=x).logits
-            # fp32 cross-entropy: bf16 log-softmax over a large vocab loses ~2 digits
+            # fp32 cross-entropy: bf16 log-softmax over a large vocab loses ~2 digits (seed 001)
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1), ignore_index=-100, reduction="sum")
             del logits  # nothing in the graph needs it: one batch × seq × vocab fewer during backward
             (loss * scale).backward()
         loss_sum += loss.detach()
         for name, n in per_source.items():
             src_tokens[name] = src_tokens.get(name, 0) + int(n)
-    grad_norm = clip_grad_norm(run.model, tcfg.grad_clip) if tcfg.grad_clip > 0 else float("nan")
+    grad_norm = clip_grad_norm(run.model, tcfg.grad_clip) if tcfg.grad_clip > 0 else None
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
 
-    # one collective for the logged numbers and the stop decision of every rank
-    gathered = d.gather_objects((float(loss_sum), src_tokens, local_stop()))
-    step_loss = sum(g[0] for g in gathered) / global_count
-    step_sources: dict[str, int] = {}
-    for _, per_src, _ in gathered:
-        for name, n in per_src.items():
-            step_sources[name] = step_sources.get(name, 0) + n
+    step_sources, stop_reason = _step_collectives(run, src_tokens, local_stop())
+    d.all_sum_tensor(loss_sum)
+    nan = torch.full((), float("nan"), dtype=torch.float64, device=d.device)
+    loss_total, norm = torch.stack([loss_sum, nan if grad_norm is None else grad_norm.to(torch.float64)]).tolist()  # the one sync
+    step_loss = loss_total / global_count
     if not math.isfinite(step_loss):
         raise FloatingPointError(f"step {step}: loss is {step_loss}; lower training.lr_scale or check the data")
     history = run.history
@@ -311,9 +320,52 @@ def train_step(run: Run, local_stop: Callable[[], str | None]) -> tuple[dict[str
     for name, n in step_sources.items():
         history["tokens_per_source"][name] = history["tokens_per_source"].get(name, 0) + n
     run.step += 1
-    record = {"step": step, "loss": step_loss, "lr": lr, "grad_norm": grad_norm, "tokens": tcfg.total_batch_size,
+    record = {"step": step, "loss": step_loss, "lr": lr, "grad_norm": norm, "tokens": tcfg.total_batch_size,
               "tokens_per_source": step_sources, "valid_targets": int(global_count)}
-    return record, next((g[2] for g in gathered if g[2]), None)
+    return record, stop_reason
+
+
+def _to_device(t, device):
+    """A CPU batch onto the device: through pinned memory on CUDA, so the copy is asynchronous
+    (a non_blocking copy from pageable memory is a synchronous one)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
+
+
+def _step_collectives(run: Run, src_tokens: dict[str, int], reason: str | None) -> tuple[dict[str, int], str | None]:
+    """One host-side sum over the ranks (gloo; no GPU sync): the step's tokens per source and
+    who asked to stop, and why."""
+    d = run.d
+    names = getattr(run.loader, "source_names", None)
+    if names is None:  # a loader that does not list its sources up front: exchange the dicts
+        gathered = d.gather_objects((src_tokens, reason))
+        total: dict[str, int] = {}
+        for per_src, _ in gathered:
+            for name, n in per_src.items():
+                total[name] = total.get(name, 0) + n
+        return total, reason or next((g[1] for g in gathered if g[1]), None)
+    names = list(names)
+    unknown = set(src_tokens) - set(names)
+    if unknown:
+        raise ValueError(f"the loader yielded tokens of sources {sorted(unknown)} it does not list in source_names {names}")
+    signalled, over_time = (reason or "").startswith("signal"), reason == "time limit"
+    sums = d.all_sum([float(signalled), float(over_time)] + [float(src_tokens.get(n, 0)) for n in names])
+    total = {name: int(n) for name, n in zip(names, sums[2:]) if n}
+    if reason is None and (sums[0] or sums[1]):
+        reason = "signal on another rank" if sums[0] else "time limit"
+    return total, reason
+
+
+def throughput_meter(run: Run):
+    """Tokens/s and MFU per step for this run: model FLOPs per token, and one device's peak in
+    the compute dtype (bf16 on CUDA, fp32 on CPU) from the table or a timed matmul."""
+    import torch
+
+    dtype = torch.bfloat16 if run.d.device.type == "cuda" else torch.float32
+    peak, source = peak_flops(run.d.device, dtype)
+    return Meter(model_flops_per_token(run.model, run.tcfg.seq_len), run.d.world_size, peak, source,
+                 planned_steps=run.num_iterations - run.step)
 
 
 def save_snapshot(run: Run) -> None:
@@ -325,7 +377,9 @@ def save_snapshot(run: Run) -> None:
     d.barrier()
     tmp = snap.tmp_dir(run.snapshot_dir, step)
     snap.write_rank(tmp, d.rank, run.loader.state_dict())
-    state = {"step": step, "world_size": d.world_size, "history": run.history, "parallelism": "fsdp" if run.sharded else "ddp"}
+    state = {"step": step, "world_size": d.world_size, "history": run.history, "parallelism": "fsdp" if run.sharded else "ddp",
+             # what training.device_batch_size=auto chose: a resumed run keeps it (the loader counts in these micro-batches)
+             "device_batch_size": run.tcfg.device_batch_size, "activation_checkpointing": run.tcfg.activation_checkpointing}
     if run.sharded:
         state["sharded"] = save_sharded(tmp, run.model, run.optimizer)
         if d.is_main:
@@ -351,8 +405,19 @@ def finish(run: Run, status: str) -> dict[str, Any]:
         "tokens_per_source": history["tokens_per_source"],
         "elapsed_s": history["elapsed_s"],
         "cpu_s": history.get("cpu_s"),
-        "tokens_per_s": history["tokens"] / history["elapsed_s"] if history["elapsed_s"] > 0 else None,
+        # all-in: compile, snapshots and the steps' own time
+        "wall_tokens_per_s": history["tokens"] / history["elapsed_s"] if history["elapsed_s"] > 0 else None,
+        "device_batch_size": tcfg.device_batch_size,
+        "accumulation": run.accum,
     }
+    # tokens_per_s and mfu over the steps after warm-up (lib.training.throughput)
+    meter = run.meter or throughput_meter(run)
+    final_metrics.update(meter.summary(history))
+    if d.device.type == "cuda":  # the steps' peak, before the final version is written (this rank's GPU)
+        import torch
+
+        final_metrics["cuda_peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved(d.device))
+        final_metrics["cuda_peak_allocated_bytes"] = int(torch.cuda.max_memory_allocated(d.device))
     if status == "done":
         model = run.model
         optimizer_state = None
