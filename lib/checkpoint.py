@@ -427,7 +427,10 @@ def storage_info(version_dir: str | Path) -> dict[str, Any]:
 
 def _parent_of_delta(version_dir: Path) -> Path:
     info = json.loads((version_dir / DELTA_META).read_text(encoding="utf-8"))
-    candidates = [Path(info["parent_path"])] if info.get("parent_path") else []
+    # The parent is found relative to this folder only: an absolute `parent_path` (written by
+    # older versions) would, in a copied workspace, point into the original, whose parent
+    # folder a materialization would then write `.full/` into.
+    candidates = []
     if info.get("parent_relative"):  # a master folder's parent is its own version: "..", wherever it moved
         candidates.append(version_dir / info["parent_relative"])
     if info.get("parent_version"):
@@ -438,7 +441,7 @@ def _parent_of_delta(version_dir: Path) -> Path:
             return c
     raise CheckpointError(
         f"{version_dir} is stored as a delta against {info.get('parent_version')!r} "
-        f"({info.get('parent_path')}), which is missing: restore that version first"
+        f"(expected at {version_dir / info.get('parent_relative', '..')}), which is missing: restore that version first"
     )
 
 
@@ -479,7 +482,6 @@ def compact(version_dir: str | Path, parent_dir: str | Path, *, level: int = 3) 
     info = {
         "format": DELTA_FORMAT,
         "parent_version": parent_meta.get("version", parent_dir.name),
-        "parent_path": str(parent_dir.resolve()),
         "parent_relative": os.path.relpath(parent_dir.resolve(), version_dir.resolve()),
         "parent_digest": parent_digest,
         "digest": digest,

@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ import duckdb
 
 from lib.files import file_hash
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
 MIGRATIONS: list[list[str]] = [
@@ -152,6 +153,7 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (night, doc_id)
         )""",
     ],
+    [],  # 3 -> 4: paths inside the workspace become relative to its root (`_relative_paths`, in Python)
 ]
 
 
@@ -197,6 +199,10 @@ class Lineage:
         self.db_path = Path(db_path)
         self.lock_timeout_s = lock_timeout_s
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        # the workspace root: every stored path inside it is relative to it, resolved against
+        # wherever the workspace is now (a copy, a move, another mount point)
+        self.root = self.db_path.parent.resolve()
+        self._back_up_before_migration()
         with self.transaction() as con:
             self._migrate(con)
 
@@ -264,11 +270,62 @@ class Lineage:
         for version in range(current, SCHEMA_VERSION):
             for statement in MIGRATIONS[version]:
                 con.execute(statement)
+            if version == 3 and current > 0:
+                _relative_paths(con, self.root)
             con.execute("INSERT INTO schema_version VALUES (?, ?)", [version + 1, now()])
+
+    def _back_up_before_migration(self) -> None:
+        """A registry written by an older schema is copied to `lineage.duckdb.v<N>.bak` (once)
+        before it is migrated: a migration that went wrong, or an older package that still needs
+        the file, has the original to go back to."""
+        if not self.db_path.is_file():
+            return
+        with _ctrl_c_stays_ctrl_c():
+            con = self._connect(read_only=True)
+            try:
+                has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'").fetchone()[0]
+                current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0] if has else None
+            finally:
+                con.close()
+        if not current or current >= SCHEMA_VERSION:
+            return
+        backup = self.db_path.with_name(f"{self.db_path.name}.v{current}.bak")
+        if not backup.exists():
+            import shutil
+
+            from lib.files import atomic_path
+
+            with atomic_path(backup) as tmp:
+                shutil.copyfile(self.db_path, tmp)
+
+    # -- paths: relative inside the workspace, absolute outside -------------------------------
+    def stored_path(self, path: str | Path | None) -> str | None:
+        """How a path is stored: relative to the workspace root when it lies inside it, else
+        absolute (a user's replay corpus, a model folder elsewhere). A relative path is taken as
+        relative to the root already."""
+        return None if path is None else portable_path(path, self.root)
+
+    def full_path(self, stored: str | None) -> str | None:
+        """A stored path resolved against where the workspace is now."""
+        if stored is None:
+            return None
+        p = Path(stored)
+        return str(p if p.is_absolute() else self.root / p)
 
     def schema_version(self) -> int:
         with self.reading() as con:
             return con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+
+    def _buffer_file(self, row: tuple) -> BufferFile:
+        return self._absolute(BufferFile(*row))
+
+    def _absolute(self, b: BufferFile) -> BufferFile:
+        return BufferFile(**{**b.__dict__, "path": self.full_path(b.path)})
+
+    def _version_dict(self, row: tuple) -> dict[str, Any]:
+        out = _version_dict(row)
+        out["path"] = self.full_path(out["path"])
+        return out
 
     # -- buffer files ------------------------------------------------------------------------
     def register_buffer_file(self, content_hash: str, path: str | Path, rows: int | None, nbytes: int | None) -> bool:
@@ -280,7 +337,7 @@ class Lineage:
             t = now()
             con.execute(
                 "INSERT INTO buffer_files VALUES (?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?)",
-                [content_hash, str(path), rows, nbytes, t, t],
+                [content_hash, self.stored_path(path), rows, nbytes, t, t],
             )
             return True
 
@@ -291,12 +348,12 @@ class Lineage:
             if con.execute("SELECT 1 FROM buffer_files WHERE content_hash = ?", [content_hash]).fetchone():
                 con.execute(
                     "UPDATE buffer_files SET status = 'quarantined', reason = ?, path = ?, updated_at = ? WHERE content_hash = ?",
-                    [reason, str(path), t, content_hash],
+                    [reason, self.stored_path(path), t, content_hash],
                 )
             else:
                 con.execute(
                     "INSERT INTO buffer_files VALUES (?, ?, NULL, ?, 'quarantined', ?, NULL, NULL, ?, ?)",
-                    [content_hash, str(path), nbytes, reason, t, t],
+                    [content_hash, self.stored_path(path), nbytes, reason, t, t],
                 )
 
     def buffer_files(self, status: str | None = None) -> list[BufferFile]:
@@ -307,7 +364,7 @@ class Lineage:
             params.append(status)
         query += " ORDER BY registered_at, path"
         with self.reading() as con:
-            return [BufferFile(*row) for row in con.execute(query, params).fetchall()]
+            return [self._buffer_file(row) for row in con.execute(query, params).fetchall()]
 
     def mark_consumed(self, content_hashes: list[str], version: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
         """Pending files become consumed by `version`. Pass `con` to make it part of a larger
@@ -333,6 +390,7 @@ class Lineage:
             return None
         keys = ("version", "parent", "path", "digest", "status", "run_id", "storage", "created_at", "meta")
         out = dict(zip(keys, row))
+        out["path"] = self.full_path(out["path"])
         if isinstance(out["meta"], str):
             out["meta"] = json.loads(out["meta"])
         return out
@@ -391,7 +449,8 @@ class Lineage:
                      kind = excluded.kind, parent = excluded.parent, status = 'running',
                      config = coalesce(excluded.config, runs.config),
                      code_version = coalesce(excluded.code_version, runs.code_version), finished_at = NULL""",
-                [run_id, flow_run_id, kind, parent, None if config is None else to_json(config), code_version or code_version_string(), t],
+                [run_id, flow_run_id, kind, parent, None if config is None else to_json(portable_tree(config, self.root)),
+                 code_version or code_version_string(), t],
             )
 
     def finish_run(self, run_id: str, status: str = "completed", version: str | None = None, timings: dict[str, float] | None = None) -> None:
@@ -436,7 +495,7 @@ class Lineage:
 
     def run_inputs(self, run_id: str) -> list[BufferFile]:
         with self.reading() as con:
-            return _inputs(con, run_id)
+            return [self._absolute(b) for b in _inputs(con, run_id)]
 
     def record_manifest(
         self, manifest_hash: str, run_id: str | None, path: str | Path | None, stats: dict[str, Any] | None = None,
@@ -448,7 +507,7 @@ class Lineage:
         con.execute(
             """INSERT INTO manifests VALUES (?, ?, ?, ?, ?)
                ON CONFLICT (manifest_hash) DO UPDATE SET run_id = excluded.run_id, path = excluded.path, stats = excluded.stats""",
-            [manifest_hash, run_id, None if path is None else str(path), to_json(stats or {}), now()],
+            [manifest_hash, run_id, self.stored_path(path), to_json(portable_tree(stats or {}, self.root)), now()],
         )
 
     # -- corpora -----------------------------------------------------------------------------
@@ -460,7 +519,7 @@ class Lineage:
                 """INSERT INTO corpora VALUES (?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, content_hash = excluded.content_hash,
                      docs = excluded.docs, bytes = excluded.bytes, info = excluded.info""",
-                [name, kind, digest, info.get("docs"), info.get("bytes"), to_json(info), now()],
+                [name, kind, digest, info.get("docs"), info.get("bytes"), to_json(portable_tree(info, self.root)), now()],
             )
 
     def corpus(self, name: str) -> dict[str, Any] | None:
@@ -483,7 +542,7 @@ class Lineage:
             if con.execute("SELECT 1 FROM memory_nights WHERE version = ?", [version]).fetchone():
                 return
             con.execute("INSERT INTO memory_nights VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [version, run_id, str(path), docs, heldout_docs, str(heldout_cut), now()])
+                        [version, run_id, self.stored_path(path), docs, heldout_docs, str(heldout_cut), now()])
             self._add_exposures(con, version, version, exposures)
 
     def record_replay_exposures(self, version: str, by_night: dict[str, dict[str, int]]) -> None:
@@ -511,7 +570,7 @@ class Lineage:
             rows = con.execute("SELECT version, run_id, path, docs, heldout_docs, heldout_cut, added_at FROM memory_nights "
                                "ORDER BY added_at, version").fetchall()
         keys = ("version", "run_id", "path", "docs", "heldout_docs", "heldout_cut", "added_at")
-        return [{**dict(zip(keys, r)), "heldout_cut": int(r[5])} for r in rows]
+        return [{**dict(zip(keys, r)), "path": self.full_path(r[2]), "heldout_cut": int(r[5])} for r in rows]
 
     def memory_exposures(self) -> dict[tuple[str, str], int]:
         """{(night, doc_id): exposures} of every document in the memory."""
@@ -576,7 +635,7 @@ class Lineage:
                 """INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (version) DO UPDATE SET parent = excluded.parent, path = excluded.path,
                      digest = excluded.digest, status = excluded.status, storage = excluded.storage, meta = excluded.meta""",
-                [version, parent, str(path), digest, status, run_id, storage, now(), to_json(meta or {})],
+                [version, parent, self.stored_path(path), digest, status, run_id, storage, now(), to_json(portable_tree(meta or {}, self.root))],
             )
             if run_id is not None:
                 con.execute("UPDATE runs SET version = ? WHERE run_id = ?", [version, run_id])
@@ -601,7 +660,7 @@ class Lineage:
         with self.reading() as con:
             rows = con.execute(f"SELECT {_VERSION_COLS} FROM versions ORDER BY created_at, version").fetchall()
             aliases = con.execute("SELECT alias, version FROM aliases ORDER BY alias").fetchall()
-        out = [_version_dict(r) for r in rows]
+        out = [self._version_dict(r) for r in rows]
         for v in out:
             v["aliases"] = [a for a, target in aliases if target == v["version"]]
         return out
@@ -676,10 +735,10 @@ class Lineage:
                 row = con.execute(f"SELECT {_VERSION_COLS} FROM versions WHERE version = ?", [current]).fetchone()
                 if row is None:
                     raise LineageError(f"unknown version {current!r}" + (f" (an ancestor of {version!r})" if current != version else ""))
-                step = _version_dict(row)
+                step = self._version_dict(row)
                 run_id = step["run_id"]
                 step["run"] = _run_row(con, run_id) if run_id else None
-                step["inputs"] = [b.__dict__ for b in _inputs(con, run_id)] if run_id else []
+                step["inputs"] = [self._absolute(b).__dict__ for b in _inputs(con, run_id)] if run_id else []
                 step["metrics"] = _metrics(con, current, run_id or "")
                 step["parent_metrics"] = _metrics(con, step["parent"], run_id or "") if step["parent"] else {}
                 step["gate_decisions"] = _decisions(con, current)
@@ -695,7 +754,7 @@ class Lineage:
             for v, row in ((a, va), (b, vb)):
                 if row is None:
                     raise LineageError(f"unknown version {v!r}")
-            va, vb = _version_dict(va), _version_dict(vb)
+            va, vb = self._version_dict(va), self._version_dict(vb)
             configs = []
             for v in (va, vb):
                 run = _run_row(con, v["run_id"]) if v["run_id"] else None
@@ -822,3 +881,78 @@ def to_json(value: Any) -> str:
     """JSON for the registry's JSON columns (paths and datetimes as strings)."""
     return json.dumps(value, default=str, sort_keys=True)
 
+
+
+def portable_path(path: str | Path, root: str | Path) -> str:
+    """`path` relative to `root` (POSIX separators) when it lies inside it, else absolute; a
+    relative `path` is returned as it is (already relative to the root). Symlinks are not
+    followed, except that a path reached through the root's own resolved form counts as inside."""
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    root = Path(root)
+    for candidate_root in dict.fromkeys((root, root.resolve())):
+        for candidate in dict.fromkeys((Path(os.path.normpath(p)), p.resolve())):
+            try:
+                rel = candidate.relative_to(candidate_root)
+            except ValueError:
+                continue
+            return rel.as_posix() or "."
+    return str(p)
+
+
+def portable_tree(value: Any, root: str | Path, old_roots: tuple[str, ...] = ()) -> Any:
+    """A JSON tree (config, meta, corpus info) with every string that is an absolute path inside
+    `root` (or inside one of `old_roots`, where the workspace was before a move) made relative."""
+    roots = [str(Path(r)) for r in (str(root), str(Path(root).resolve()), *old_roots)]
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        if isinstance(v, Path):
+            v = str(v)
+        if isinstance(v, str) and v.startswith("/"):
+            for r in roots:
+                if v == r:
+                    return "."
+                if v.startswith(r.rstrip("/") + "/"):
+                    return v[len(r.rstrip("/")) + 1:]
+        return v
+    return walk(value)
+
+
+def _old_roots(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
+    """Where the workspace was when its absolute paths were written, read off the paths that can
+    only lie inside it: `<old root>/checkpoints/<version>`, `<old root>/buffers/<file>`."""
+    roots = set()
+    for version, path in con.execute("SELECT version, path FROM versions WHERE path LIKE '/%'").fetchall():
+        p = Path(path)
+        if p.name == version and p.parent.name == "checkpoints":
+            roots.add(str(p.parent.parent))
+    for (path,) in con.execute("SELECT path FROM buffer_files WHERE path LIKE '/%'").fetchall():
+        p = Path(path)
+        if p.parent.name in ("buffers", "quarantine"):
+            roots.add(str(p.parent.parent))
+    return tuple(sorted(roots, key=len, reverse=True))
+
+
+def _relative_paths(con: duckdb.DuckDBPyConnection, root: Path) -> None:
+    """Migration 3 -> 4: every absolute path inside the workspace, where it is now or where it was
+    when the path was written (read off the path: `<old root>/checkpoints/<version>`), becomes
+    relative to the root; paths outside stay absolute. The JSON columns too."""
+    columns = [("buffer_files", "content_hash", "path"), ("versions", "version", "path"),
+               ("manifests", "manifest_hash", "path"), ("memory_nights", "version", "path")]
+    old = _old_roots(con)
+    for table, key, col in columns:
+        for k, p in con.execute(f"SELECT {key}, {col} FROM {table} WHERE {col} LIKE '/%'").fetchall():
+            new = portable_tree(p, root, old)
+            if new != p:
+                con.execute(f"UPDATE {table} SET {col} = ? WHERE {key} = ?", [new, k])
+    for table, key, col in (("versions", "version", "meta"), ("runs", "run_id", "config"),
+                            ("corpora", "name", "info"), ("manifests", "manifest_hash", "stats")):
+        for k, v in con.execute(f"SELECT {key}, {col} FROM {table} WHERE {col} IS NOT NULL").fetchall():
+            tree = _json(v)
+            new = portable_tree(tree, root, old)
+            if new != tree:
+                con.execute(f"UPDATE {table} SET {col} = ? WHERE {key} = ?", [to_json(new), k])
