@@ -37,6 +37,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -150,6 +151,9 @@ def write_version(
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"version folder {out_dir} already exists; pick a new --out or remove it")
     with publish_folder(out_dir) as tmp:
+        from lib.faults import fault_point
+
+        fault_point("version-write", tmp / MODEL_FILE)
         before = next(model.parameters()).dtype
         target = getattr(torch, dtype) if dtype is not None else before
         narrower = target.itemsize < before.itemsize
@@ -185,7 +189,17 @@ def write_version(
 def _save_hf(model, folder: Path) -> None:
     """save_pretrained as one safetensors file, config.json's dtype saying what is stored."""
     # one shard: delta storage and the digest address one file
-    model.save_pretrained(folder, safe_serialization=True, max_shard_size="1000GB")
+    try:
+        model.save_pretrained(folder, safe_serialization=True, max_shard_size="1000GB")
+    except OSError:
+        raise
+    except Exception as exc:
+        # safetensors' writer reports a full or read-only volume as "I/O error: ... (os error 28)",
+        # naming no file: raise it as the OS error it is, with the file
+        code = re.search(r"os error (\d+)", str(exc))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(folder / MODEL_FILE)) from exc
     if not (folder / MODEL_FILE).is_file():
         raise CheckpointError(f"save_pretrained did not write {MODEL_FILE} in {folder}")
     stored = str(next(model.parameters()).dtype).removeprefix("torch.")

@@ -174,8 +174,11 @@ class IngestStep(Step):
 
     name = "ingest-shard"
 
-    def __init__(self, ws: Workspace):
+    def __init__(self, ws: Workspace, max_text_bytes: int | None = None):
+        from lib.ingest import DEFAULT_MAX_TEXT_BYTES
+
         self.ws = ws
+        self.max_text_bytes = max_text_bytes or DEFAULT_MAX_TEXT_BYTES  # buffer.max_text_bytes
 
     def reads(self, input: dict, output: Path, rank: int, world_size: int, section: CurationConfig) -> list[Path]:
         return [Path(f["path"]) for f in input["files"][rank::world_size]]
@@ -188,7 +191,7 @@ class IngestStep(Step):
         files = [Path(f["path"]) for f in input["files"]]
         registry = DeferredRegistry({f["content_hash"]: f["status"] for f in input["files"] if f.get("status")})
         got = ingest(self.ws, registry, rank, world_size, flush=False, files=files,
-                     digests={f["path"]: f["content_hash"] for f in input["files"]})
+                     digests={f["path"]: f["content_hash"] for f in input["files"]}, max_text_bytes=self.max_text_bytes)
         write_documents(run, rank, got.ids, got.texts, got.order, declared_kinds(files, got.order, got.sources, c.source_kinds), c)
         stats = Stats({"ingest": got.counts})
         already = input.get("already", {}) if rank == 0 else {}
@@ -680,9 +683,10 @@ def dedup_files(inputs: list[Path], dest: Path, section: CurationConfig, world_s
 
 
 # -- the list, and running it here ------------------------------------------------------------------
-def curation_steps(ws: Workspace) -> list[Step]:
-    """The night's curation, in order (what `curate` runs here and the flow maps as tasks)."""
-    return [IngestStep(ws), RecordIngestStep(ws), DedupStep(DedupIndex(ws.index)), FilterStep(ws), ReportStep()]
+def curation_steps(ws: Workspace, max_text_bytes: int | None = None) -> list[Step]:
+    """The night's curation, in order (what `curate` runs here and the flow maps as tasks);
+    `max_text_bytes`: buffer.max_text_bytes, the longest text a buffer file's row may hold."""
+    return [IngestStep(ws, max_text_bytes), RecordIngestStep(ws), DedupStep(DedupIndex(ws.index)), FilterStep(ws), ReportStep()]
 
 
 def curate(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, shards: int | None = None) -> dict[str, Any]:
@@ -692,7 +696,7 @@ def curate(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, shards: int
     files, counts = pending_buffer_files(ws, Lineage(ws.lineage_db))
     n = shards or shard_count(cfg, len(files))
     pending = {"files": files, "already": {"consumed": counts["already_consumed"], "quarantined": counts["already_quarantined"]}}
-    *_, report = run_steps(curation_steps(ws), pending, run_dir.path, n, cfg.curation)
+    *_, report = run_steps(curation_steps(ws, cfg.buffer.max_text_bytes), pending, run_dir.path, n, cfg.curation)
     return report.to_dict()
 
 

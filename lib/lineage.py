@@ -481,6 +481,15 @@ class Lineage:
             rows = con.execute(query + " ORDER BY r.started_at", params).fetchall()
         return [dict(zip(("run_id", "version", "version_status", "started_at"), r)) for r in rows]
 
+    def latest_run(self, kind: str = "nightly") -> dict[str, Any] | None:
+        """The most recently started run of `kind`, with its status, parent and the status of the
+        version it recorded (None: none recorded)."""
+        with self.reading() as con:
+            row = con.execute("""SELECT r.run_id, r.status, r.parent, r.version, v.status FROM runs r
+                                 LEFT JOIN versions v ON v.version = r.version WHERE r.kind = ?
+                                 ORDER BY r.started_at DESC LIMIT 1""", [kind]).fetchone()
+        return None if row is None else dict(zip(("run_id", "status", "parent", "version", "version_status"), row))
+
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         with self.reading() as con:
             return _run_row(con, run_id)

@@ -77,6 +77,24 @@ def resumable_night(lin, champion: str, log=None) -> dict[str, Any] | None:
     return None
 
 
+def failed_after_training(ws, lin, champion: str) -> dict[str, Any] | None:
+    """The last night, when it failed with its training done or snapshotted and its gate not
+    decided, its parent still the champion (a version write that hit a read-only or full volume,
+    an evaluation that crashed): the next trigger resumes it under its own run id, from its last
+    snapshot or its finished version folder, instead of training again from step 0. A night that
+    failed before any snapshot starts afresh."""
+    from lib import snapshot
+
+    night = lin.latest_run("nightly")
+    if night is None or night["status"] != "failed" or night["parent"] != champion or night["version_status"] in DECIDED:
+        return None
+    run = ws.run(night["run_id"])
+    trained = night["version"] is not None and trained_version(ws.checkpoint(night["version"]), night["run_id"]) is not None
+    if not trained and (not run.path.is_dir() or snapshot.latest_complete(run.snapshots) is None):
+        return None
+    return {"run_id": night["run_id"], "version": night["version"], "version_status": night["version_status"], "failed": True}
+
+
 def decided_nights(lin) -> list[dict[str, Any]]:
     """Dead nights the gate already decided: the steps after the gate are all they miss."""
     return [n for n in dead_nights(lin) if n["version_status"] in DECIDED]
@@ -181,6 +199,13 @@ class RunBook:
     def night(self, champion: str) -> tuple[str, dict[str, Any] | None]:
         """Tonight's run id and the dead night it resumes (None: a new night)."""
         resumed = resumable_night(self.lineage, champion, self.log)
+        if resumed is None:
+            resumed = failed_after_training(self.ws, self.lineage, champion)
+            if resumed is not None:
+                if self.log is not None:
+                    self.log.warning("resuming night %s, which failed after training had progressed: from its last "
+                                     "snapshot or its finished version, not from step 0", resumed["run_id"])
+                return resumed["run_id"], resumed
         if resumed is None:
             return self.new_run_id("night"), None
         if self.log is not None:
