@@ -26,6 +26,7 @@ close as completed.
 
 from __future__ import annotations
 
+import os
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -93,6 +94,51 @@ def failed_after_training(ws, lin, champion: str) -> dict[str, Any] | None:
     if not trained and (not run.path.is_dir() or snapshot.latest_complete(run.snapshots) is None):
         return None
     return {"run_id": night["run_id"], "version": night["version"], "version_status": night["version_status"], "failed": True}
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under `path` (links not followed; a hard-linked file counted where found)."""
+    total = 0
+    for dirpath, _, filenames in os.walk(path):
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def failed_run_folders(ws, lin) -> list[dict[str, Any]]:
+    """Run folders of failed runs still on disk, oldest first, each with its size, kept for
+    inspection (logs, snapshots, curated data): nothing removes them but `remove_run_folders`,
+    on a person's request (`consolidate gc --remove`). The failed night the next trigger would
+    resume (`failed_after_training`) is marked `resumable`."""
+    with lin.reading() as con:
+        rows = con.execute("SELECT run_id, kind, parent, started_at FROM runs WHERE status = 'failed' ORDER BY started_at").fetchall()
+    champion = lin.alias("champion")
+    resumable = failed_after_training(ws, lin, champion) if champion else None
+    out = []
+    for run_id, kind, parent, started in rows:
+        folder = ws.runs / run_id
+        if folder.is_dir():
+            out.append({"run_id": run_id, "kind": kind, "parent": parent, "started_at": started, "path": str(folder),
+                        "bytes": folder_bytes(folder), "resumable": resumable is not None and resumable["run_id"] == run_id})
+    return out
+
+
+def remove_run_folders(ws, lin, include_resumable: bool = False) -> list[dict[str, Any]]:
+    """Delete the folders `failed_run_folders` lists (the resumable one only with
+    `include_resumable`: its night then starts over); call under the night lock. Returns what
+    was removed; lineage keeps the runs' rows."""
+    import shutil
+
+    removed = []
+    for row in failed_run_folders(ws, lin):
+        if row["resumable"] and not include_resumable:
+            continue
+        shutil.rmtree(row["path"])
+        removed.append(row)
+    return removed
 
 
 def decided_nights(lin) -> list[dict[str, Any]]:
