@@ -15,6 +15,11 @@
   night killed between any two steps completes it without duplicate rows.
 - Reading: `versions()`, `ancestry(v)` (back to the root, with data, metrics, decisions),
   `diff(a, b)`, `metrics(v, run_id)`, `alias_history()`.
+- Paths inside the workspace (the folder holding this file) are stored relative to it and read
+  back resolved against where it is now (`portable_path`, `full_path`): a copied or moved
+  workspace reads and writes only its own folders. Paths outside it stay absolute. Schema 4
+  rewrote the absolute paths of older files, rebasing those under the folder they were written
+  in (read off `<old root>/checkpoints/<version>`), after keeping `lineage.duckdb.v3.bak`.
 
 Trade-off: short connections cost ~1 ms each, negligible next to a nightly run, and let the
 server, the CLI and the flow share the file without a daemon.
