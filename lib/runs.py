@@ -16,8 +16,11 @@ place for every flow that writes a run (the night, the bootstrap).
   - stopped from outside (SIGTERM, Ctrl-C, the training time limit: the `stopped` exceptions)
     while a resumable kind (`nightly`) runs: left `running`, so the next trigger resumes it.
 - Under the lock every night lineage still calls running is dead (`dead_nights`): its process
-  ended without closing it. `resumable_night` picks the one to continue; `RunBook.night` gives
-  the run id of tonight: that one's, or a new one.
+  ended without closing it. `resumable_night` picks the one to continue, else
+  `failed_after_training` the last night if it failed with a snapshot on disk; `RunBook.night`
+  gives the run id of tonight: that one's, or a new one.
+- Failed runs keep their folders; `failed_run_folders` lists them with their size and
+  `remove_run_folders` deletes them on request (`consolidate gc --remove`), never on its own.
 
 Trade-off: the lifecycle is decided at the session's exit from the exception alone, so a stage
 that wants its run closed as failed must raise; a stage that catches and logs leaves the run to
