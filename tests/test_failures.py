@@ -138,3 +138,36 @@ def test_a_busy_workspace_answers_json_too(tmp_path, v0_workspace):
     report = failed_report(out)
     assert report["status"] == "busy" and report["stage"] == "night-lock" and report["exit_code"] == 75
     assert "a test holding the workspace" in report["error"], report
+
+
+def test_the_cause_a_child_raised_is_kept_however_many_lines_follow():
+    import sys
+
+    from lib.supervised_process import run_supervised
+
+    code = ("import sys\n"
+            "try:\n    open('/proc/no/such/dir/x', 'w')\n"
+            "except OSError as e:\n    import traceback; traceback.print_exc()\n"
+            "for i in range(400): print(f'[launcher] line {i}')\n"
+            "print('torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ')\n"
+            "sys.exit(1)\n")
+    r = run_supervised([sys.executable, "-c", code], keep_lines=20)
+    assert r.returncode == 1 and not any("FileNotFoundError" in line for line in r.last_lines)
+    assert r.cause == "FileNotFoundError: [Errno 2] No such file or directory: '/proc/no/such/dir/x'"
+
+
+def test_the_report_names_the_innermost_os_error_and_the_stage():
+    from cli.common import failure_report
+    from tasks.training import TrainingFailed
+
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/ws/checkpoints/.v2.tmp-1/model.safetensors")
+        except OSError as exc:
+            raise RuntimeError("could not store v2") from exc
+    except RuntimeError as exc:
+        exc.failed_stage = "store"
+        assert failure_report(exc) == {"status": "failed", "stage": "store", "error":
+                                       "OSError: [Errno 28] No space left on device: '/ws/checkpoints/.v2.tmp-1/model.safetensors'"}
+    rank = TrainingFailed("long message\nwith torchrun's tail", cause="OSError: [Errno 30] Read-only file system: '/x'")
+    assert failure_report(rank) == {"status": "failed", "stage": "setup", "error": "OSError: [Errno 30] Read-only file system: '/x'"}
