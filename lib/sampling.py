@@ -118,7 +118,7 @@ def prepare_run_data(workspace, cfg: ConsolidationConfig, sources: list[SourceCo
                                  seq_len=cfg.training.seq_len, workers=workers or cfg.curation.workers,
                                  cache_dir=workspace.token_cache if cache else None,
                                  separator=cfg.tokenizer.document_separator, markers=template_markers(tokenizer_dir),
-                                 doc_weights=memory_weights(workspace, cfg, sources))
+                                 doc_weights=memory_weights(workspace, cfg, sources), root=workspace.root)
 
 
 
@@ -133,6 +133,7 @@ def prepare_training_data(
     workers: int | None = None,
     cache_dir: str | Path | None = None,
     separator: str = "auto",
+    root: str | Path | None = None,
     markers: list[str] | None = None,
     doc_weights: dict[str, dict[str, float]] | None = None,
 ) -> dict:
@@ -203,7 +204,12 @@ def prepare_training_data(
         "warnings": warnings,
         "notes": notes,
     }
-    out.write_info(data)
+    if root is not None:  # paths inside the workspace written relative to its root: the folder can move
+        from lib.lineage import portable_tree
+
+        out.write_info(portable_tree(data, root))
+    else:
+        out.write_info(data)
     return data
 
 
