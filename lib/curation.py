@@ -200,8 +200,12 @@ class IngestStep(Step):
                 stats.add("ingest.files", n)
                 stats.add(f"ingest.files_already_{status}", n)
         stats.drop("quarantined_rows", got.counts.get("rows_quarantined", 0))
+        from lib.lineage import portable_tree
+
+        # the events name buffer files relative to the workspace: RecordIngestStep may apply them
+        # after the workspace moved (a resumed night)
         _write_json(run / out["ingest"], {"rank": rank, "stats": stats.to_dict(), "file_hashes": got.file_hashes,
-                                          "registry_events": registry.events})
+                                          "registry_events": portable_tree(registry.events, self.ws.root)})
         return stats
 
 

@@ -83,7 +83,9 @@ def quarantine_file(ws: Workspace, lineage, path: Path, digest: str, reason: str
     ws.quarantine.mkdir(parents=True, exist_ok=True)
     target = _free_name(ws.quarantine, path.name, digest)
     nbytes = path.stat().st_size
-    write_json(_reason_path(target), {"file": path.name, "from": str(path), "quarantined_as": target.name,
+    from lib.lineage import portable_path
+
+    write_json(_reason_path(target), {"file": path.name, "from": portable_path(path, ws.root), "quarantined_as": target.name,
                                       "content_hash": digest, "bytes": nbytes, "reason": reason}, indent=1)
     shutil.move(str(path), target)
     lineage.quarantine_buffer_file(digest, target, reason, nbytes)
@@ -106,6 +108,10 @@ def record_quarantine(ws: Workspace, lineage: Lineage) -> int:
         if digest in known:
             continue
         target, source = ws.quarantine / name, Path(info.get("from") or "")
+        if source.is_absolute() and ws.root not in source.parents:  # written before the workspace moved
+            source = ws.buffers / source.name
+        elif not source.is_absolute():
+            source = ws.root / source
         if not target.exists() and source.is_file() and content_hash(source) == digest:
             shutil.move(str(source), target)
         lineage.quarantine_buffer_file(digest, target, info["reason"], info.get("bytes"))
