@@ -207,7 +207,6 @@ class Lineage:
         # the workspace root: every stored path inside it is relative to it, resolved against
         # wherever the workspace is now (a copy, a move, another mount point)
         self.root = self.db_path.parent.resolve()
-        self._back_up_before_migration()
         with self.transaction() as con:
             self._migrate(con)
 
@@ -272,6 +271,8 @@ class Lineage:
             raise LineageError(
                 f"{self.db_path} has schema version {current}, newer than this code's {SCHEMA_VERSION}: upgrade the package"
             )
+        if 0 < current < SCHEMA_VERSION:
+            self._back_up(current)
         for version in range(current, SCHEMA_VERSION):
             for statement in MIGRATIONS[version]:
                 con.execute(statement)
@@ -279,29 +280,24 @@ class Lineage:
                 _relative_paths(con, self.root)
             con.execute("INSERT INTO schema_version VALUES (?, ?)", [version + 1, now()])
 
-    def _back_up_before_migration(self) -> None:
+    def _back_up(self, current: int) -> None:
         """A registry written by an older schema is copied to `lineage.duckdb.v<N>.bak` (once)
         before it is migrated: a migration that went wrong, or an older package that still needs
-        the file, has the original to go back to."""
-        if not self.db_path.is_file():
-            return
-        with _ctrl_c_stays_ctrl_c():
-            con = self._connect(read_only=True)
-            try:
-                has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'").fetchone()[0]
-                current = con.execute("SELECT max(version) FROM schema_version").fetchone()[0] if has else None
-            finally:
-                con.close()
-        if not current or current >= SCHEMA_VERSION:
-            return
+        the file, has the original to go back to. Called before the migration writes anything,
+        so the file (and its write-ahead log, if one was left) is as the old code left it."""
+        import shutil
+
+        from lib.files import atomic_path
+
         backup = self.db_path.with_name(f"{self.db_path.name}.v{current}.bak")
-        if not backup.exists():
-            import shutil
-
-            from lib.files import atomic_path
-
-            with atomic_path(backup) as tmp:
-                shutil.copyfile(self.db_path, tmp)
+        if backup.exists():
+            return
+        wal = self.db_path.with_name(self.db_path.name + ".wal")
+        if wal.is_file():
+            with atomic_path(backup.with_name(backup.name + ".wal")) as tmp:
+                shutil.copyfile(wal, tmp)
+        with atomic_path(backup) as tmp:
+            shutil.copyfile(self.db_path, tmp)
 
     # -- paths: relative inside the workspace, absolute outside -------------------------------
     def stored_path(self, path: str | Path | None) -> str | None:
