@@ -44,6 +44,7 @@ class ParsedInput:
     name: str
     texts: list[str] = field(default_factory=list)
     sources: list[str | None] = field(default_factory=list)
+    bad_rows: dict[int, str] = field(default_factory=dict)  # rows set aside: row -> what was wrong
 
 
 def _decode(data: bytes, name: str) -> str:
@@ -87,7 +88,7 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
 
     suffix = path.suffix.lower()
     if suffix == ".parquet":  # checked as a buffer file, as the nightly ingest checks one
-        from lib.buffer.ingest import BadBufferFile, read_buffer_table
+        from lib.buffer.ingest import BadBufferFile, bad_rows, read_buffer_table
 
         try:
             _, texts, _, sources = read_buffer_table(path)
@@ -95,8 +96,15 @@ def parse_input(name: str, source: str | None, max_text_bytes: int) -> ParsedInp
             raise FileRejected(f"{name}: {exc}") from None
         except Exception as exc:  # not parquet, a corrupt footer or page: whatever pyarrow raises
             raise FileRejected(f"{name}: not a readable parquet file ({type(exc).__name__}: {exc})") from None
+        # the rule a night applies to a file dropped into buffers/: bad rows are set aside (and
+        # named), the good rows are imported
+        bad = bad_rows(texts, max_text_bytes)
+        out.bad_rows = {row: f"{name}: row {row}: {reason}" for row, reason in bad.items()}
         for row, (text, src) in enumerate(zip(texts, sources)):
-            take(text, f"{name}: row {row}: text", src)
+            if row not in bad:
+                take(text, f"{name}: row {row}: text", src)
+        if not out.texts:
+            raise FileRejected(f"{name}: no usable rows ({'; '.join(sorted(set(bad.values())))})")
         return out
     jsonl = suffix in JSONL_SUFFIXES
     try:  # lib.data.readers: a record per JSON line, a text file whole
@@ -184,6 +192,7 @@ def register(app: typer.Typer) -> None:
         for name in files:
             try:
                 parsed.append(parse_input(name, source, buf.max_text_bytes))
+                errors.extend(f"{reason}; not imported, the file's other rows were" for reason in parsed[-1].bad_rows.values())
             except FileRejected as exc:
                 errors.append(str(exc))
             except Exception as exc:  # never let one input stop the others

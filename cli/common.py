@@ -3,6 +3,7 @@ workspace's night lock for the commands that change what a night reads or writes
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
@@ -35,10 +36,47 @@ def resolve_config(
     return cfg, Workspace(cfg.workspace.root)
 
 
-def exit_busy(exc: Exception, hint: str = "") -> typer.Exit:
-    """Say who holds the workspace (a `LockBusy`) on stderr; the exit to raise: code 75."""
+def exit_busy(exc: Exception, hint: str = "", as_json: bool = False) -> typer.Exit:
+    """Say who holds the workspace (a `LockBusy`) on stderr, and with `as_json` on stdout as
+    `{"status": "busy", "error", "stage": "night-lock", "exit_code": 75}`; the exit to raise."""
     typer.secho(f"busy: {exc}{hint}", fg=typer.colors.YELLOW, err=True)
+    if as_json:
+        typer.echo(json.dumps({"status": "busy", "error": f"{exc}{hint}", "stage": "night-lock", "exit_code": EXIT_BUSY}))
     return typer.Exit(EXIT_BUSY)
+
+
+def failure_report(exc: BaseException) -> dict:
+    """`{"status": "failed", "error", "stage"}` of a command that raised `exc`: the error is the
+    innermost OS error of the chain (it names the errno and the path: a read-only volume, a full
+    disk), else the cause a child process raised (`TrainingFailed.cause`), else the first line of
+    the exception; the stage is the night's stage it was raised in (flows.runtime.StageClock)."""
+    from lib.training.preflight import PreflightError
+
+    os_error, seen, e = None, set(), exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError):  # the innermost one is the cause
+            os_error = e
+        e = e.__cause__ or e.__context__
+    if os_error is not None:
+        error = f"{type(os_error).__name__}: {os_error}"
+    elif getattr(exc, "cause", None):
+        error = str(exc.cause)
+    else:
+        lines = str(exc).strip().splitlines()
+        error = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    stage = getattr(exc, "failed_stage", None) or ("preflight" if isinstance(exc, PreflightError) else "setup")
+    return {"status": "failed", "error": error, "stage": stage}
+
+
+def exit_failed(exc: BaseException, as_json: bool = False, code: int = 1) -> typer.Exit:
+    """A command's failure in its last line on stderr (and as JSON on stdout with `as_json`),
+    whatever was logged before it; the exit to raise."""
+    report = failure_report(exc)
+    typer.secho(f"failed in stage {report['stage']}: {report['error']}", fg=typer.colors.RED, err=True)
+    if as_json:
+        typer.echo(json.dumps(report))
+    return typer.Exit(code)
 
 
 @contextmanager

@@ -106,8 +106,9 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def ls(config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
            as_json: JsonOpt = False) -> None:
-        """List every version with its parent, status, aliases and old-data bits per byte."""
-        lin, _ = open_lineage(config, preset, set_, workspace)
+        """List every version with its parent, status, aliases and old-data bits per byte (and the
+        folders failed runs left, with their size)."""
+        lin, ws = open_lineage(config, preset, set_, workspace)
         rows = lin.versions()
         for row in rows:
             row["metrics"] = lin.metrics(row["version"], row["run_id"] or "")
@@ -121,6 +122,12 @@ def register(app: typer.Typer) -> None:
             table.add_row(r["version"], r["parent"] or "", r["status"], ", ".join(r["aliases"]), str(r["created_at"])[:19],
                           r["run_id"] or "", str(r["inputs"]), _fmt(r["metrics"].get("old_val", {}).get("bpb")))
         console().print(table)
+        from lib.registry.runs import failed_run_folders
+
+        failed = failed_run_folders(ws, lin)
+        if failed:  # kept for inspection, never removed silently: say so, and how to remove them
+            typer.echo(f"{len(failed)} failed runs keep their folders in {ws.runs} ({sum(r['bytes'] for r in failed) / 1e6:,.1f} MB): "
+                       f"`consolidate gc` lists them, `consolidate gc --remove` deletes them")
 
     @group.command("show")
     @user_errors

@@ -32,7 +32,7 @@ from typing import Iterator
 
 import typer
 
-from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, exit_busy, resolve_config
+from cli.common import ConfigOpt, JsonOpt, PresetOpt, SetOpt, WaitOpt, WorkspaceOpt, exit_busy, exit_failed, resolve_config
 
 # The watchdog: waits until its parent (this command) is gone, however it ended, then stops the
 # server if it still runs and is still the same process (its start time in /proc matches).
@@ -118,9 +118,10 @@ def _stop_on_sigterm(signum, frame):
 
 
 @contextmanager
-def flow_session(ws) -> Iterator[None]:
+def flow_session(ws, as_json: bool = False) -> Iterator[None]:
     """Run flows from the CLI: per-workspace Prefect home, SIGTERM as a clean exit, the ephemeral
-    API server stopped however the command ends, a busy workspace as exit code 75."""
+    API server stopped however the command ends, a busy workspace as exit code 75, a failure's
+    cause (stage, OS error and path) as the last line (and as JSON with `as_json`)."""
     prefect_environment(ws)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
@@ -140,12 +141,17 @@ def flow_session(ws) -> Iterator[None]:
         from lib.training.launch import TrainingStopped
 
         if isinstance(exc, LockBusy):
-            raise exit_busy(exc) from None
+            raise exit_busy(exc, as_json=as_json) from None
         if isinstance(exc, TrainingStopped):  # the time limit: not a crash, the night is resumable
             typer.secho(f"stopped: {exc}; the next `consolidate run` resumes the night (raise or unset "
                         f"training.time_limit_s if it keeps stopping)", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(1) from None
-        raise
+        from lib.config import ConfigError
+        from lib.workspace import WorkspaceError
+
+        # a user's mistake exits 2 as in cli.main; anything else 1; the cause last either way
+        user_error = isinstance(exc, (ConfigError, WorkspaceError, FileNotFoundError, ValueError))
+        raise exit_failed(exc, as_json, code=2 if user_error else 1) from None
     finally:
         # The server is stopped by Prefect's own exit handler, after its log worker has sent the
         # last lines (stopping it here would lose them); the watchdog covers a death without it.
@@ -167,7 +173,7 @@ def register(app: typer.Typer) -> None:
         """Run the nightly consolidation flow on this machine (curate, train, evaluate, gate, promote)."""
         sets = list(set_ or []) + ([] if wait else ["orchestration.night_lock_timeout_s=0"])
         cfg, ws = resolve_config(config, preset, sets, workspace)
-        with flow_session(ws):
+        with flow_session(ws, as_json):
             from flows.consolidate import nightly_consolidation
 
             result = nightly_consolidation(cfg)
@@ -179,7 +185,7 @@ def register(app: typer.Typer) -> None:
         """Build the embedded default (corpus, demo buffer, tokenizer) and pre-train v0 unless a champion exists."""
         sets = list(set_ or []) + ([] if wait else ["orchestration.night_lock_timeout_s=0"])
         cfg, ws = resolve_config(config, preset, sets, workspace)
-        with flow_session(ws):
+        with flow_session(ws, as_json):
             from flows.bootstrap import bootstrap as bootstrap_flow
 
             result = bootstrap_flow(cfg)

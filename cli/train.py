@@ -85,9 +85,7 @@ def register(app: typer.Typer) -> None:
         meta = read_meta(vdir)
         if parent:
             parent_dir = _version_dir(ws, parent)
-        elif meta.get("parent_path") and Path(meta["parent_path"]).exists():
-            parent_dir = Path(meta["parent_path"])
-        elif meta.get("parent_checkpoint"):
+        elif meta.get("parent_checkpoint"):  # the sibling in this workspace, never a path recorded elsewhere
             parent_dir = _version_dir(ws, meta["parent_checkpoint"])
         else:
             raise ValueError(f"{vdir}/meta.json records no parent_checkpoint: pass --parent")

@@ -19,7 +19,9 @@ delta, optimizer-state pruning).
     files (run inputs are pinned once curation is done), data stages from the cache, training
     from its last snapshot (or skipped if its version folder is complete), the gate applied once;
   - not decided, the champion moved since: closed as failed, a fresh night starts.
-- A night that fails with an error is closed as failed; the next trigger starts a fresh one.
+- A night that fails with an error is closed as failed; the next trigger starts a fresh one,
+  unless training had snapshotted (or finished) and the failed night is the last one, its parent
+  still the champion: then it resumes that night from its snapshot (lib.registry.runs.failed_after_training).
 - A night the gate rejects for forgetting is retried once, with `gate.retry_on_forgetting`, as run
   `<run>-retry1` on the same curated documents with lib.evaluation.gate.safer_settings; buffers are consumed
   only by an accepted attempt.

@@ -64,7 +64,7 @@ def curate_into(cfg: ConsolidationConfig, run: RunDir, pending: list[dict[str, A
     given: Any = {"files": sorted(pending, key=lambda p: p["path"]), "already": {}}
     here = str(run.path)
     with clock.stage("curate"):
-        for step in curation_steps(ws):
+        for step in curation_steps(ws, cfg.buffer.max_text_bytes):
             results = map_step(step, cfg, given, here, n, workers)
             given = here  # the steps after the first read the run folder
     return {**results[0]["stats"], "curated_dir": str(run.curated)}

@@ -63,6 +63,14 @@ class StageClock:
         try:
             with stage_ledger(self._own, name):
                 yield
+        except Exception as exc:
+            # the innermost stage names where a night failed (the CLI's `"stage"`)
+            if getattr(exc, "failed_stage", None) is None:
+                try:
+                    exc.failed_stage = name
+                except AttributeError:  # an exception type without a __dict__
+                    pass
+            raise
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t0, 3)
 

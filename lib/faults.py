@@ -6,12 +6,15 @@ a stage.
   `finally`, no `atexit`, no flushed buffers, exactly what the OOM killer does to a night.
   `CONSOLIDATION_FAULT=<name>:hold=<file>`: it touches `<file>.reached` and waits while `<file>`
   exists, so a test can act while a night sits inside a stage (a second trigger arriving).
+  `CONSOLIDATION_FAULT=<name>:errno=<N>`: it raises `OSError(N)` with the point's path, as a
+  read-only (30) or full (28) volume would, where a test cannot mount one.
 - The points sit where a kill leaves the most half-done state (tests/test_faults.py uses them):
   `night-lock` (the workspace's night lock just taken, nothing done: a night that holds still
   while a second trigger arrives), `curate` (bad files moved to quarantine, lineage not told yet), `tokenize` (token cache
   written, no manifest), `train` (torchrun running, a snapshot on disk), `record` (candidate in
   lineage), `evaluate` (metrics recorded), `gate` (decision taken, not applied), `promote`
-  (champion moved, dedup index and storage not done), `store` (delta written, lineage not told).
+  (champion moved, dedup index and storage not done), `store` (delta written, lineage not told),
+  `version-write` (the trainer's rank 0 writing the finished version's folder).
 
 Trade-off: a real SIGKILL from inside is as abrupt as one from outside, and it lands at a known
 point every time, where an outside kill after a sleep would land wherever the machine's load put
@@ -30,13 +33,17 @@ ENV = "CONSOLIDATION_FAULT"
 
 def armed(name: str) -> bool:
     """Whether `CONSOLIDATION_FAULT` names this point (for a point that must check a condition)."""
-    return os.environ.get(ENV, "").partition(":hold=")[0] == name
+    return os.environ.get(ENV, "").partition(":")[0] == name
 
 
-def fault_point(name: str) -> None:
-    """SIGKILL this process, or hold it, if `CONSOLIDATION_FAULT` names this point (tests only)."""
+def fault_point(name: str, path: str | os.PathLike | None = None) -> None:
+    """SIGKILL this process, hold it, or raise an OS error about `path`, if `CONSOLIDATION_FAULT`
+    names this point (tests only)."""
     if not armed(name):
         return
+    errno = os.environ[ENV].partition(":errno=")[2]
+    if errno:
+        raise OSError(int(errno), os.strerror(int(errno)), None if path is None else str(path))
     hold = os.environ[ENV].partition(":hold=")[2]
     if not hold:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -18,6 +18,9 @@
   .prefect/              the CLI's Prefect home (ephemeral API database) unless PREFECT_HOME is set
 ```
 
+What is stored about the workspace (lineage, meta.json, delta parents, cached task results)
+names its folders relative to the root, so the whole folder can be copied or moved.
+
 Every path a user hands in goes through `Workspace.resolve`, which refuses anything that lands
 outside the root (`../../etc/passwd`, an absolute path elsewhere, a symlink pointing out).
 """

@@ -138,11 +138,28 @@ class WorkspaceCache(LocalFileSystem):
                              f"the stage runs again")
         return content
 
+    # Results name folders of the workspace (a run's curated files, its data folder). They are
+    # stored with the root replaced by this mark and read back against where the workspace is
+    # now: a moved or copied workspace never gets the original's paths from its cache.
+    _ROOT_MARK = b"${WORKSPACE}/"
+
+    def _root(self) -> bytes:
+        return str(Path(self.basepath).expanduser().resolve().parent).encode() + b"/"
+
+    def _portable(self, content: bytes) -> bytes:
+        return content.replace(self._root(), self._ROOT_MARK)
+
     async def aread_path(self, path: str) -> bytes:
-        return self._checked(path, await super().aread_path(path))
+        return self._checked(path, await super().aread_path(path)).replace(self._ROOT_MARK, self._root())
 
     def read_path(self, path: str, _sync: bool | None = None) -> bytes:
-        return self._checked(path, LocalFileSystem.read_path(self, path, _sync=True))
+        return self._checked(path, LocalFileSystem.read_path(self, path, _sync=True)).replace(self._ROOT_MARK, self._root())
+
+    async def awrite_path(self, path: str, content: bytes) -> str:
+        return await super().awrite_path(path, self._portable(content))
+
+    def write_path(self, path: str, content: bytes, _sync: bool | None = None) -> str:
+        return LocalFileSystem.write_path(self, path, self._portable(content), _sync=True)
 
 
 _saved_storage: dict[str, str] = {}

@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+pytest.register_assert_rewrite("night_fixtures")  # a plugin the test modules also import from
 
 
 @pytest.fixture()

@@ -35,9 +35,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-pytest_plugins = ["prefect_fixtures"]
+pytest_plugins = ["prefect_fixtures", "night_fixtures"]
 
 from lib.registry.lineage import Lineage  # noqa: E402
+from night_fixtures import consolidate, finish, night_cfg, run_night  # noqa: E402
+from night_fixtures import api_url as _api_url  # noqa: E402
 from lib.workspace import Workspace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -361,7 +363,9 @@ def test_a_pickled_cache_record_is_never_unpickled(tmp_path, prefect_harness):
     [record] = list(ws.task_cache.iterdir())
     stored = json.loads(record.read_text())
     assert stored["metadata"]["serializer"]["type"] == "consolidation-json"
-    assert json.loads(stored["result"]) == {"calls": 1, "path": str(source)}
+    # stored relative to the workspace (a moved workspace reads its own paths back), read back whole
+    assert json.loads(stored["result"]) == {"calls": 1, "path": "${WORKSPACE}/" + source.name}
+    assert str(ws.root) not in record.read_text()
 
     marker = ws.root / "code-ran"
 
@@ -378,75 +382,25 @@ def test_a_pickled_cache_record_is_never_unpickled(tmp_path, prefect_harness):
 
 
 # -- real processes ----------------------------------------------------------------------------
-SETS = [
-    "workspace.corpus=small", "tokenizer.vocab_size=512", "model.num_layers=2", "model.hidden_size=64",
-    "model.intermediate_size=128", "model.max_position_embeddings=128", "model.pretrain_iterations=6",
-    "training.num_iterations=8", "training.snapshot_every=2", "training.total_batch_size=1024",
-    "training.seq_len=128", "training.device=cpu", "training.optimizer_state=inherit",
-    "checkpoints.keep_optimizer_states=0", "eval.max_docs=6", "curation.workers=1", "curation.languages=[]",
-    # the gate is not under test here: a night must pass it to reach promotion and storage
-    "gate.max_forgetting=10", "gate.min_acquisition=-10",
-]
-
-
-def _cfg(ws_root: Path, *extra: str):
-    from lib.config import load_config
-
-    return load_config(preset="tiny", overrides=[f"workspace.root={ws_root}", *SETS, *extra])
-
-
-@pytest.fixture(scope="module")
-def v0_workspace(tmp_path_factory, prefect_harness) -> Path:
-    """A workspace with a 0.3 MB stdlib corpus and a pre-trained tiny v0 (bootstrap flow)."""
-    from lib.data.corpus import build_stdlib_corpus
-    from flows.bootstrap import bootstrap
-
-    root = tmp_path_factory.mktemp("faults") / "ws"
-    ws = Workspace(root).ensure()
-    build_stdlib_corpus(ws, "small", max_mb=0.3)
-    write_good(ws.buffers, ["placeholder, so the bootstrap builds no demo buffer"], name="placeholder.parquet")
-    assert bootstrap(_cfg(root))["version"] == "v0"
-    (ws.buffers / "placeholder.parquet").unlink()
-    return root
+_cfg = night_cfg
 
 
 def clone(src: Path, dst: Path) -> Workspace:
-    """A copy of a workspace whose lineage points at the copy's own version folders."""
+    """A `cp -a` copy of a workspace: nothing to rewrite, every path it stores is relative."""
     shutil.copytree(src, dst, symlinks=True)
-    with Lineage(dst / "lineage.duckdb").transaction() as con:
-        con.execute("UPDATE versions SET path = replace(path, ?, ?)", [str(src), str(dst)])
     return Workspace(dst)
 
 
-def _api_url() -> str:
-    from prefect.settings import PREFECT_API_URL
-
-    return PREFECT_API_URL.value()
-
-
-def consolidate(ws: Workspace, *args: str, fault: str | None = None, ephemeral: bool = False) -> subprocess.Popen:
-    """`consolidate run ...` as its own process, on the session's Prefect server (or, with
-    `ephemeral`, starting its own), with the workspace's own PREFECT_HOME."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "CONSOLIDATION_FAULT"}
-    env.update(PYTHONPATH=str(ROOT), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="INFO")
-    if not ephemeral:
-        env["PREFECT_API_URL"] = _api_url()
-    if fault:
-        env["CONSOLIDATION_FAULT"] = fault
-    sets = [x for s in SETS for x in ("--set", s)]
-    return subprocess.Popen([sys.executable, "-m", "cli.main", "run", "--preset", "tiny", "-w", str(ws.root), *sets, *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=timeout)
-    return proc.returncode, out
-
-
-def run_night(ws: Workspace, *args: str, fault: str | None = None, expect: int = 0) -> str:
-    rc, out = finish(consolidate(ws, *args, fault=fault))
-    assert rc == expect, f"consolidate run (fault {fault}) exited {rc}, expected {expect}:\n{out[-4000:]}"
-    return out
+def moved_copy(src: Path, dst: Path, request) -> Workspace:
+    """A copy of a workspace, moved to `dst` after it was made, with the original out of reach
+    until the test ends: `src` does not exist meanwhile, so nothing the copy does can read or write
+    through a path recorded in the original. The original comes back for the session's next test."""
+    staged = clone(src, dst.with_name(dst.name + ".staged")).root
+    staged.rename(dst)
+    away = src.with_name(src.name + ".away")
+    src.rename(away)
+    request.addfinalizer(lambda: away.rename(src))
+    return Workspace(dst)
 
 
 def descendants(pid: int) -> list[int]:
@@ -527,14 +481,15 @@ def check_invariants(ws: Workspace, settled: bool) -> dict:
 
 
 @pytest.mark.slow
-def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace):
+def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace, request):
     """One night, killed with SIGKILL inside each stage in turn (and stopped with Ctrl-C and with
     SIGTERM mid-training): every next `consolidate run` picks the same night up where it died,
-    nobody frees anything, and the lineage invariants hold after every kill."""
+    nobody frees anything, and the lineage invariants hold after every kill. The workspace is a
+    moved copy, its original path gone: resuming works wherever the workspace now is."""
     from lib.buffer.store import Buffer
     from lib.buffer.records import content_hash
 
-    ws = clone(v0_workspace, tmp_path / "ws")
+    ws = moved_copy(v0_workspace, tmp_path / "ws", request)
     buf = Buffer(ws.buffers)
     good = [buf.add_file(GOOD_TEXTS[:3], "chat"), buf.add_file(GOOD_TEXTS[3:], "chat")]
     bad = write_bad(ws.buffers, "invalid-utf8")

@@ -10,8 +10,9 @@
   fully fails for any reason: not parquet, a corrupt footer or page, no `text` column, a `text`,
   `id` or `source` column that is not a string, invalid UTF-8 in any string column, no rows (the
   same rule as `consolidate buffer add`), or anything else pyarrow raises. The night goes on
-  with the other files. Null or blank texts are bad rows: they go to
-  `quarantine/<name>.<hash>.bad-rows.parquet`, the rest of the file goes on.
+  with the other files. Bad rows (`bad_rows`, the rule `buffer add` applies too: a null or blank
+  text, a text over `buffer.max_text_bytes`) go to `quarantine/<name>.<hash>.bad-rows.parquet`
+  with their reasons; the rest of the file goes on.
 - Quarantined names never collide: a name already taken in `quarantine/` gets the content hash
   (and, if need be, a counter) before its suffix. The reason file is written before the move, so
   `record_quarantine` can put every quarantine into lineage later even if the process that made
@@ -41,9 +42,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lib.buffer.store import Buffer
-from lib.buffer.records import content_hash
+from lib.buffer.records import InvalidRecordError, content_hash, validate_text
 from lib.files import atomic_path, write_json
-from lib.registry.lineage import Lineage
+from lib.registry.lineage import Lineage, portable_path
 from lib.workspace import Workspace
 
 
@@ -83,7 +84,8 @@ def quarantine_file(ws: Workspace, lineage, path: Path, digest: str, reason: str
     ws.quarantine.mkdir(parents=True, exist_ok=True)
     target = _free_name(ws.quarantine, path.name, digest)
     nbytes = path.stat().st_size
-    write_json(_reason_path(target), {"file": path.name, "from": str(path), "quarantined_as": target.name,
+
+    write_json(_reason_path(target), {"file": path.name, "from": portable_path(path, ws.root), "quarantined_as": target.name,
                                       "content_hash": digest, "bytes": nbytes, "reason": reason}, indent=1)
     shutil.move(str(path), target)
     lineage.quarantine_buffer_file(digest, target, reason, nbytes)
@@ -106,6 +108,10 @@ def record_quarantine(ws: Workspace, lineage: Lineage) -> int:
         if digest in known:
             continue
         target, source = ws.quarantine / name, Path(info.get("from") or "")
+        if source.is_absolute() and ws.root not in source.parents:  # written before the workspace moved
+            source = ws.buffers / source.name
+        elif not source.is_absolute():
+            source = ws.root / source
         if not target.exists() and source.is_file() and content_hash(source) == digest:
             shutil.move(str(source), target)
         lineage.quarantine_buffer_file(digest, target, info["reason"], info.get("bytes"))
@@ -147,6 +153,27 @@ def read_buffer_table(path: Path) -> tuple[pa.Table, list[str | None], list[str 
     ids = table.column("id").to_pylist() if "id" in table.column_names else [None] * len(texts)
     sources = table.column("source").to_pylist() if "source" in table.column_names else [None] * len(texts)
     return table, texts, ids, sources
+
+
+DEFAULT_MAX_TEXT_BYTES = 10_000_000  # buffer.max_text_bytes's default
+
+
+def bad_rows(texts: list, max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES) -> dict[int, str]:
+    """The one rule for the rows of a buffer file, whichever way it arrives (`consolidate buffer
+    add`, or dropped into `buffers/` and ingested by a night): {row: reason} of every row that
+    cannot be a record: a null, empty or whitespace-only text, or a text over `max_text_bytes`
+    in UTF-8 (buffer.max_text_bytes). Such rows are set aside with their reasons and the rest of
+    the file is used; a problem with the file itself (`read_buffer_table`) refuses it whole."""
+    out = {}
+    for i, text in enumerate(texts):
+        if text is None:
+            out[i] = "null text"
+            continue
+        try:
+            validate_text(text, max_text_bytes, "text")
+        except InvalidRecordError as exc:
+            out[i] = str(exc)
+    return out
 
 
 class DeferredRegistry:
@@ -244,10 +271,12 @@ def record_ingest(ws: Workspace, lineage: Lineage, events: list[dict]) -> int:
 def ingest(
     ws: Workspace, lineage: Lineage | DeferredRegistry, rank: int = 0, world_size: int = 1, flush: bool = True,
     files: list[Path] | None = None, digests: dict[str, str] | None = None,
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES,
 ) -> IngestResult:
     """Documents of the pending buffer files of this rank, in file order then row order
     (`files`: the full sorted list to split, default the buffer folder's files; `digests`: the
-    content hashes already known by path, so a file is not hashed again)."""
+    content hashes already known by path, so a file is not hashed again). Rows `bad_rows` refuses
+    go to quarantine with their reasons."""
     if flush:
         flush_buffer(ws)
     files = buffer_files(ws) if files is None else [Path(f) for f in files]
@@ -273,14 +302,16 @@ def ingest(
             quarantine_file(ws, lineage, path, digest, f"{type(exc).__name__}: {exc}")
             _bump(counts, "files_quarantined")
             continue
-        bad = [i for i, t in enumerate(texts) if t is None or not t.strip()]
+        reasons = bad_rows(texts, max_text_bytes)
+        bad = sorted(reasons)
         if bad:
             ws.quarantine.mkdir(parents=True, exist_ok=True)
             rows_file = ws.quarantine / f"{path.stem}.{digest[:12]}.bad-rows.parquet"
             if not rows_file.exists():  # same content, same bad rows: written once
                 atomic_write_table(table.take(bad), rows_file)
                 write_json(_reason_path(rows_file), {"file": path.name, "content_hash": digest, "rows": bad,
-                                                      "reason": "null or blank text"}, indent=1)
+                                                      "reason": "; ".join(sorted(set(reasons.values()))),
+                                                      "reasons": {str(i): reasons[i] for i in bad}}, indent=1)
             _bump(counts, "rows_quarantined", len(bad))
         bad_set = set(bad)
         if known is None:

@@ -39,6 +39,7 @@ import hashlib
 import json
 import mmap
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -47,6 +48,7 @@ from typing import Any
 from lib.checkpoints.delta import DELTA_FORMAT, DELTA_FORMATS, CheckpointError, decode_delta_to, encode_delta_to
 from lib.checkpoints.precision import ROUNDINGS, STORAGE_DTYPES, UpdateSurvival, cast_for_storage
 from lib.files import atomic_path, file_hash, publish_folder, temp_folder, temp_sibling, write_json
+from lib.faults import fault_point
 
 MODEL_FILE = "model.safetensors"
 DELTA_FILE = "model.delta.zst"
@@ -150,6 +152,7 @@ def write_version(
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"version folder {out_dir} already exists; pick a new --out or remove it")
     with publish_folder(out_dir) as tmp:
+        fault_point("version-write", tmp / MODEL_FILE)
         before = next(model.parameters()).dtype
         target = getattr(torch, dtype) if dtype is not None else before
         narrower = target.itemsize < before.itemsize
@@ -185,7 +188,17 @@ def write_version(
 def _save_hf(model, folder: Path) -> None:
     """save_pretrained as one safetensors file, config.json's dtype saying what is stored."""
     # one shard: delta storage and the digest address one file
-    model.save_pretrained(folder, safe_serialization=True, max_shard_size="1000GB")
+    try:
+        model.save_pretrained(folder, safe_serialization=True, max_shard_size="1000GB")
+    except OSError:
+        raise
+    except Exception as exc:
+        # safetensors' writer reports a full or read-only volume as "I/O error: ... (os error 28)",
+        # naming no file: raise it as the OS error it is, with the file
+        code = re.search(r"os error (\d+)", str(exc))
+        if code is None:
+            raise
+        raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(folder / MODEL_FILE)) from exc
     if not (folder / MODEL_FILE).is_file():
         raise CheckpointError(f"save_pretrained did not write {MODEL_FILE} in {folder}")
     stored = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -299,7 +312,10 @@ def storage_info(version_dir: str | Path) -> dict[str, Any]:
 
 def _parent_of_delta(version_dir: Path) -> Path:
     info = json.loads((version_dir / DELTA_META).read_text(encoding="utf-8"))
-    candidates = [Path(info["parent_path"])] if info.get("parent_path") else []
+    # The parent is found relative to this folder only: an absolute `parent_path` (written by
+    # older versions) would, in a copied workspace, point into the original, whose parent
+    # folder a materialization would then write `.full/` into.
+    candidates = []
     if info.get("parent_relative"):  # a master folder's parent is its own version: "..", wherever it moved
         candidates.append(version_dir / info["parent_relative"])
     if info.get("parent_version"):
@@ -310,7 +326,7 @@ def _parent_of_delta(version_dir: Path) -> Path:
             return c
     raise CheckpointError(
         f"{version_dir} is stored as a delta against {info.get('parent_version')!r} "
-        f"({info.get('parent_path')}), which is missing: restore that version first"
+        f"(expected at {version_dir / info.get('parent_relative', '..')}), which is missing: restore that version first"
     )
 
 
@@ -351,7 +367,6 @@ def compact(version_dir: str | Path, parent_dir: str | Path, *, level: int = 3) 
     info = {
         "format": DELTA_FORMAT,
         "parent_version": parent_meta.get("version", parent_dir.name),
-        "parent_path": str(parent_dir.resolve()),
         "parent_relative": os.path.relpath(parent_dir.resolve(), version_dir.resolve()),
         "parent_digest": parent_digest,
         "digest": digest,

@@ -74,7 +74,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lib.buffer.ingest import DeferredRegistry, atomic_write_table, ingest, pending_buffer_files, record_ingest
+from lib.buffer.ingest import (
+    DEFAULT_MAX_TEXT_BYTES, DeferredRegistry, atomic_write_table, ingest, pending_buffer_files,
+    record_ingest,
+)
 from lib.config import ConsolidationConfig, CurationConfig
 from lib.curation.dedup import DedupIndex, compute_signatures, exact_hashes, first_occurrence, match_history, near_dedup, signature_params
 from lib.curation.filters import kind_filters
@@ -84,7 +87,7 @@ from lib.curation.text import TextBuffer, normalize_texts
 from lib.curation.textfilters import Doc, declared_kind, detect_kinds, length_filter, line_features
 from lib.faults import fault_point
 from lib.files import atomic_path, write_json
-from lib.registry.lineage import Lineage
+from lib.registry.lineage import Lineage, portable_tree
 from lib.workspace import RunDir, Workspace
 
 log = logging.getLogger(__name__)
@@ -177,8 +180,9 @@ class IngestStep(Step):
 
     name = "ingest-shard"
 
-    def __init__(self, ws: Workspace):
+    def __init__(self, ws: Workspace, max_text_bytes: int | None = None):
         self.ws = ws
+        self.max_text_bytes = max_text_bytes or DEFAULT_MAX_TEXT_BYTES  # buffer.max_text_bytes
 
     def reads(self, input: dict, output: Path, rank: int, world_size: int, section: CurationConfig) -> list[Path]:
         return [Path(f["path"]) for f in input["files"][rank::world_size]]
@@ -191,7 +195,7 @@ class IngestStep(Step):
         files = [Path(f["path"]) for f in input["files"]]
         registry = DeferredRegistry({f["content_hash"]: f["status"] for f in input["files"] if f.get("status")})
         got = ingest(self.ws, registry, rank, world_size, flush=False, files=files,
-                     digests={f["path"]: f["content_hash"] for f in input["files"]})
+                     digests={f["path"]: f["content_hash"] for f in input["files"]}, max_text_bytes=self.max_text_bytes)
         write_documents(run, rank, got.ids, got.texts, got.order, declared_kinds(files, got.order, got.sources, c.source_kinds), c)
         stats = Stats({"ingest": got.counts})
         already = input.get("already", {}) if rank == 0 else {}
@@ -200,8 +204,11 @@ class IngestStep(Step):
                 stats.add("ingest.files", n)
                 stats.add(f"ingest.files_already_{status}", n)
         stats.drop("quarantined_rows", got.counts.get("rows_quarantined", 0))
+
+        # the events name buffer files relative to the workspace: RecordIngestStep may apply them
+        # after the workspace moved (a resumed night)
         _write_json(run / out["ingest"], {"rank": rank, "stats": stats.to_dict(), "file_hashes": got.file_hashes,
-                                          "registry_events": registry.events})
+                                          "registry_events": portable_tree(registry.events, self.ws.root)})
         return stats
 
 
@@ -495,9 +502,10 @@ class ReportStep(Step):
 
 
 # -- the list, and running it here ------------------------------------------------------------------
-def curation_steps(ws: Workspace) -> list[Step]:
-    """The night's curation, in order (what `curate` runs here and the flow maps as tasks)."""
-    return [IngestStep(ws), RecordIngestStep(ws), DedupStep(DedupIndex(ws.index)), FilterStep(ws), ReportStep()]
+def curation_steps(ws: Workspace, max_text_bytes: int | None = None) -> list[Step]:
+    """The night's curation, in order (what `curate` runs here and the flow maps as tasks);
+    `max_text_bytes`: buffer.max_text_bytes, the longest text a buffer file's row may hold."""
+    return [IngestStep(ws, max_text_bytes), RecordIngestStep(ws), DedupStep(DedupIndex(ws.index)), FilterStep(ws), ReportStep()]
 
 
 def curate(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, shards: int | None = None) -> dict[str, Any]:
@@ -507,7 +515,7 @@ def curate(ws: Workspace, cfg: ConsolidationConfig, run_dir: RunDir, shards: int
     files, counts = pending_buffer_files(ws, Lineage(ws.lineage_db))
     n = shards or shard_count(cfg, len(files))
     pending = {"files": files, "already": {"consumed": counts["already_consumed"], "quarantined": counts["already_quarantined"]}}
-    *_, report = run_steps(curation_steps(ws), pending, run_dir.path, n, cfg.curation)
+    *_, report = run_steps(curation_steps(ws, cfg.buffer.max_text_bytes), pending, run_dir.path, n, cfg.curation)
     return report.to_dict()
 
 

@@ -37,7 +37,7 @@ from lib.data.memory import MEMORY_NIGHT, replay_weights
 from lib.data.prepared import PreparedData
 from lib.data.token_cache import tokenize_sources, tokenize_tasks
 from lib.data.tokenizer import load_tokenizer
-from lib.registry.lineage import Lineage
+from lib.registry.lineage import Lineage, portable_tree
 from lib.serving.chat_format import template_markers
 from lib.workspace import check_name
 
@@ -113,7 +113,7 @@ def prepare_run_data(workspace, cfg: ConsolidationConfig, sources: list[SourceCo
                                  seq_len=cfg.training.seq_len, workers=workers or cfg.curation.workers,
                                  cache_dir=workspace.token_cache if cache else None,
                                  separator=cfg.tokenizer.document_separator, markers=template_markers(tokenizer_dir),
-                                 doc_weights=memory_weights(workspace, cfg, sources))
+                                 doc_weights=memory_weights(workspace, cfg, sources), root=workspace.root)
 
 
 
@@ -128,6 +128,7 @@ def prepare_training_data(
     workers: int | None = None,
     cache_dir: str | Path | None = None,
     separator: str = "auto",
+    root: str | Path | None = None,
     markers: list[str] | None = None,
     doc_weights: dict[str, dict[str, float]] | None = None,
 ) -> dict:
@@ -196,7 +197,11 @@ def prepare_training_data(
         "warnings": warnings,
         "notes": notes,
     }
-    out.write_info(data)
+    if root is not None:  # paths inside the workspace written relative to its root: the folder can move
+
+        out.write_info(portable_tree(data, root))
+    else:
+        out.write_info(data)
     return data
 
 

@@ -23,7 +23,7 @@ class BufferRecords:
             t = now()
             con.execute(
                 "INSERT INTO buffer_files VALUES (?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?)",
-                [content_hash, str(path), rows, nbytes, t, t],
+                [content_hash, self.stored_path(path), rows, nbytes, t, t],
             )
             return True
 
@@ -34,12 +34,12 @@ class BufferRecords:
             if con.execute("SELECT 1 FROM buffer_files WHERE content_hash = ?", [content_hash]).fetchone():
                 con.execute(
                     "UPDATE buffer_files SET status = 'quarantined', reason = ?, path = ?, updated_at = ? WHERE content_hash = ?",
-                    [reason, str(path), t, content_hash],
+                    [reason, self.stored_path(path), t, content_hash],
                 )
             else:
                 con.execute(
                     "INSERT INTO buffer_files VALUES (?, ?, NULL, ?, 'quarantined', ?, NULL, NULL, ?, ?)",
-                    [content_hash, str(path), nbytes, reason, t, t],
+                    [content_hash, self.stored_path(path), nbytes, reason, t, t],
                 )
 
     def buffer_files(self, status: str | None = None) -> list[BufferFile]:
@@ -50,7 +50,7 @@ class BufferRecords:
             params.append(status)
         query += " ORDER BY registered_at, path"
         with self.reading() as con:
-            return [BufferFile(*row) for row in con.execute(query, params).fetchall()]
+            return [self._buffer_file(row) for row in con.execute(query, params).fetchall()]
 
     def mark_consumed(self, content_hashes: list[str], version: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
         """Pending files become consumed by `version`. Pass `con` to make it part of a larger

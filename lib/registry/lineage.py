@@ -21,6 +21,11 @@
   module and a migration here, and callers keep one object. Every query method opens a
   connection through `self.transaction()` or `self.reading()`, or takes the caller's `con` to be
   part of a larger transaction (a night's records commit together).
+- Paths inside the workspace (the folder holding this file) are stored relative to it and read
+  back resolved against where it is now (`portable_path`, `full_path`): a copied or moved
+  workspace reads and writes only its own folders. Paths outside it stay absolute. Schema 4
+  rewrote the absolute paths of older files, rebasing those under the folder they were written
+  in (read off `<old root>/checkpoints/<version>`), after keeping `lineage.duckdb.v3.bak`.
 
 Trade-offs: short connections cost ~1 ms each, negligible next to a nightly run, and let the
 server, the CLI and the flow share the file without a daemon. One mixin per table group keeps
@@ -34,18 +39,19 @@ import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import duckdb
+import shutil
 
-from lib.files import file_hash
+from lib.files import atomic_path, file_hash
 from lib.registry.buffer_records import BufferRecords
 from lib.registry.memory_records import MemoryRecords
-from lib.registry.records import LineageError, now
+from lib.registry.records import BufferFile, LineageError, _relative_paths, now, portable_path, portable_tree, version_dict  # noqa: F401 (portable_tree: re-exported)
 from lib.registry.run_records import RunRecords
 from lib.registry.version_records import VersionRecords
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
 MIGRATIONS: list[list[str]] = [
@@ -160,6 +166,7 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (night, doc_id)
         )""",
     ],
+    [],  # 3 -> 4: paths inside the workspace become relative to its root (`_relative_paths`, in Python)
 ]
 
 
@@ -187,6 +194,9 @@ class Lineage(BufferRecords, RunRecords, MemoryRecords, VersionRecords):
         self.db_path = Path(db_path)
         self.lock_timeout_s = lock_timeout_s
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        # the workspace root: every stored path inside it is relative to it, resolved against
+        # wherever the workspace is now (a copy, a move, another mount point)
+        self.root = self.db_path.parent.resolve()
         with self.transaction() as con:
             self._migrate(con)
 
@@ -251,14 +261,58 @@ class Lineage(BufferRecords, RunRecords, MemoryRecords, VersionRecords):
             raise LineageError(
                 f"{self.db_path} has schema version {current}, newer than this code's {SCHEMA_VERSION}: upgrade the package"
             )
+        if 0 < current < SCHEMA_VERSION:
+            self._back_up(current)
         for version in range(current, SCHEMA_VERSION):
             for statement in MIGRATIONS[version]:
                 con.execute(statement)
+            if version == 3 and current > 0:
+                _relative_paths(con, self.root)
             con.execute("INSERT INTO schema_version VALUES (?, ?)", [version + 1, now()])
+
+    def _back_up(self, current: int) -> None:
+        """A registry written by an older schema is copied to `lineage.duckdb.v<N>.bak` (once)
+        before it is migrated: a migration that went wrong, or an older package that still needs
+        the file, has the original to go back to. Called before the migration writes anything,
+        so the file (and its write-ahead log, if one was left) is as the old code left it."""
+        backup = self.db_path.with_name(f"{self.db_path.name}.v{current}.bak")
+        if backup.exists():
+            return
+        wal = self.db_path.with_name(self.db_path.name + ".wal")
+        if wal.is_file():
+            with atomic_path(backup.with_name(backup.name + ".wal")) as tmp:
+                shutil.copyfile(wal, tmp)
+        with atomic_path(backup) as tmp:
+            shutil.copyfile(self.db_path, tmp)
+
+    # -- paths: relative inside the workspace, absolute outside -------------------------------
+    def stored_path(self, path: str | Path | None) -> str | None:
+        """How a path is stored: relative to the workspace root when it lies inside it, else
+        absolute (a user's replay corpus, a model folder elsewhere). A relative path is taken as
+        relative to the root already."""
+        return None if path is None else portable_path(path, self.root)
+
+    def full_path(self, stored: str | None) -> str | None:
+        """A stored path resolved against where the workspace is now."""
+        if stored is None:
+            return None
+        p = Path(stored)
+        return str(p if p.is_absolute() else self.root / p)
 
     def schema_version(self) -> int:
         with self.reading() as con:
             return con.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+
+    def _buffer_file(self, row: tuple) -> BufferFile:
+        return self._absolute(BufferFile(*row))
+
+    def _absolute(self, b: BufferFile) -> BufferFile:
+        return BufferFile(**{**b.__dict__, "path": self.full_path(b.path)})
+
+    def _version_dict(self, row: tuple) -> dict[str, Any]:
+        out = version_dict(row)
+        out["path"] = self.full_path(out["path"])
+        return out
 
 
 def version_digest(folder: str | Path) -> str:

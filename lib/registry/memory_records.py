@@ -21,7 +21,7 @@ class MemoryRecords:
             if con.execute("SELECT 1 FROM memory_nights WHERE version = ?", [version]).fetchone():
                 return
             con.execute("INSERT INTO memory_nights VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [version, run_id, str(path), docs, heldout_docs, str(heldout_cut), now()])
+                        [version, run_id, self.stored_path(path), docs, heldout_docs, str(heldout_cut), now()])
             self._add_exposures(con, version, version, exposures)
 
     def record_replay_exposures(self, version: str, by_night: dict[str, dict[str, int]]) -> None:
@@ -49,7 +49,7 @@ class MemoryRecords:
             rows = con.execute("SELECT version, run_id, path, docs, heldout_docs, heldout_cut, added_at FROM memory_nights "
                                "ORDER BY added_at, version").fetchall()
         keys = ("version", "run_id", "path", "docs", "heldout_docs", "heldout_cut", "added_at")
-        return [{**dict(zip(keys, r)), "heldout_cut": int(r[5])} for r in rows]
+        return [{**dict(zip(keys, r)), "path": self.full_path(r[2]), "heldout_cut": int(r[5])} for r in rows]
 
     def memory_exposures(self) -> dict[tuple[str, str], int]:
         """{(night, doc_id): exposures} of every document in the memory."""

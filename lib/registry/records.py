@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,6 +53,81 @@ def to_json(value: Any) -> str:
     """JSON for the registry's JSON columns (paths and datetimes as strings)."""
     return json.dumps(value, default=str, sort_keys=True)
 
+
+
+def portable_path(path: str | Path, root: str | Path) -> str:
+    """`path` relative to `root` (POSIX separators) when it lies inside it, else absolute; a
+    relative `path` is returned as it is (already relative to the root). Symlinks are not
+    followed, except that a path reached through the root's own resolved form counts as inside."""
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    root = Path(root)
+    for candidate_root in dict.fromkeys((root, root.resolve())):
+        for candidate in dict.fromkeys((Path(os.path.normpath(p)), p.resolve())):
+            try:
+                rel = candidate.relative_to(candidate_root)
+            except ValueError:
+                continue
+            return rel.as_posix() or "."
+    return str(p)
+
+
+def portable_tree(value: Any, root: str | Path, old_roots: tuple[str, ...] = ()) -> Any:
+    """A JSON tree (config, meta, corpus info) with every string that is an absolute path inside
+    `root` (or inside one of `old_roots`, where the workspace was before a move) made relative."""
+    roots = [str(Path(r)) for r in (str(root), str(Path(root).resolve()), *old_roots)]
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        if isinstance(v, Path):
+            v = str(v)
+        if isinstance(v, str) and v.startswith("/"):
+            for r in roots:
+                if v == r:
+                    return "."
+                if v.startswith(r.rstrip("/") + "/"):
+                    return v[len(r.rstrip("/")) + 1:]
+        return v
+    return walk(value)
+
+
+def _old_roots(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
+    """Where the workspace was when its absolute paths were written, read off the paths that can
+    only lie inside it: `<old root>/checkpoints/<version>`, `<old root>/buffers/<file>`."""
+    roots = set()
+    for version, path in con.execute("SELECT version, path FROM versions WHERE path LIKE '/%'").fetchall():
+        p = Path(path)
+        if p.name == version and p.parent.name == "checkpoints":
+            roots.add(str(p.parent.parent))
+    for (path,) in con.execute("SELECT path FROM buffer_files WHERE path LIKE '/%'").fetchall():
+        p = Path(path)
+        if p.parent.name in ("buffers", "quarantine"):
+            roots.add(str(p.parent.parent))
+    return tuple(sorted(roots, key=len, reverse=True))
+
+
+def _relative_paths(con: duckdb.DuckDBPyConnection, root: Path) -> None:
+    """Migration 3 -> 4: every absolute path inside the workspace, where it is now or where it was
+    when the path was written (read off the path: `<old root>/checkpoints/<version>`), becomes
+    relative to the root; paths outside stay absolute. The JSON columns too."""
+    columns = [("buffer_files", "content_hash", "path"), ("versions", "version", "path"),
+               ("manifests", "manifest_hash", "path"), ("memory_nights", "version", "path")]
+    old = _old_roots(con)
+    for table, key, col in columns:
+        for k, p in con.execute(f"SELECT {key}, {col} FROM {table} WHERE {col} LIKE '/%'").fetchall():
+            new = portable_tree(p, root, old)
+            if new != p:
+                con.execute(f"UPDATE {table} SET {col} = ? WHERE {key} = ?", [new, k])
+    for table, key, col in (("versions", "version", "meta"), ("runs", "run_id", "config"),
+                            ("corpora", "name", "info"), ("manifests", "manifest_hash", "stats")):
+        for k, v in con.execute(f"SELECT {key}, {col} FROM {table} WHERE {col} IS NOT NULL").fetchall():
+            tree = from_json(v)
+            new = portable_tree(tree, root, old)
+            if new != tree:
+                con.execute(f"UPDATE {table} SET {col} = ? WHERE {key} = ?", [to_json(new), k])
 
 def from_json(value: Any) -> Any:
     """A JSON column as a value (DuckDB returns JSON as text)."""

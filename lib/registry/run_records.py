@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from lib.registry.records import (
-    BufferFile, LineageError, code_version_string, from_json, now, run_inputs_of, run_row, to_json,
+    BufferFile, LineageError, code_version_string, from_json, now, portable_tree, run_inputs_of, run_row, to_json,
 )
 
 
@@ -38,7 +38,8 @@ class RunRecords:
                      kind = excluded.kind, parent = excluded.parent, status = 'running',
                      config = coalesce(excluded.config, runs.config),
                      code_version = coalesce(excluded.code_version, runs.code_version), finished_at = NULL""",
-                [run_id, flow_run_id, kind, parent, None if config is None else to_json(config), code_version or code_version_string(), t],
+                [run_id, flow_run_id, kind, parent, None if config is None else to_json(portable_tree(config, self.root)),
+                 code_version or code_version_string(), t],
             )
 
     def finish_run(self, run_id: str, status: str = "completed", version: str | None = None, timings: dict[str, float] | None = None) -> None:
@@ -69,6 +70,15 @@ class RunRecords:
             rows = con.execute(query + " ORDER BY r.started_at", params).fetchall()
         return [dict(zip(("run_id", "version", "version_status", "started_at"), r)) for r in rows]
 
+    def latest_run(self, kind: str = "nightly") -> dict[str, Any] | None:
+        """The most recently started run of `kind`, with its status, parent and the status of the
+        version it recorded (None: none recorded)."""
+        with self.reading() as con:
+            row = con.execute("""SELECT r.run_id, r.status, r.parent, r.version, v.status FROM runs r
+                                 LEFT JOIN versions v ON v.version = r.version WHERE r.kind = ?
+                                 ORDER BY r.started_at DESC LIMIT 1""", [kind]).fetchone()
+        return None if row is None else dict(zip(("run_id", "status", "parent", "version", "version_status"), row))
+
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         with self.reading() as con:
             return run_row(con, run_id)
@@ -83,7 +93,7 @@ class RunRecords:
 
     def run_inputs(self, run_id: str) -> list[BufferFile]:
         with self.reading() as con:
-            return run_inputs_of(con, run_id)
+            return [self._absolute(b) for b in run_inputs_of(con, run_id)]
 
     def record_manifest(
         self, manifest_hash: str, run_id: str | None, path: str | Path | None, stats: dict[str, Any] | None = None,
@@ -95,7 +105,7 @@ class RunRecords:
         con.execute(
             """INSERT INTO manifests VALUES (?, ?, ?, ?, ?)
                ON CONFLICT (manifest_hash) DO UPDATE SET run_id = excluded.run_id, path = excluded.path, stats = excluded.stats""",
-            [manifest_hash, run_id, None if path is None else str(path), to_json(stats or {}), now()],
+            [manifest_hash, run_id, self.stored_path(path), to_json(portable_tree(stats or {}, self.root)), now()],
         )
 
     def record_corpus(self, name: str, kind: str, info: dict[str, Any]) -> None:
@@ -106,7 +116,7 @@ class RunRecords:
                 """INSERT INTO corpora VALUES (?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, content_hash = excluded.content_hash,
                      docs = excluded.docs, bytes = excluded.bytes, info = excluded.info""",
-                [name, kind, digest, info.get("docs"), info.get("bytes"), to_json(info), now()],
+                [name, kind, digest, info.get("docs"), info.get("bytes"), to_json(portable_tree(info, self.root)), now()],
             )
 
     def corpus(self, name: str) -> dict[str, Any] | None:

@@ -16,8 +16,11 @@ place for every flow that writes a run (the night, the bootstrap).
   - stopped from outside (SIGTERM, Ctrl-C, the training time limit: the `stopped` exceptions)
     while a resumable kind (`nightly`) runs: left `running`, so the next trigger resumes it.
 - Under the lock every night lineage still calls running is dead (`dead_nights`): its process
-  ended without closing it. `resumable_night` picks the one to continue; `RunBook.night` gives
-  the run id of tonight: that one's, or a new one.
+  ended without closing it. `resumable_night` picks the one to continue, else
+  `failed_after_training` the last night if it failed with a snapshot on disk; `RunBook.night`
+  gives the run id of tonight: that one's, or a new one.
+- Failed runs keep their folders; `failed_run_folders` lists them with their size and
+  `remove_run_folders` deletes them on request (`consolidate gc --remove`), never on its own.
 
 Trade-off: the lifecycle is decided at the session's exit from the exception alone, so a stage
 that wants its run closed as failed must raise; a stage that catches and logs leaves the run to
@@ -26,16 +29,19 @@ close as completed.
 
 from __future__ import annotations
 
+import os
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
+import shutil
 
 from lib.checkpoints.checkpoint import read_meta
 from lib.faults import fault_point
 from lib.locks import WorkspaceLock
 from lib.registry.lineage import Lineage
+from lib.training import snapshot
 
 DECIDED = ("accepted", "rejected", "rolled_back")
 NIGHT_LOCK_SETTING = "orchestration.night_lock_timeout_s"  # the setting that bounds a wait, named in LockBusy
@@ -80,6 +86,65 @@ def resumable_night(lin, champion: str, log=None) -> dict[str, Any] | None:
         if log is not None:
             log.warning("closed dead night %s as failed: it continued %s, the champion is now %s", night["run_id"], parent, champion)
     return None
+
+
+def failed_after_training(ws, lin, champion: str) -> dict[str, Any] | None:
+    """The last night, when it failed with its training done or snapshotted and its gate not
+    decided, its parent still the champion (a version write that hit a read-only or full volume,
+    an evaluation that crashed): the next trigger resumes it under its own run id, from its last
+    snapshot or its finished version folder, instead of training again from step 0. A night that
+    failed before any snapshot starts afresh."""
+    night = lin.latest_run("nightly")
+    if night is None or night["status"] != "failed" or night["parent"] != champion or night["version_status"] in DECIDED:
+        return None
+    run = ws.run(night["run_id"])
+    trained = night["version"] is not None and trained_version(ws.checkpoint(night["version"]), night["run_id"]) is not None
+    if not trained and (not run.path.is_dir() or snapshot.latest_complete(run.snapshots) is None):
+        return None
+    return {"run_id": night["run_id"], "version": night["version"], "version_status": night["version_status"], "failed": True}
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under `path` (links not followed; a hard-linked file counted where found)."""
+    total = 0
+    for dirpath, _, filenames in os.walk(path):
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def failed_run_folders(ws, lin) -> list[dict[str, Any]]:
+    """Run folders of failed runs still on disk, oldest first, each with its size, kept for
+    inspection (logs, snapshots, curated data): nothing removes them but `remove_run_folders`,
+    on a person's request (`consolidate gc --remove`). The failed night the next trigger would
+    resume (`failed_after_training`) is marked `resumable`."""
+    with lin.reading() as con:
+        rows = con.execute("SELECT run_id, kind, parent, started_at FROM runs WHERE status = 'failed' ORDER BY started_at").fetchall()
+    champion = lin.alias("champion")
+    resumable = failed_after_training(ws, lin, champion) if champion else None
+    out = []
+    for run_id, kind, parent, started in rows:
+        folder = ws.runs / run_id
+        if folder.is_dir():
+            out.append({"run_id": run_id, "kind": kind, "parent": parent, "started_at": started, "path": str(folder),
+                        "bytes": folder_bytes(folder), "resumable": resumable is not None and resumable["run_id"] == run_id})
+    return out
+
+
+def remove_run_folders(ws, lin, include_resumable: bool = False) -> list[dict[str, Any]]:
+    """Delete the folders `failed_run_folders` lists (the resumable one only with
+    `include_resumable`: its night then starts over); call under the night lock. Returns what
+    was removed; lineage keeps the runs' rows."""
+    removed = []
+    for row in failed_run_folders(ws, lin):
+        if row["resumable"] and not include_resumable:
+            continue
+        shutil.rmtree(row["path"])
+        removed.append(row)
+    return removed
 
 
 def decided_nights(lin) -> list[dict[str, Any]]:
@@ -176,6 +241,13 @@ class RunBook:
     def night(self, champion: str) -> tuple[str, dict[str, Any] | None]:
         """Tonight's run id and the dead night it resumes (None: a new night)."""
         resumed = resumable_night(self.lineage, champion, self.log)
+        if resumed is None:
+            resumed = failed_after_training(self.ws, self.lineage, champion)
+            if resumed is not None:
+                if self.log is not None:
+                    self.log.warning("resuming night %s, which failed after training had progressed: from its last "
+                                     "snapshot or its finished version, not from step 0", resumed["run_id"])
+                return resumed["run_id"], resumed
         if resumed is None:
             return self.new_run_id("night"), None
         if self.log is not None:

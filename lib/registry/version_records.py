@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 
 from lib.registry.records import (
-    VERSION_COLS, LineageError, decisions_of, flatten, metrics_of, now, run_inputs_of, run_row, to_json, version_dict,
+    VERSION_COLS, LineageError, portable_tree, decisions_of, flatten, metrics_of, now, run_inputs_of, run_row, to_json, version_dict,
 )
 
 
@@ -28,6 +28,7 @@ class VersionRecords:
             return None
         keys = ("version", "parent", "path", "digest", "status", "run_id", "storage", "created_at", "meta")
         out = dict(zip(keys, row))
+        out["path"] = self.full_path(out["path"])
         if isinstance(out["meta"], str):
             out["meta"] = json.loads(out["meta"])
         return out
@@ -117,7 +118,7 @@ class VersionRecords:
                 """INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (version) DO UPDATE SET parent = excluded.parent, path = excluded.path,
                      digest = excluded.digest, status = excluded.status, storage = excluded.storage, meta = excluded.meta""",
-                [version, parent, str(path), digest, status, run_id, storage, now(), to_json(meta or {})],
+                [version, parent, self.stored_path(path), digest, status, run_id, storage, now(), to_json(portable_tree(meta or {}, self.root))],
             )
             if run_id is not None:
                 con.execute("UPDATE runs SET version = ? WHERE run_id = ?", [version, run_id])
@@ -142,7 +143,7 @@ class VersionRecords:
         with self.reading() as con:
             rows = con.execute(f"SELECT {VERSION_COLS} FROM versions ORDER BY created_at, version").fetchall()
             aliases = con.execute("SELECT alias, version FROM aliases ORDER BY alias").fetchall()
-        out = [version_dict(r) for r in rows]
+        out = [self._version_dict(r) for r in rows]
         for v in out:
             v["aliases"] = [a for a, target in aliases if target == v["version"]]
         return out
@@ -215,10 +216,10 @@ class VersionRecords:
                 row = con.execute(f"SELECT {VERSION_COLS} FROM versions WHERE version = ?", [current]).fetchone()
                 if row is None:
                     raise LineageError(f"unknown version {current!r}" + (f" (an ancestor of {version!r})" if current != version else ""))
-                step = version_dict(row)
+                step = self._version_dict(row)
                 run_id = step["run_id"]
                 step["run"] = run_row(con, run_id) if run_id else None
-                step["inputs"] = [b.__dict__ for b in run_inputs_of(con, run_id)] if run_id else []
+                step["inputs"] = [self._absolute(b).__dict__ for b in run_inputs_of(con, run_id)] if run_id else []
                 step["metrics"] = metrics_of(con, current, run_id or "")
                 step["parent_metrics"] = metrics_of(con, step["parent"], run_id or "") if step["parent"] else {}
                 step["gate_decisions"] = decisions_of(con, current)
@@ -234,7 +235,7 @@ class VersionRecords:
             for v, row in ((a, va), (b, vb)):
                 if row is None:
                     raise LineageError(f"unknown version {v!r}")
-            va, vb = version_dict(va), version_dict(vb)
+            va, vb = self._version_dict(va), self._version_dict(vb)
             configs = []
             for v in (va, vb):
                 run = run_row(con, v["run_id"]) if v["run_id"] else None

@@ -59,6 +59,7 @@ from lib.serving.generate import Champion, Completion, LoadedModel, NoChampionEr
 
 log = logging.getLogger(__name__)
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed accepts
 
 
 class APIError(Exception):
@@ -208,6 +209,10 @@ class Server:
     def check_common(req: _Request) -> None:
         if req.n != 1:
             raise APIError(400, f"n={req.n}: this server returns one choice per request", param="n")
+        if req.seed is not None and not SEED_MIN <= req.seed <= SEED_MAX:
+            # torch.manual_seed takes a 64-bit seed; a larger one would fail inside generation
+            raise APIError(400, f"seed {req.seed} is outside the range a generator seed takes: use an integer "
+                                f"from {SEED_MIN} to {SEED_MAX} (-2**63 to 2**64 - 1)", param="seed", code="invalid_value")
 
     # -- model and capture -------------------------------------------------------------------
     def loaded(self) -> LoadedModel:

@@ -56,7 +56,12 @@ class TrainingStopped(RuntimeError):
 
 
 class TrainingFailed(RuntimeError):
-    """torchrun exited with an error; the message carries the last lines of its output."""
+    """torchrun exited with an error; the message starts with the cause a rank raised (`cause`)
+    and carries the last lines of its output."""
+
+    def __init__(self, message: str, cause: str | None = None):
+        super().__init__(message)
+        self.cause = cause
 
 
 def training_lock(cfg: ConsolidationConfig, out_dir: str):
@@ -203,7 +208,9 @@ def launch(
                               f"a snapshot is kept under {train_dir}/snapshots: the next nightly run resumes from it "
                               f"(a training of its own: resume=True)\n{tail}")
     if result.returncode != 0:
-        raise TrainingFailed(f"torchrun exited with code {result.returncode} (training into {out_dir}):\n{tail}")
+        cause = result.cause or f"torchrun exited with code {result.returncode}"
+        raise TrainingFailed(f"{cause} (torchrun exited with code {result.returncode}, training into {out_dir}; "
+                             f"the night resumes from its last snapshot once the cause is fixed)\n{tail}", cause=cause)
     if on_progress is not None:
         on_progress(1.0)
     return {"version_dir": out_dir, "wall_s": result.wall_s, "final_metrics": read_meta(out_dir).get("final_metrics", {})}

@@ -154,7 +154,20 @@ def memory_fits(cfg: ConsolidationConfig, target: Target, available: int | None 
     return "\n".join(problems) + "\n  - or set training.memory_check=false to try anyway (the trainer then does not refuse either)"
 
 
-CHECKS: list[Check] = [sequence_fits, tokenizer_present, batch_divides, memory_fits]
+def outside_paths_present(cfg: ConsolidationConfig, target: Target) -> str | None:
+    """Paths outside the workspace stay absolute (a replay source of the user's, a tokenizer
+    folder): a copied or moved workspace still points at them, so a missing one is named here."""
+    missing = [f"sampling.sources {s.name!r}: {s.path}" for s in cfg.sampling.sources
+               if s.path.is_absolute() and not s.path.exists()]
+    if cfg.tokenizer.path and Path(cfg.tokenizer.path).is_absolute() and not Path(cfg.tokenizer.path).exists():
+        missing.append(f"tokenizer.path: {cfg.tokenizer.path}")
+    if not missing:
+        return None
+    return ("paths outside the workspace that this configuration names do not exist on this machine: "
+            + "; ".join(missing) + ". Mount or copy them at those paths, or point the settings at where they are now")
+
+
+CHECKS: list[Check] = [sequence_fits, tokenizer_present, batch_divides, memory_fits, outside_paths_present]
 
 
 def read_target(cfg: ConsolidationConfig, model_dir: str | Path | None) -> Target:
@@ -167,6 +180,9 @@ def read_target(cfg: ConsolidationConfig, model_dir: str | Path | None) -> Targe
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        if not model_dir.exists():
+            raise PreflightError(f"the champion's folder {model_dir} does not exist: lineage records it, but it is gone "
+                                 f"from the workspace (see `consolidate lineage ls`)") from None
         raise PreflightError(f"no config.json in {model_dir}: the champion's folder is not a Hugging Face model folder") from None
     except json.JSONDecodeError as exc:
         raise PreflightError(f"{config_path} is not valid JSON: {exc}") from None

@@ -290,6 +290,8 @@ def _start_point(cfg, d: Dist, data_info: dict, parent: Path | None, init: bool,
     tcfg = cfg.training
     if init:
         tok_dir = Path(tokenizer_dir or cfg.tokenizer.path or data_info.get("tokenizer_dir") or "")
+        if not tok_dir.is_absolute() and not tokenizer_dir and not cfg.tokenizer.path and data_info.get("tokenizer_dir"):
+            tok_dir = Path(cfg.workspace.root) / tok_dir  # data.json stores it relative to the workspace
         if not (tok_dir / "tokenizer.json").is_file():
             raise FileNotFoundError(f"--init needs a tokenizer folder with tokenizer.json (--tokenizer or tokenizer.path); got {str(tok_dir)!r}")
 

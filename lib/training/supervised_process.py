@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,30 @@ class SupervisedResult:
     timed_out: bool
     wall_s: float
     last_lines: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # every exception line of the output, in order
+
+    @property
+    def cause(self) -> str | None:
+        """The error that ended the child, as its own process said it: the last exception line
+        of any rank (`OSError: [Errno 30] Read-only file system: '...'`), however many lines of
+        launcher output followed it."""
+        return self.errors[-1] if self.errors else None
+
+
+# `OSError: [Errno 28] No space left on device: '/x'`, `lib.checkpoints.checkpoint.CheckpointError: ...`,
+# `error: ...` (lib.training.train's own one-line errors), optionally behind torchrun's `[rank0]:` prefix.
+_EXCEPTION_LINE = re.compile(
+    r"^(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Failed|Failure): .+|error: .+)$")
+# the launcher's own summary of a rank's failure, not a cause
+_LAUNCHER = ("ChildFailedError", "torch.distributed.elastic")
+
+
+def exception_line(line: str) -> str | None:
+    """`line` without its rank prefix when it is the last line of a traceback (or a one-line error)."""
+    m = _EXCEPTION_LINE.match(line.rstrip())
+    if m is None or any(x in line for x in _LAUNCHER):
+        return None
+    return m.group(1)
 
 
 def _launch_argv(cmd: Sequence[str]) -> list[str]:
@@ -133,6 +158,7 @@ def run_supervised(
 
     start = time.monotonic()
     tail: list[str] = []
+    errors: list[str] = []
     timed_out = False
     eof = False
     next_tick = start + tick_s
@@ -145,6 +171,8 @@ def run_supervised(
                 else:
                     tail.append(line)
                     del tail[:-keep_lines]
+                    if (err := exception_line(line)) is not None:
+                        errors.append(err)
                     if on_line is not None:
                         on_line(line)
             except queue.Empty:
@@ -168,12 +196,14 @@ def run_supervised(
                 break
             if line is not None:
                 tail.append(line)
+                if (err := exception_line(line)) is not None:
+                    errors.append(err)
                 if on_line is not None:
                     on_line(line)
         del tail[:-keep_lines]
         if on_tick is not None:
             on_tick(time.monotonic() - start)
-        return SupervisedResult(returncode, timed_out, time.monotonic() - start, tail)
+        return SupervisedResult(returncode, timed_out, time.monotonic() - start, tail, errors[-20:])
     finally:
         if proc.poll() is None:
             _stop_group(proc, grace_s=min(grace_s, 10.0))

@@ -71,6 +71,7 @@ from lib.training.schedule import lr_at
 from lib.training.setup import Run, apply_optimizer_flags, default_loader, set_up
 from lib.training.throughput import Meter, model_flops_per_token, peak_flops
 from lib.workspace import RunDir
+from lib.registry.lineage import portable_tree
 
 log = logging.getLogger("lib.training.train")
 
@@ -458,6 +459,9 @@ def _write_final_version(run: Run, model, optimizer_state: dict | None, final_me
         "training_kind": "pretrain" if init else "consolidation",
     }
     version_meta.update(run.meta or {})
+    if getattr(getattr(cfg, "workspace", None), "root", None):
+        # paths inside the workspace are stored relative to its root: the folder can move
+        version_meta = portable_tree(version_meta, cfg.workspace.root)
     model.config.use_cache = True  # off for training only; a served version generates with a KV cache
     dtype = storage_dtype(cfg.checkpoints.dtype, None if init else parent)
     # how much of tonight's update the stored weights carry, against where the night started

@@ -172,7 +172,8 @@ def test_a_50_mb_document_is_split_not_fatal(workspace):
     line = "The archive keeps a very long ledger of every shipment that ever left the northern harbour.\n"
     big = line * (50_000_000 // len(line))
     pq.write_table(pa.table({"text": [big, PROSE[2]]}), ws.buffers / "buffer_big.parquet")
-    stats = curate(ws, _cfg(ws, "curation.max_chars=100000"), ws.run("n").ensure())
+    # within buffer.max_text_bytes (over it, the row is set aside: tests/test_buffer_rule.py)
+    stats = curate(ws, _cfg(ws, "curation.max_chars=100000", "buffer.max_text_bytes=60000000"), ws.run("n").ensure())
     assert stats["length"]["split_long"] == 1
     assert stats["docs_out"] >= 2
 
