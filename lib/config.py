@@ -87,6 +87,7 @@ class SamplingConfig(_Section):
     memory_ratio: float = Field(0.1, ge=0, lt=1, description="Share of training tokens replayed from the memory (the documents earlier accepted nights trained on); the corpus gets 1 - new_data_ratio - memory_ratio. 0: replay the corpus only.")
     memory_recency: float = Field(0.7, gt=0, le=1, description="Weight of a memory document per night of age (the newest night 1, the one before 0.7, ...): recent nights are replayed more.")
     memory_exposure_power: float = Field(1.0, ge=0, description="Weight of a memory document ÷ (1 + times it was trained on)^power: documents seen least are replayed first.")
+    memory_fact_boost: float = Field(4.0, ge=0, description="Weight of a memory document × (1 + boost × the share of its facts the champion no longer answers that its own night's version did): documents whose facts slip are replayed more (4: one that lost them all, 5×). 0: no boost.")
     sources: list[SourceConfig] = Field(default_factory=list, description="Extra sources (curated datasets). The corpus, tonight's data and the memory are added by themselves.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature T: p_i ∝ w_i^(1/T). 1 keeps the weights, larger flattens them.")
     final_temperature: float | None = Field(None, gt=0, description="Temperature at the end of training for an annealing schedule; none: constant.")
@@ -215,6 +216,8 @@ class EvalConfig(_Section):
     batch_size: int = Field(8, ge=1, description="Sequences per forward pass during evaluation (halved automatically when the device runs out of memory).")
     memory_sets: int | None = Field(8, ge=1, description="Earlier nights whose held-out sets each night checks (retention): all up to this many, then the newest half and an even spread of the older ones; none: all.")
     probes: Path | None = Field(None, description="JSONL file of {prompt, expected} probes scored before and after; none: no probes.")
+    fact_max_items: int | None = Field(64, ge=1, description="Cap on fact probes asked per fact set (tonight's and each kept night's), a fixed sample by id hash: bounds the evaluation's cost as nights add up; none: all.")
+    fact_max_new_tokens: int | None = Field(None, ge=1, description="Greedy tokens generated per fact probe for exact match; none: the longest answer's tokens + 1.")
 
 
 class GateConfig(_Section):
@@ -224,6 +227,8 @@ class GateConfig(_Section):
     max_cumulative_forgetting: float = Field(0.03, ge=0, description="Largest allowed relative rise of old_val bits per byte against the root version (v0), so small rises a night cannot add up unseen.")
     retry_on_forgetting: bool = Field(False, description="When the gate rejects for forgetting (old_val, an earlier night, or cumulative), retry the night once with safer settings: lr_scale and new_data_ratio halved, memory replay doubled.")
     probe_tolerance: float = Field(0.0, ge=0, description="Largest allowed drop in probe exact-match rate.")
+    min_fact_recall: float = Field(0.0, ge=0, le=1, description="Smallest share of tonight's fact probes the candidate must answer closed-book, in a phrasing the night did not train on (the answer ranked first among its distractors); a night whose documents held no fact passes and says so.")
+    max_fact_forgetting: float = Field(0.10, ge=0, le=1, description="Largest allowed fall, in absolute points of accuracy, of any earlier night's fact probes below what the version that learnt them answered the night it was trained (0.10: 10 points).")
 
 
 class ServeConfig(_Section):

@@ -21,6 +21,9 @@
   `cache_dir`, a result is kept per (weights digest, text digest, window, separator): the parent's
   old_val was measured the night it was the candidate, so each night scores old_val once.
   `on_progress(dataset, done, total)` is called after every batch (dataset "parent/old_val").
+- Fact probes (lib/evaluation/fact_recall.py): with `fact_sets`, both sides answer tonight's
+  (`facts:new`) and every kept night's (`facts:<vK>`) closed-book, cached like bits per byte; the
+  per-document recall comes back in `PairEvaluation.doc_recall`.
 - `score_probes` runs {prompt, expected} pairs: exact match of the greedy continuation and the
   log-probability of `expected` given `prompt`.
 
@@ -283,6 +286,8 @@ class PairEvaluation:
     sizes: dict[str, dict[str, int]] = field(default_factory=dict)
     root: dict[str, dict[str, float]] = field(default_factory=dict)  # the root version's old_val (cumulative drift)
     root_version: str | None = None
+    # side ("parent"/"candidate") -> fact set ("facts:new", "facts:v1") -> {doc_id: (probes, answered)}
+    doc_recall: dict[str, dict[str, dict[str, tuple[int, int]]]] = field(default_factory=dict)
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
@@ -347,10 +352,14 @@ def evaluate_pair(
     separator: str = "auto",
     on_progress: Progress | None = None,
     cache_dir: str | Path | None = None,
+    fact_sets: dict[str, Sequence[Any]] | None = None,
+    fact_max_new_tokens: int | None = None,
 ) -> PairEvaluation:
-    """BPB of parent and candidate on each named text set (empty sets are skipped), plus probes.
-    One model is in memory at a time. The separator is resolved once, from the candidate (a
-    version records the convention its lineage trains with), and used for both sides."""
+    """BPB of parent and candidate on each named text set (empty sets are skipped), plus probes,
+    plus fact recall on each named fact set (`fact_sets`: {"facts:new": [FactItem, ...], ...};
+    an empty set is recorded as `fact_n` 0). One model is in memory at a time. The separator is
+    resolved once, from the candidate (a version records the convention its lineage trains
+    with), and used for both sides."""
     from lib.tokenizer import load_tokenizer
 
     result = PairEvaluation()
@@ -368,6 +377,15 @@ def evaluate_pair(
         if probes:
             scored = score_probes(em, probes)
             metrics[PROBES] = {"exact_match": scored["exact_match"], "logprob": scored["logprob"]}
+        for name, items in (fact_sets or {}).items():
+            from lib.evaluation.fact_recall import cached_fact_scores, fact_metrics, recall_by_document
+
+            scores = cached_fact_scores(em, items, cache, batch_size=batch_size, max_new_tokens=fact_max_new_tokens,
+                                        on_progress=on_progress, name=f"{side}/{name}") if items else None
+            metrics[name] = fact_metrics(scores)
+            result.sizes[name] = {"docs": len({it.doc_id for it in items})}
+            if scores:
+                result.doc_recall.setdefault(side, {})[name] = recall_by_document(items, scores)
         del em
     return result
 
@@ -473,11 +491,18 @@ def evaluate_and_record(workspace, cfg, lineage, version: str, parent: str, run_
     par = lineage.get_version(parent)
     table = evaluate_candidate(workspace, cfg, cand["path"], par["path"], run_dir, device=device, on_progress=on_progress,
                                lineage=lineage)
+    from lib.memory import FACTS_PREFIX
+
     with lineage.transaction() as con:
         lineage.record_metrics(parent, table.parent, run_id, con)
         lineage.record_metrics(version, table.candidate, run_id, con)
         if table.root_version:
             lineage.record_metrics(table.root_version, table.root, run_id, con)
+        for side, asked in (("parent", parent), ("candidate", version)):
+            for name, by_doc in table.doc_recall.get(side, {}).items():
+                # tonight's facts belong to the night of `version` (the learner, if it is accepted)
+                night = version if name == f"{FACTS_PREFIX}new" else name.removeprefix(FACTS_PREFIX)
+                lineage.record_fact_recall(run_id, asked, night, by_doc, con)
     return table
 
 
@@ -491,6 +516,24 @@ def measure_root(workspace, cfg, version_dir, corpus: str) -> dict[str, Any]:
     em = EvalModel.load(version_dir, max_len=eval_window(cfg), separator=cfg.tokenizer.document_separator)
     bpb = cached_bits_per_byte(em, sets[OLD_VAL], cfg.eval.batch_size, workspace.eval_cache, None, OLD_VAL)
     return {OLD_VAL: {"bpb": bpb}, "docs": len(sets[OLD_VAL]), "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def night_fact_sets(workspace, eval_cfg, run_dir=None, lineage=None) -> dict[str, list]:
+    """The fact sets a night asks: tonight's (`facts:new`, from `<run>/knowledge/facts.jsonl`;
+    empty when the night's documents held no fact, absent when the run has no such file) and, with
+    `lineage`, every kept night's (`facts:<vK>`, lib.memory.fact_sets); each capped at
+    `eval.fact_max_items`, the kept nights at `eval.memory_sets` like the retention sets."""
+    from lib.evaluation.fact_recall import night_facts
+    from lib.memory import FACTS_PREFIX, fact_sets
+
+    out: dict[str, list] = {}
+    if run_dir is not None:
+        tonight = night_facts(run_dir, eval_cfg.fact_max_items)
+        if tonight is not None:
+            out[f"{FACTS_PREFIX}new"] = tonight
+    if lineage is not None:
+        out.update(fact_sets(workspace, lineage, eval_cfg.memory_sets, eval_cfg.fact_max_items))
+    return out
 
 
 def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, device: str | None = None,
@@ -509,9 +552,11 @@ def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, 
 
         sets.update(retention_sets(workspace, lineage, cfg.eval.memory_sets, cfg.eval.max_docs, cfg.eval.max_bytes))
     probes = read_probes(cfg.eval.probes) if cfg.eval.probes else None
+    facts = night_fact_sets(workspace, cfg.eval, run_dir, lineage)
     result = evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size,
                            max_len=eval_window(cfg), device=device, separator=cfg.tokenizer.document_separator,
-                           on_progress=on_progress, cache_dir=workspace.eval_cache)
+                           on_progress=on_progress, cache_dir=workspace.eval_cache, fact_sets=facts,
+                           fact_max_new_tokens=cfg.eval.fact_max_new_tokens)
     root = lineage.root_version() if lineage is not None else None
     if root is not None:
         root_dir = Path(lineage.get_version(root)["path"])

@@ -37,7 +37,7 @@ import duckdb
 
 from lib.files import file_hash
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
 MIGRATIONS: list[list[str]] = [
@@ -150,6 +150,18 @@ MIGRATIONS: list[list[str]] = [
             exposures BIGINT NOT NULL,          -- times drawn into accepted trainings, its own night included
             last_version VARCHAR,               -- the last accepted version that trained on it
             PRIMARY KEY (night, doc_id)
+        )""",
+    ],
+    [
+        """CREATE TABLE fact_recall (
+            run_id VARCHAR NOT NULL,            -- the run that measured it ('' if none)
+            version VARCHAR NOT NULL,           -- the version asked
+            night VARCHAR NOT NULL,             -- the version whose night the facts came from (the learner)
+            doc_id VARCHAR NOT NULL,            -- the document the facts were extracted from
+            items BIGINT NOT NULL,              -- fact probes of that document asked
+            correct BIGINT NOT NULL,            -- of them answered (the answer ranked first)
+            recorded_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (run_id, version, night, doc_id)
         )""",
     ],
 ]
@@ -523,6 +535,43 @@ class Lineage:
         with self.transaction() as con:
             con.execute("DELETE FROM memory_exposures WHERE night = ?", [version])
             con.execute("DELETE FROM memory_nights WHERE version = ?", [version])
+
+    def record_fact_recall(self, run_id: str | None, version: str, night: str, by_doc: dict[str, tuple[int, int]],
+                           con: duckdb.DuckDBPyConnection | None = None) -> None:
+        """Per-document fact recall of `version` on the facts of `night` ({doc_id: (items,
+        correct)}), as measured by `run_id`; an upsert, so a replayed evaluation adds no rows."""
+        if con is None:
+            with self.transaction() as own:
+                return self.record_fact_recall(run_id, version, night, by_doc, own)
+        t = now()
+        rows = [(run_id or "", version, night, str(d), int(n), int(c), t) for d, (n, c) in by_doc.items()]
+        if rows:
+            con.executemany(
+                """INSERT INTO fact_recall VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (run_id, version, night, doc_id) DO UPDATE SET items = excluded.items,
+                     correct = excluded.correct, recorded_at = excluded.recorded_at""", rows)
+
+    def fact_recall(self, version: str | None = None, night: str | None = None,
+                    learner_only: bool = False) -> list[dict[str, Any]]:
+        """Rows {run_id, version, night, doc_id, items, correct} of `fact_recall`, the most recent
+        measurement per (version, night, doc_id); `learner_only`: each night's facts as the
+        version that learnt them answered them in its own run (the reference of forgetting)."""
+        query = ("SELECT f.run_id, f.version, f.night, f.doc_id, f.items, f.correct FROM fact_recall f "
+                 "LEFT JOIN versions v ON v.version = f.version WHERE true")
+        params: list[Any] = []
+        if version is not None:
+            query += " AND f.version = ?"
+            params.append(version)
+        if night is not None:
+            query += " AND f.night = ?"
+            params.append(night)
+        if learner_only:
+            query += " AND f.version = f.night AND f.run_id = coalesce(v.run_id, '')"
+        query += " QUALIFY row_number() OVER (PARTITION BY f.version, f.night, f.doc_id ORDER BY f.recorded_at DESC) = 1"
+        with self.reading() as con:
+            rows = con.execute(query + " ORDER BY f.night, f.doc_id, f.version", params).fetchall()
+        keys = ("run_id", "version", "night", "doc_id", "items", "correct")
+        return [dict(zip(keys, r)) for r in rows]
 
     def root_version(self) -> str | None:
         """The first version of the lineage (v0: adopted or pre-trained)."""

@@ -95,7 +95,8 @@ def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
 
 
 def memory_weights(workspace, cfg: ConsolidationConfig, sources: list[SourceConfig]) -> dict[str, dict[str, float]] | None:
-    """{memory source: {doc_id: weight}} from lineage (recency and exposures, lib.memory), when
+    """{memory source: {doc_id: weight}} from lineage (recency, exposures and the champion's fact
+    slips, lib.memory), when
     one of `sources` is the memory."""
     names = [s.name for s in sources if s.kind == "memory"]
     if not names:
@@ -103,7 +104,9 @@ def memory_weights(workspace, cfg: ConsolidationConfig, sources: list[SourceConf
     from lib.lineage import Lineage
     from lib.memory import replay_weights
 
-    weights = replay_weights(Lineage(workspace.lineage_db), cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power)
+    lin = Lineage(workspace.lineage_db)
+    weights = replay_weights(lin, cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power,
+                             cfg.sampling.memory_fact_boost, lin.alias("champion"))
     return {name: weights for name in names}
 
 
