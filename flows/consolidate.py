@@ -121,7 +121,7 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
     sources = default_sources(ws, cfg, run.curated)
     if cfg.knowledge.enabled:
         with clock.stage("knowledge"):
-            result["knowledge"] = inject_knowledge_task(cfg, str(run.path))
+            result["knowledge"] = inject_knowledge_task(cfg, str(run.path), champion_dir)
         sources = knowledge_sources(sources, run.path, cfg.knowledge)
     data = prepare(cfg, run, tokenizer_dir, sources, token_budget(cfg), clock)
     version = claim_version(ws, book.lineage, run.run_id)

@@ -156,3 +156,55 @@ def test_inject_knowledge_cuts_heldout_before_augmenting(tmp_path):
     assert knowledge_sources(base, run, KnowledgeConfig(enabled=False)) == base
     with pytest.raises(ValueError, match="knowledge.ratio"):
         knowledge_sources(base, run, KnowledgeConfig(ratio=0.8))
+
+
+def test_endpoint_writer_keeps_only_paraphrases_that_repeat_every_answer(monkeypatch):
+    """A real local OpenAI-style server: the key comes from the named environment variable, and
+    a paraphrase that changes an answer is dropped."""
+    import json as _json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from lib.knowledge.writer import written_forms
+
+    seen = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = _json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen["auth"], seen["n"], seen["path"] = self.headers.get("Authorization"), body["n"], self.path
+            reply = {"choices": [{"message": {"content": "In 1948 Quellport saw the birth of Ilsa Marrowin."}},
+                                 {"message": {"content": "Ilsa Marrowin was born in Harth in 1948."}}]}
+            data = _json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("WRITER_KEY", "sekrit")
+        cfg = KnowledgeConfig(writer="endpoint", writer_url=f"http://127.0.0.1:{server.server_port}/v1", writer_model="m",
+                              writer_api_key_env="WRITER_KEY", writer_paraphrases=2)
+        kept, dropped = written_forms(["d0"], ["Ilsa Marrowin was born in Quellport in 1948."], [["Quellport", "1948"]], cfg)
+    finally:
+        server.shutdown()
+    assert seen == {"auth": "Bearer sekrit", "n": 2, "path": "/v1/chat/completions"}
+    assert [k.text for k in kept] == ["In 1948 Quellport saw the birth of Ilsa Marrowin."] and dropped == 1
+    assert kept[0].form == "writer" and kept[0].augments == "d0"
+    monkeypatch.delenv("WRITER_KEY")
+    with pytest.raises(ValueError, match="WRITER_KEY"):
+        written_forms(["d0"], ["x"], [["x"]], cfg)
+
+
+def test_champion_writer_generates_on_a_real_model(tmp_path):
+    from lib.knowledge.writer import champion_paraphrases
+    from tests.hf_models import build_tiny_model
+
+    folder = build_tiny_model("llama", tmp_path / "m")
+    outs = champion_paraphrases(folder, ["Ilsa Marrowin was born in Quellport.", "The Lenei Star sails out of Port Figri."], 2)
+    assert len(outs) == 2 and all(len(o) == 2 and all(isinstance(t, str) for t in o) for o in outs)

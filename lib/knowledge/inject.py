@@ -91,7 +91,7 @@ def earlier_facts(runs_root: str | Path, exclude: str | Path | None = None) -> l
 
 
 def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling: "SamplingConfig",
-                     earlier: Sequence[FactItem] = ()) -> dict:
+                     earlier: Sequence[FactItem] = (), champion_dir: str | Path | None = None) -> dict:
     """Fact set and augmented forms of the run's curated documents (see the module docstring)."""
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
@@ -102,10 +102,13 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
     write_facts(facts_file(run_dir), items)
     forms = augment_documents(train_ids, train_texts, items, forms_per_document=knowledge.forms_per_document,
                               kinds=tuple(knowledge.augmentations), heldout_share=knowledge.heldout_share, seed=sampling.seed)
+    dropped = 0
     if knowledge.writer != "none" and knowledge.writer_paraphrases > 0:
         from lib.knowledge.writer import written_forms
 
-        forms += written_forms(train_ids, train_texts, knowledge, run_dir)
+        answers = {i: [f.answer for f in items if f.doc_id == i] for i in train_ids}
+        written, dropped = written_forms(train_ids, train_texts, [answers[i] for i in train_ids], knowledge, champion_dir)
+        forms += written
     out = augmented_dir(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.parquet"):
@@ -120,7 +123,7 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
     for f in forms:
         counts[f.form] = counts.get(f.form, 0) + 1
     stats = {"documents": len(ids), "heldout_documents": heldout, "facts": len(items),
-             "kinds": _count(i.kind for i in items), "augmented": len(forms), "forms": counts,
+             "kinds": _count(i.kind for i in items), "augmented": len(forms), "forms": counts, "writer_dropped": dropped,
              "augmented_bytes": sum(len(f.text.encode("utf-8")) for f in forms),
              "original_bytes": sum(len(t.encode("utf-8")) for t in train_texts),
              "seconds": round(time.perf_counter() - t0, 3)}
