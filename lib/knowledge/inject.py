@@ -47,12 +47,16 @@ KNOWLEDGE_SOURCE = "knowledge"  # the augmented forms' source name in the manife
 
 
 def knowledge_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "knowledge"
+    from lib.workspace import RunDir
+
+    return RunDir(Path(run_dir)).knowledge
 
 
 def facts_file(run_dir: str | Path) -> Path:
     """`<run>/knowledge/facts.jsonl`: the night's fact set (held-out question phrasings only)."""
-    return knowledge_dir(run_dir) / "facts.jsonl"
+    from lib.workspace import RunDir
+
+    return RunDir(Path(run_dir)).facts
 
 
 def augmented_dir(run_dir: str | Path) -> Path:
