@@ -208,3 +208,34 @@ def test_champion_writer_generates_on_a_real_model(tmp_path):
     folder = build_tiny_model("llama", tmp_path / "m")
     outs = champion_paraphrases(folder, ["Ilsa Marrowin was born in Quellport.", "The Lenei Star sails out of Port Figri."], 2)
     assert len(outs) == 2 and all(len(o) == 2 and all(isinstance(t, str) for t in o) for o in outs)
+
+
+def test_augmented_forms_are_their_own_manifest_source_and_never_held_out(tmp_path):
+    """Through the real data step: the manifest names the forms' source, the held-out file holds
+    exactly the original documents the knowledge stage cut, and no form is held out."""
+    from data_fixtures import train_tokenizer, write_sources
+    from lib.sampling import NEW_SOURCE, prepare_training_data
+
+    tok = train_tokenizer(tmp_path / "tok", 512)
+    corpus, _ = write_sources(tmp_path)
+    recs = records("bio", 5, 24)
+    ids = [f"bio{i:02d}" for i in range(len(recs))]
+    run = tmp_path / "run"
+    (run / "curated").mkdir(parents=True)
+    pq.write_table(pa.table({"id": ids, "text": [r.text for r in recs]}), run / "curated" / "docs-0.parquet")
+    sampling = SamplingConfig(heldout_fraction=0.1, heldout_min_docs=4, fim_rate_code=0.0)
+    inject_knowledge(run, KnowledgeConfig(), sampling)
+    sources = knowledge_sources([SourceConfig(name="stdlib", path=corpus, weight=0.5, kind="corpus"),
+                                 SourceConfig(name=NEW_SOURCE, path=run / "curated", weight=0.25, kind="buffer")],
+                                run, KnowledgeConfig(ratio=0.25))
+    data = prepare_training_data(sources, tok, run / "prepared", token_budget=60_000, sampling=sampling, seq_len=128, workers=1)
+    rows = pq.read_table(run / "prepared" / "manifest.parquet").to_pylist()
+    forms = pq.read_table(run / "knowledge" / "augmented" / "forms.parquet").to_pylist()
+    assert {r["doc_id"] for r in rows if r["source"] == KNOWLEDGE_SOURCE} <= {f["id"] for f in forms}
+    assert data["sources"][KNOWLEDGE_SOURCE]["heldout_docs"] == 0
+    assert data["tokens_per_source"][KNOWLEDGE_SOURCE] > 0
+    held = set(pq.read_table(run / "prepared" / "heldout" / f"{NEW_SOURCE}.parquet").column("id").to_pylist())
+    kept, _, _ = trained_documents(ids, [r.text for r in recs], sampling)
+    assert held == set(ids) - set(kept) and len(held) == 4
+    assert not (run / "prepared" / "heldout" / f"{KNOWLEDGE_SOURCE}.parquet").exists()
+    assert not {f["augments"] for f in forms} & held
