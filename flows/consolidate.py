@@ -114,7 +114,7 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
     gate, remember and store: one attempt at the night (the first, or its safer retry)."""
     from lib.sampling import default_sources, token_budget
 
-    from lib.knowledge.inject import knowledge_sources
+    from lib.knowledge.inject import knowledge_sources, knowledge_tokens, sized_steps
 
     ws, champion, result = book.ws, book.current.parent, {}
     tokenizer_dir = resolve_tokenizer(cfg, champion_dir)
@@ -123,6 +123,12 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
         with clock.stage("knowledge"):
             result["knowledge"] = inject_knowledge_task(cfg, str(run.path), champion_dir)
         sources = knowledge_sources(sources, run.path, cfg.knowledge)
+        steps, note = sized_steps(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge,
+                                  knowledge_tokens(run.path, tokenizer_dir))
+        if note:
+            book.log.info(note)
+            cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"num_iterations": steps})})
+            result["knowledge"]["night_steps"] = steps
     data = prepare(cfg, run, tokenizer_dir, sources, token_budget(cfg), clock)
     version = claim_version(ws, book.lineage, run.run_id)
     with clock.stage("train"):

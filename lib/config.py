@@ -225,6 +225,8 @@ class KnowledgeConfig(_Section):
     augmentations: list[Literal["qa", "permuted", "explicit"]] = Field(default_factory=lambda: ["qa", "permuted", "explicit"], description="Which rule-based forms to write: qa (each fact as question and answer, in every trained question form), permuted (sentences shuffled, names explicit), explicit (every sentence-initial pronoun replaced by the entity's full name).")
     forms_per_document: int = Field(8, ge=1, le=64, description="Augmented texts written per document at most (QA texts first, then permutations, then the explicit text).")
     ratio: float = Field(0.25, ge=0, lt=1, description="Share of the night's training tokens drawn from the augmented forms, taken from the corpus replay's share (the corpus gets 1 - new_data_ratio - memory_ratio - ratio).")
+    min_exposures: float = Field(6.0, ge=0, description="Times each augmented text should be trained on in one night. When the night's steps (training.num_iterations × total_batch_size × ratio) draw fewer, the night is lengthened to reach it, up to max_steps_factor × num_iterations; 0: never lengthen.")
+    max_steps_factor: float = Field(3.0, ge=1, description="Longest a night may be stretched for its facts, as a multiple of training.num_iterations.")
     heldout_share: float = Field(0.34, gt=0, lt=1, description="Share of the question forms each fact keeps out of training (at least one): the first is the phrasing its probe asks in.")
     max_facts_per_document: int = Field(8, ge=1, description="Fact items one document gives at most (in the order its sentences state them).")
     distractors: int = Field(23, ge=1, description="Wrong options per fact item (same relation first, then same kind of answer), from tonight's and earlier nights' facts.")

@@ -239,3 +239,15 @@ def test_augmented_forms_are_their_own_manifest_source_and_never_held_out(tmp_pa
     assert held == set(ids) - set(kept) and len(held) == 4
     assert not (run / "prepared" / "heldout" / f"{KNOWLEDGE_SOURCE}.parquet").exists()
     assert not {f["augments"] for f in forms} & held
+
+
+def test_a_night_is_lengthened_until_each_form_is_seen_min_exposures_times():
+    from lib.knowledge.inject import sized_steps
+
+    k = KnowledgeConfig(ratio=0.25, min_exposures=6, max_steps_factor=3)
+    assert sized_steps(200, 2048, k, 10_000) == (200, None)  # 200 × 2048 × 0.25 = 102k tokens: 10 exposures
+    steps, note = sized_steps(200, 2048, k, 100_000)  # needs 1,172 steps, capped at 600
+    assert steps == 600 and "capped by knowledge.max_steps_factor" in note and "100,000 tokens" in note
+    steps, note = sized_steps(200, 2048, k, 40_000)
+    assert steps == 469 and "469 steps instead of 200" in note
+    assert sized_steps(200, 2048, KnowledgeConfig(min_exposures=0), 10**9) == (200, None)

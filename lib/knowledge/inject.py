@@ -17,7 +17,9 @@ the CLI and the tests call:
    that needs the forms re-derives them from those (rules are deterministic and take ms).
 
 `knowledge_sources(sources, run_dir, knowledge)` adds that source to the night's mix at
-`knowledge.ratio` of the tokens, taken from the corpus replay's share.
+`knowledge.ratio` of the tokens, taken from the corpus replay's share. `sized_steps` lengthens a
+night whose steps would show each augmented text fewer than `knowledge.min_exposures` times
+(at most `max_steps_factor` × training.num_iterations), and says so.
 
 Cost: rule-based extraction and augmentation take ~10 ms per document on the 2-core CPU
 (24 biographies: well under a second), nothing next to a night's training.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -161,6 +164,34 @@ def knowledge_sources(sources: list["SourceConfig"], run_dir: str | Path, knowle
         out.append(s)
     out.append(SourceConfig(name=KNOWLEDGE_SOURCE, path=folder, weight=knowledge.ratio, kind="curated"))
     return out
+
+
+def knowledge_tokens(run_dir: str | Path, tokenizer_dir: str | Path) -> int:
+    """Tokens of the run's augmented forms under the night's tokenizer (one separator each)."""
+    from lib.tokenizer import load_tokenizer
+
+    texts = [t for part in sorted(augmented_dir(run_dir).glob("*.parquet")) for t in pq.read_table(part, columns=["text"]).column("text").to_pylist()]
+    if not texts:
+        return 0
+    return sum(len(ids) + 1 for ids in load_tokenizer(tokenizer_dir).encode_batch(texts))
+
+
+def sized_steps(num_iterations: int, total_batch_size: int, knowledge: "KnowledgeConfig", form_tokens: int) -> tuple[int, str | None]:
+    """The night's steps: `num_iterations`, lengthened so each augmented text is drawn
+    `knowledge.min_exposures` times at `knowledge.ratio` of the tokens (at most
+    `max_steps_factor` × num_iterations). Returns (steps, a note saying why when changed)."""
+    if not knowledge.enabled or knowledge.ratio <= 0 or knowledge.min_exposures <= 0 or form_tokens <= 0:
+        return num_iterations, None
+    need = math.ceil(knowledge.min_exposures * form_tokens / (knowledge.ratio * total_batch_size))
+    if need <= num_iterations:
+        return num_iterations, None
+    cap = int(knowledge.max_steps_factor * num_iterations)
+    steps = min(need, cap)
+    exposures = knowledge.ratio * steps * total_batch_size / form_tokens
+    note = (f"knowledge: {form_tokens:,} tokens of augmented forms need {need} steps for {knowledge.min_exposures:g} exposures "
+            f"each at knowledge.ratio {knowledge.ratio:g}; the night runs {steps} steps instead of {num_iterations} "
+            f"(~{exposures:.1f} exposures{'; capped by knowledge.max_steps_factor' if steps < need else ''})")
+    return steps, note
 
 
 def read_stats(run_dir: str | Path) -> dict | None:
