@@ -220,6 +220,26 @@ class EvalConfig(_Section):
     fact_max_new_tokens: int | None = Field(None, ge=1, description="Greedy tokens generated per fact probe for exact match; none: the longest answer's tokens + 1.")
 
 
+class KnowledgeConfig(_Section):
+    """Knowledge injection (lib/knowledge/): the night rewrites each curated document into forms
+    that make its facts answerable from a question, and asks tonight's facts in a held-out phrasing."""
+
+    enabled: bool = Field(True, description="Extract tonight's facts and train on augmented forms of each document (question-and-answer renderings, sentence order permuted, the entity named in full). Off: the night trains on the documents as captured and keeps no fact set.")
+    augmentations: list[Literal["qa", "permuted", "explicit"]] = Field(default_factory=lambda: ["qa", "permuted", "explicit"], description="Which rule-based forms to write: qa (each fact as question and answer, in every trained question form), permuted (sentences shuffled, names explicit), explicit (every sentence-initial pronoun replaced by the entity's full name).")
+    forms_per_document: int = Field(8, ge=1, le=64, description="Augmented texts written per document at most (QA texts first, then permutations, then the explicit text).")
+    ratio: float = Field(0.25, ge=0, lt=1, description="Share of the night's training tokens drawn from the augmented forms, taken from the corpus replay's share (the corpus gets 1 - new_data_ratio - memory_ratio - ratio).")
+    min_exposures: float = Field(6.0, ge=0, description="Times each augmented text should be trained on in one night. When the night's steps (training.num_iterations × total_batch_size × ratio) draw fewer, the night is lengthened to reach it, up to max_steps_factor × num_iterations; 0: never lengthen.")
+    max_steps_factor: float = Field(3.0, ge=1, description="Longest a night may be stretched for its facts, as a multiple of training.num_iterations.")
+    heldout_share: float = Field(0.34, gt=0, lt=1, description="Share of the question forms each fact keeps out of training (at least one): the first is the phrasing its probe asks in.")
+    max_facts_per_document: int = Field(8, ge=1, description="Fact items one document gives at most (in the order its sentences state them).")
+    distractors: int = Field(23, ge=1, description="Wrong options per fact item (same relation first, then same kind of answer), from tonight's and earlier nights' facts.")
+    writer: Literal["none", "champion", "endpoint"] = Field("none", description="Paraphrases written by a model as well: none (rules only), champion (the current champion, batched generation), endpoint (an OpenAI-compatible server, see writer_url).")
+    writer_paraphrases: int = Field(2, ge=0, description="Paraphrases a writer model writes per document.")
+    writer_url: str | None = Field(None, description="Base URL of an OpenAI-compatible server (e.g. http://host:8000/v1) when writer=endpoint.")
+    writer_model: str | None = Field(None, description="Model name to ask the endpoint for.")
+    writer_api_key_env: str | None = Field(None, description="Name of the environment variable holding the endpoint's API key (the key itself is never stored or logged).")
+
+
 class GateConfig(_Section):
     max_forgetting: float = Field(0.02, ge=0, description="Largest allowed relative rise of bits per byte on the original validation split (seed: 2%).")
     min_acquisition: float = Field(0.0, description="Smallest required relative drop of bits per byte on tonight's new data (0: must not get worse).")
@@ -271,6 +291,7 @@ class ConsolidationConfig(_Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     checkpoints: CheckpointConfig = Field(default_factory=CheckpointConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     gate: GateConfig = Field(default_factory=GateConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
     capture: CaptureConfig = Field(default_factory=CaptureConfig)
