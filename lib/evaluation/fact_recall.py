@@ -119,3 +119,17 @@ def recall_by_document(items: Sequence[Any], scores: dict[str, Any]) -> dict[str
         counts[0] += 1
         counts[1] += bool(row["correct"])
     return {d: (n, c) for d, (n, c) in out.items()}
+
+
+def ask_versions(lineage, versions: Sequence[str], items: Sequence[Any], *, window: int | None, separator: str = "auto",
+                 batch_size: int = 8, cache_dir: Path | None = None, device: str | None = None) -> dict[str, dict[str, Any]]:
+    """{version: scores} of `items` asked of each version (by id, from lineage), one model in
+    memory at a time, through the eval cache: what the demo asks v0 and v1."""
+    from lib.evaluate import EvalModel
+
+    out = {}
+    for version in versions:
+        em = EvalModel.load(lineage.get_version(version)["path"], device=device, max_len=window, separator=separator)
+        out[version] = cached_fact_scores(em, items, cache_dir, batch_size=batch_size, max_new_tokens=None)
+        del em
+    return out
