@@ -143,6 +143,11 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
     with clock.stage("evaluate"):
         result["eval"] = evaluate_versions(cfg, str(run.path), run.run_id, version, champion)
         fault_point("evaluate")
+    from lib.evaluate import eval_budget_note
+
+    if note := eval_budget_note(clock.seconds, cfg.eval.max_share):
+        book.log.warning(note)
+        result["eval_budget"] = note
     with clock.stage("gate"):
         result["gate"] = gate_and_promote(cfg, version)
         fault_point("promote")

@@ -518,6 +518,17 @@ def measure_root(workspace, cfg, version_dir, corpus: str) -> dict[str, Any]:
     return {OLD_VAL: {"bpb": bpb}, "docs": len(sets[OLD_VAL]), "seconds": round(time.perf_counter() - t0, 3)}
 
 
+def eval_budget_note(seconds: dict[str, float], max_share: float) -> str | None:
+    """A sentence when the night's evaluation took more than `max_share` of its training time
+    (`seconds`: stage -> wall seconds, with "train" and "evaluate"), naming what to lower."""
+    train, evaluate = seconds.get("train"), seconds.get("evaluate")
+    if not train or train < 1.0 or evaluate is None or evaluate <= max_share * train:
+        return None
+    return (f"evaluation took {evaluate:.0f} s, {evaluate / train:.0%} of the night's training ({train:.0f} s), over "
+            f"eval.max_share {max_share:.0%}: lower eval.max_bytes (text per set), eval.memory_sets (earlier nights checked) "
+            f"or eval.fact_max_items (fact probes per set)")
+
+
 def night_fact_sets(workspace, eval_cfg, run_dir=None, lineage=None) -> dict[str, list]:
     """The fact sets a night asks: tonight's (`facts:new`, from `<run>/knowledge/facts.jsonl`;
     empty when the night's documents held no fact, absent when the run has no such file) and, with

@@ -116,3 +116,13 @@ def test_references_come_from_the_learners_own_night_in_lineage(workspace):
     assert "the night of v1: 90.0% answered when learnt -> 55.0% now (11 of 20), 90.0% by the champion, -35.0 points" in \
         rule(decision, "fact_retention").reason
     assert rule(decision, "fact_acquisition").passed
+
+
+def test_the_eval_budget_note_names_the_caps():
+    from lib.evaluate import eval_budget_note
+
+    assert eval_budget_note({"train": 400.0, "evaluate": 100.0}, 0.25) is None
+    assert eval_budget_note({"evaluate": 100.0}, 0.25) is None  # nothing trained (a resumed night)
+    note = eval_budget_note({"train": 400.0, "evaluate": 120.0}, 0.25)
+    assert note == ("evaluation took 120 s, 30% of the night's training (400 s), over eval.max_share 25%: lower eval.max_bytes "
+                    "(text per set), eval.memory_sets (earlier nights checked) or eval.fact_max_items (fact probes per set)")
