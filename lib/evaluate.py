@@ -288,6 +288,7 @@ class PairEvaluation:
     root_version: str | None = None
     # side ("parent"/"candidate") -> fact set ("facts:new", "facts:v1") -> {doc_id: (probes, answered)}
     doc_recall: dict[str, dict[str, dict[str, tuple[int, int]]]] = field(default_factory=dict)
+    fact_seconds: float = 0.0  # wall seconds spent asking fact probes (both sides, cache hits included)
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
@@ -378,14 +379,18 @@ def evaluate_pair(
             scored = score_probes(em, probes)
             metrics[PROBES] = {"exact_match": scored["exact_match"], "logprob": scored["logprob"]}
         for name, items in (fact_sets or {}).items():
+            import time
+
             from lib.evaluation.fact_recall import cached_fact_scores, fact_metrics, recall_by_document
 
+            t0 = time.perf_counter()
             scores = cached_fact_scores(em, items, cache, batch_size=batch_size, max_new_tokens=fact_max_new_tokens,
                                         on_progress=on_progress, name=f"{side}/{name}") if items else None
             metrics[name] = fact_metrics(scores)
             result.sizes[name] = {"docs": len({it.doc_id for it in items})}
             if scores:
                 result.doc_recall.setdefault(side, {})[name] = recall_by_document(items, scores)
+            result.fact_seconds += time.perf_counter() - t0
         del em
     return result
 

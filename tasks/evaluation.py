@@ -85,6 +85,10 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str | None, run_id: str
     publish_table("eval-before-after", [{**r, "parent_version": parent, "candidate_version": version} for r in rows],
                   f"Bits per byte of {parent} (before) and {version} (after) on the same data")
     stage_logger().info("evaluation %s -> %s:\n%s", parent, version, table.to_markdown())
+    facts = [d for d in table.candidate if d.startswith("facts:")]
+    if facts:
+        stage_logger().info("fact probes: %d set(s) (%s), %d probes a side, asked in %.1f s", len(facts), ", ".join(facts),
+                            sum(int(table.candidate[d].get("fact_n") or 0) for d in facts), table.fact_seconds)
     if run is not None:
         _publish_plot(run, parent, version, rows)
     return rows
