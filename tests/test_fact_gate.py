@@ -92,6 +92,14 @@ def test_retention_of_earlier_nights_facts_names_the_night_and_its_figures():
                         "(gate.max_fact_forgetting); over it: v1, v2")
     assert rejected_for_forgetting(lost.to_dict()["rules"]) == ["fact_retention"]
 
+    # a small set: one probe of 4 flipping is 25 points, and noise, not forgetting; two are not
+    small = {"facts:v1": 1.0}
+    one = gate.decide(parent, {**BPB_CAND, "facts:v1": facts(0.75, n=4)}, fact_references=small)
+    assert rule(one, "fact_retention").passed and "-25.0 points; one probe only, rank noise: not counted against the allowed fall of 10.0 points" in \
+        rule(one, "fact_retention").reason
+    two = gate.decide(parent, {**BPB_CAND, "facts:v1": facts(0.50, n=4)}, fact_references=small)
+    assert not rule(two, "fact_retention").passed
+
 
 def test_references_come_from_the_learners_own_night_in_lineage(workspace):
     """gate_version reads each earlier night's reference from lineage: vK's facts:new in vK's run,
