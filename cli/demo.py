@@ -117,7 +117,7 @@ def demo_facts(ws, cfg, night: dict) -> dict | None:
     items = read_facts(path)
     lin = Lineage(ws.lineage_db)
     scores = ask_versions(lin, [parent, version], items, window=eval_window(cfg), separator=cfg.tokenizer.document_separator,
-                          batch_size=cfg.eval.batch_size, cache_dir=ws.eval_cache)
+                          batch_size=cfg.eval.fact_batch_size, cache_dir=ws.eval_cache)
     out = {"file": str(path), "n": len(items), "chance": scores[version]["chance"],
            "versions": {v: {"answered": sum(r["correct"] for r in s["items"]), "accuracy": s["accuracy"],
                             "exact_match": s["exact_match"], "mean_rank": s["mean_rank"]} for v, s in scores.items()}}

@@ -218,6 +218,7 @@ class EvalConfig(_Section):
     probes: Path | None = Field(None, description="JSONL file of {prompt, expected} probes scored before and after; none: no probes.")
     fact_max_items: int | None = Field(64, ge=1, description="Cap on fact probes asked per fact set (tonight's and each kept night's), a fixed sample by id hash: bounds the evaluation's cost as nights add up; none: all.")
     fact_max_new_tokens: int | None = Field(None, ge=1, description="Greedy tokens generated per fact probe for exact match; none: the longest answer's tokens + 1.")
+    fact_batch_size: int = Field(64, ge=1, description="Question-and-option rows per forward pass when asking fact probes (rows are short, ~20-30 tokens: more fit than eval.batch_size windows).")
     max_share: float = Field(0.25, gt=0, description="Evaluation should take at most this share of the night's training time; a night over it logs a warning that names the caps to lower (eval.max_bytes, eval.memory_sets, eval.fact_max_items).")
 
 

@@ -355,6 +355,7 @@ def evaluate_pair(
     cache_dir: str | Path | None = None,
     fact_sets: dict[str, Sequence[Any]] | None = None,
     fact_max_new_tokens: int | None = None,
+    fact_batch_size: int = 64,
 ) -> PairEvaluation:
     """BPB of parent and candidate on each named text set (empty sets are skipped), plus probes,
     plus fact recall on each named fact set (`fact_sets`: {"facts:new": [FactItem, ...], ...};
@@ -384,7 +385,7 @@ def evaluate_pair(
             from lib.evaluation.fact_recall import cached_fact_scores, fact_metrics, recall_by_document
 
             t0 = time.perf_counter()
-            scores = cached_fact_scores(em, items, cache, batch_size=batch_size, max_new_tokens=fact_max_new_tokens,
+            scores = cached_fact_scores(em, items, cache, batch_size=fact_batch_size, max_new_tokens=fact_max_new_tokens,
                                         on_progress=on_progress, name=f"{side}/{name}") if items else None
             metrics[name] = fact_metrics(scores)
             result.sizes[name] = {"docs": len({it.doc_id for it in items})}
@@ -572,7 +573,7 @@ def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, 
     result = evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size,
                            max_len=eval_window(cfg), device=device, separator=cfg.tokenizer.document_separator,
                            on_progress=on_progress, cache_dir=workspace.eval_cache, fact_sets=facts,
-                           fact_max_new_tokens=cfg.eval.fact_max_new_tokens)
+                           fact_max_new_tokens=cfg.eval.fact_max_new_tokens, fact_batch_size=cfg.eval.fact_batch_size)
     root = lineage.root_version() if lineage is not None else None
     if root is not None:
         root_dir = Path(lineage.get_version(root)["path"])
