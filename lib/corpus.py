@@ -256,15 +256,17 @@ def build_demo_buffer(
 ) -> dict:
     """Add the demo documents to `<ws>/buffers/` through MemoryBuffer and flush them to parquet;
     with `fiction` towns, their documents too and their questions in `demo_facts_file`."""
-    chosen, info = select_demo_documents(packages, max_bytes, min_chars, max_chars)
-    if fiction:
-        from lib.data.fiction import fictional_towns, town_documents, town_probes
+    from lib.data.fiction import fictional_towns, town_documents, town_probes
+
+    towns = fictional_towns(fiction) if fiction else []
+    docs = town_documents(towns)
+    town_bytes = sum(len(d.encode("utf-8")) for d in docs)
+    chosen, info = select_demo_documents(packages, max_bytes - town_bytes, min_chars, max_chars)  # the towns count in max_bytes
+    if towns:
         from lib.knowledge.facts import write_facts
 
-        towns = fictional_towns(fiction)
-        docs = town_documents(towns)
         chosen += [("fiction", t.doc_id, text) for t, text in zip(towns, docs)]
-        info["fictional towns"] = {"version": "generated", "docs": len(docs), "bytes": sum(len(d.encode("utf-8")) for d in docs)}
+        info["fictional towns"] = {"version": "generated", "docs": len(docs), "bytes": town_bytes}
         write_facts(demo_facts_file(workspace), town_probes(towns))
     buf = MemoryBuffer(workspace.buffers, flush_size=max(1000, len(chosen)))
     before = set(buf.list_buffers())
