@@ -38,7 +38,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--corpus", type=Path, required=True, help="folder with the replay corpus's parquet shards (train) and val/")
+    ap.add_argument("--corpus", type=Path, required=True, help="a workspace corpus folder (train/ and val/ parquet shards)")
     ap.add_argument("--fact-set", default="bio")
     ap.add_argument("--people", type=int, default=24)
     ap.add_argument("--steps", type=int, default=200)
@@ -70,7 +70,8 @@ def main() -> None:
             q, a = r.questions[attr]
             natural.append(FactItem(fact_id(r.subject, attr, a), "", r.subject, attr, a, "nat", "", q,
                                     tuple(dict.fromkeys(v for v in values if v != a))))
-    corpus_files = sorted(p for p in args.corpus.glob("*.parquet"))
+    train_dir = args.corpus / "train" if (args.corpus / "train").is_dir() else args.corpus
+    corpus_files = sorted(train_dir.glob("*.parquet"))
     corpus = [t for f in corpus_files for t in pq.read_table(f, columns=["text"]).column("text").to_pylist()]
     val_files = sorted((args.corpus / "val").glob("*.parquet"))
     val = [t for f in val_files for t in pq.read_table(f, columns=["text"]).column("text").to_pylist()][:40]

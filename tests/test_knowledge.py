@@ -251,3 +251,21 @@ def test_a_night_is_lengthened_until_each_form_is_seen_min_exposures_times():
     steps, note = sized_steps(200, 2048, k, 40_000)
     assert steps == 469 and "469 steps instead of 200" in note
     assert sized_steps(200, 2048, KnowledgeConfig(min_exposures=0), 10**9) == (200, None)
+
+
+def test_cli_knowledge_runs_the_stage_on_a_curated_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    recs = records("bio", 6, 12)
+    curated = tmp_path / "ws" / "runs" / "r1" / "curated"
+    curated.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [f"b{i}" for i in range(12)], "text": [r.text for r in recs]}), curated / "docs-0.parquet")
+    out = CliRunner().invoke(app, ["knowledge", "--run-id", "r1", "--workspace", str(tmp_path / "ws"), "--show", "3"])
+    assert out.exit_code == 0, out.output
+    facts = read_facts(tmp_path / "ws" / "runs" / "r1" / "knowledge" / "facts.jsonl")
+    assert facts and f"{len(facts)} fact items from 12 documents" in out.output
+    assert facts[0].question in out.output.replace("\\n", "\n") or repr(facts[0].question) in out.output
+    missing = CliRunner().invoke(app, ["knowledge", "--run-id", "nope", "--workspace", str(tmp_path / "ws")])
+    assert missing.exit_code != 0 and "consolidate curate --run-id nope" in str(missing.exception or missing.output)

@@ -14,7 +14,8 @@ Forms of one document (by rule, no model needed):
   rendered: they are its probe.
 - `writer` (optional): paraphrases written by a model (lib/knowledge/writer.py).
 
-`forms_per_document` caps the texts one document yields: QA texts first (they carry every fact
+Only documents with at least one fact item are augmented (code and fact-less prose train as
+captured). `forms_per_document` caps the texts one document yields: QA texts first (they carry every fact
 in several question forms), then permutations, then the explicit text. Held-out documents (the
 night's hash cut, lib/tokenization.heldout_cut) are never augmented and give no fact items.
 
@@ -133,6 +134,8 @@ def augment_documents(ids: Sequence[str], texts: Sequence[str], facts: Sequence[
     seen: set[str] = set()
     out = []
     for doc_id, text in zip(ids, texts):
+        if doc_id not in by_doc:
+            continue  # no fact to make retrievable: the document trains as captured
         _, entity = document_facts(text, lower)
         for a in augment_document(doc_id, text, by_doc.get(doc_id, []), entity=entity, forms_per_document=forms_per_document,
                                   kinds=kinds, heldout_share=heldout_share, forms=forms, seed=seed):

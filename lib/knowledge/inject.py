@@ -4,7 +4,7 @@
 the CLI and the tests call:
 
 1. read the run's curated documents (`<run>/curated/*.parquet`, id + text);
-2. cut the night's held-out documents exactly as tokenization will (lib.tokenization.heldout_cut
+2. leave out documents curation marked as code, and cut the night's held-out documents exactly as tokenization will (lib.tokenization.heldout_cut
    over the ORIGINAL curated ids): they are neither augmented nor asked, so held-out bits per
    byte still measures text the night never saw in any form;
 3. extract fact items from the rest (lib/knowledge/facts.py), distractors also drawn from
@@ -66,12 +66,16 @@ def augmented_dir(run_dir: str | Path) -> Path:
     return knowledge_dir(run_dir) / "augmented"
 
 
-def curated_documents(curated: str | Path) -> tuple[list[str], list[str]]:
+def curated_documents(curated: str | Path, prose_only: bool = False) -> tuple[list[str], list[str]]:
+    """(ids, texts) of the curated documents; `prose_only` leaves out those curation marked code."""
     ids, texts = [], []
     for part in sorted(Path(curated).glob("*.parquet")):
-        table = pq.read_table(part, columns=["id", "text"])
-        ids += [str(x) for x in table.column("id").to_pylist()]
-        texts += [str(x) for x in table.column("text").to_pylist()]
+        table = pq.read_table(part)
+        kinds = table.column("kind").to_pylist() if "kind" in table.column_names else [None] * table.num_rows
+        for i, t, k in zip(table.column("id").to_pylist(), table.column("text").to_pylist(), kinds):
+            if not (prose_only and k == "code"):
+                ids.append(str(i))
+                texts.append(str(t))
     return ids, texts
 
 
@@ -102,8 +106,15 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
     """Fact set and augmented forms of the run's curated documents (see the module docstring)."""
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
-    ids, texts = curated_documents(run_dir / "curated")
-    train_ids, train_texts, heldout = trained_documents(ids, texts, sampling)
+    all_ids, _ = curated_documents(run_dir / "curated")
+    ids, texts = curated_documents(run_dir / "curated", prose_only=True)
+    # the cut is over every curated id, as tokenization computes it; code documents are not augmented
+    from lib.tokenization import _heldout_hash, heldout_cut
+
+    cut = heldout_cut(all_ids, sampling.heldout_fraction, sampling.heldout_min_docs)
+    keep = [k for k, i in enumerate(ids) if _heldout_hash(i) >= cut]
+    train_ids, train_texts = [ids[k] for k in keep], [texts[k] for k in keep]
+    heldout = sum(1 for i in all_ids if _heldout_hash(i) < cut)
     items = extract_facts(train_texts, train_ids, earlier=earlier, max_per_doc=knowledge.max_facts_per_document,
                           n_distractors=knowledge.distractors, heldout_share=knowledge.heldout_share, seed=sampling.seed)
     write_facts(facts_file(run_dir), items)
@@ -129,7 +140,7 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
     counts: dict[str, int] = {}
     for f in forms:
         counts[f.form] = counts.get(f.form, 0) + 1
-    stats = {"documents": len(ids), "heldout_documents": heldout, "facts": len(items),
+    stats = {"documents": len(all_ids), "prose_documents": len(ids), "heldout_documents": heldout, "facts": len(items),
              "kinds": _count(i.kind for i in items), "augmented": len(forms), "forms": counts, "writer_dropped": dropped,
              "augmented_bytes": sum(len(f.text.encode("utf-8")) for f in forms),
              "original_bytes": sum(len(t.encode("utf-8")) for t in train_texts),
