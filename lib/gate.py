@@ -22,8 +22,10 @@
 - fact_retention: on every earlier night's facts (`facts:<vK>`), the candidate's accuracy may
   fall at most `gate.max_fact_forgetting` (absolute points) below what vK answered the night it
   learnt them (vK's `facts:new` in vK's run, `fact_references`); bits per byte can call a night
-  "kept" while its facts are gone (issue #24), so this is checked apart from `retention`. A fall
-  of a single probe never rejects (a set of 5 probes would otherwise fail at 20 points on noise).
+  "kept" while its facts are gone (issue #24), so this is checked apart from `retention`. Only
+  what the night taught can be lost: the fall counted is at most its gain (learnt − its parent's
+  level that night), so noise around chance never rejects; nor does a fall of a single probe (a
+  set of 5 probes would otherwise fail at 20 points).
 - A rule whose inputs are missing fails (fail closed): a gate that cannot measure must not promote.
 
 Trade-off: relative thresholds on one scalar per data set are coarse (seed 000 section 8: BPB
@@ -98,10 +100,11 @@ class RegressionGate:
         self.config = config or GateConfig()
 
     def decide(self, parent: Metrics, candidate: Metrics, root: Metrics | None = None,
-               fact_references: dict[str, float | None] | None = None) -> GateDecision:
+               fact_references: dict[str, Any] | None = None) -> GateDecision:
         """`root`: the root version's metrics (its old_val), for the cumulative rule; none (or a
         candidate whose parent is the root) skips it. `fact_references`: {"facts:<vK>": the
-        fact accuracy vK reached on its own facts the night it learnt them}, for fact_retention."""
+        fact accuracy vK reached on its own facts the night it learnt them, or (that, its
+        parent's on them that night)}, for fact_retention (lib.promotion.fact_references)."""
         rules = [self._forgetting(parent, candidate), self._acquisition(parent, candidate)]
         for optional in (self._retention(parent, candidate), self._cumulative(root, candidate), self._probes(parent, candidate),
                          self._fact_acquisition(parent, candidate), self._fact_retention(parent, candidate, fact_references or {})):
@@ -131,7 +134,7 @@ class RegressionGate:
                   + f"); required {need:.1%} (gate.min_fact_recall) {'met' if ok else 'not met'}")
         return RuleResult(name, acc, need, ok, reason)
 
-    def _fact_retention(self, parent: Metrics, candidate: Metrics, references: dict[str, float | None]) -> RuleResult | None:
+    def _fact_retention(self, parent: Metrics, candidate: Metrics, references: dict[str, Any]) -> RuleResult | None:
         limit = self.config.max_fact_forgetting
         name = "fact_retention"
         sets = sorted((d for d in candidate if d.startswith(FACTS_PREFIX) and d != f"{FACTS_PREFIX}new"), key=_night_order)
@@ -139,22 +142,28 @@ class RegressionGate:
             return None  # no earlier night's facts kept yet
         falls = {}
         for s in sets:
-            now, learnt = _get(candidate, s, "fact_accuracy"), references.get(s)
+            ref = references.get(s)
+            learnt, was = ref if isinstance(ref, tuple) else (ref, None)
+            now = _get(candidate, s, "fact_accuracy")
             night = s.removeprefix(FACTS_PREFIX)
             if now is None:
                 return RuleResult(name, None, limit, False, f"the facts of the night of {night} ({s}) not measured for the candidate")
             if learnt is None:
                 return RuleResult(name, None, limit, False, f"no reference for the facts of the night of {night}: {night}'s own "
                                                             f"facts:new fact_accuracy is not in lineage")
-            falls[s] = (learnt - now, learnt, now, _get(parent, s, "fact_accuracy"), _get(candidate, s, "fact_n"))
+            fall = learnt - now
+            if was is not None:  # only what the night taught can be forgotten: a fall below its parent's level is noise
+                fall = min(fall, max(0.0, learnt - was))
+            falls[s] = (fall, learnt, now, _get(parent, s, "fact_accuracy"), _get(candidate, s, "fact_n"), was)
         worst = max(falls, key=lambda k: falls[k][0])
-        fall, learnt, now, before, n = falls[worst]
+        fall, learnt, now, before, n, was = falls[worst]
         # one probe flipping is rank noise, not forgetting: a set of 5 would otherwise reject at 20 points
         over = [s.removeprefix(FACTS_PREFIX) for s, v in falls.items() if v[0] > limit + _EPS and (not v[4] or v[0] * v[4] > 1 + 1e-6)]
         ok = not over
         night = worst.removeprefix(FACTS_PREFIX)
         reason = (f"{len(falls)} earlier night(s)' facts checked; the worst, the night of {night}: {learnt:.1%} answered when "
-                  f"learnt -> {now:.1%} now" + (f" ({round(now * n)} of {int(n)})" if n else "")
+                  f"learnt" + (f" ({was:.1%} before that night)" if was is not None else "") + f" -> {now:.1%} now"
+                  + (f" ({round(now * n)} of {int(n)})" if n else "")
                   + (f", {before:.1%} by the champion" if before is not None else "")
                   + f", {-fall * 100:+.1f} points; "
                   + ("one probe only, rank noise: not counted against" if ok and fall > limit + _EPS else 'within' if ok else 'over')

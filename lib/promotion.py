@@ -139,18 +139,20 @@ def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[
     return out
 
 
-def fact_references(lineage: Lineage, metrics: dict[str, dict[str, float]]) -> dict[str, float | None]:
-    """{"facts:<vK>": vK's fact accuracy on its own facts (facts:new) in its own run} for every
-    earlier night's fact set in `metrics`: what the fact_retention rule compares with."""
+def fact_references(lineage: Lineage, metrics: dict[str, dict[str, float]]) -> dict[str, tuple[float | None, float | None]]:
+    """{"facts:<vK>": (vK's fact accuracy on its own facts (facts:new) in its own run, its
+    parent's on them in that run)} for every earlier night's fact set in `metrics`: what the
+    fact_retention rule compares with."""
     from lib.memory import FACTS_PREFIX
 
-    out: dict[str, float | None] = {}
+    out: dict[str, tuple[float | None, float | None]] = {}
     for dataset in metrics:
         if dataset.startswith(FACTS_PREFIX) and dataset != f"{FACTS_PREFIX}new":
             learner = dataset.removeprefix(FACTS_PREFIX)
             row = lineage.get_version(learner)
             own = lineage.metrics(learner, row["run_id"] or "") if row else {}
-            out[dataset] = own.get(f"{FACTS_PREFIX}new", {}).get("fact_accuracy")
+            was = lineage.metrics(row["parent"], row["run_id"] or "") if row and row["parent"] else {}
+            out[dataset] = (own.get(f"{FACTS_PREFIX}new", {}).get("fact_accuracy"), was.get(f"{FACTS_PREFIX}new", {}).get("fact_accuracy"))
     return out
 
 

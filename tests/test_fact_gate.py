@@ -100,6 +100,14 @@ def test_retention_of_earlier_nights_facts_names_the_night_and_its_figures():
     two = gate.decide(parent, {**BPB_CAND, "facts:v1": facts(0.50, n=4)}, fact_references=small)
     assert not rule(two, "fact_retention").passed
 
+    # only what the night taught can be lost: 30% learnt from 20% before, 5% now counts 10 points
+    noise = gate.decide(parent, {**BPB_CAND, "facts:v1": facts(0.05, n=40)}, fact_references={"facts:v1": (0.30, 0.20)})
+    r = rule(noise, "fact_retention")
+    assert r.passed and r.measured == pytest.approx(0.10)
+    assert "30.0% answered when learnt (20.0% before that night) -> 5.0% now (2 of 40)" in r.reason
+    lost = gate.decide(parent, {**BPB_CAND, "facts:v1": facts(0.05, n=40)}, fact_references={"facts:v1": (0.50, 0.20)})
+    assert not rule(lost, "fact_retention").passed and rule(lost, "fact_retention").measured == pytest.approx(0.30)
+
 
 def test_references_come_from_the_learners_own_night_in_lineage(workspace):
     """gate_version reads each earlier night's reference from lineage: vK's facts:new in vK's run,
@@ -118,10 +126,11 @@ def test_references_come_from_the_learners_own_night_in_lineage(workspace):
         "v0": {"old_val": {"bpb": 2.0}},
         "v1": {**BPB_PARENT, "facts:new": facts(0.0), "facts:v1": facts(0.90)},
         "v2": {**BPB_CAND, "facts:new": facts(0.60), "facts:v1": facts(0.55)}})
-    assert fact_references(lin, lin.metrics("v2", "night-2")) == {"facts:v1": 0.90}
+    assert fact_references(lin, lin.metrics("v2", "night-2")) == {"facts:v1": (0.90, 0.05)}
     decision, status = gate_version(lin, cfg, "v2")
     assert status == "rejected" and decision.summary() == "rejected by fact_retention"
-    assert "the night of v1: 90.0% answered when learnt -> 55.0% now (11 of 20), 90.0% by the champion, -35.0 points" in \
+    assert "the night of v1: 90.0% answered when learnt (5.0% before that night) -> 55.0% now (11 of 20), 90.0% by the champion, " \
+           "-35.0 points" in \
         rule(decision, "fact_retention").reason
     assert rule(decision, "fact_acquisition").passed
 

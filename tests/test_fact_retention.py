@@ -88,7 +88,7 @@ def test_the_gate_now_rejects_what_the_matrix_shows(workspace, forgotten):
     gate = load_config(preset="tiny", overrides=["gate.max_memory_forgetting=0.5"]).gate
     decision, _ = gate_version(forgotten, gate, "v3", apply=False)
     rule = next(r for r in decision.rules if r.name == "fact_retention")
-    assert not rule.passed and "the night of v1: 83.0% answered when learnt -> 8.0% now (2 of 24)" in rule.reason
+    assert not rule.passed and "the night of v1: 83.0% answered when learnt (4.0% before that night) -> 8.0% now (2 of 24)" in rule.reason
 
 
 def test_cli_and_heat_map_show_the_facts(workspace, forgotten):
