@@ -17,9 +17,11 @@ log-likelihood after the question: accuracy; the greedy continuation starting wi
 - Per-document recall (probes and answers per `doc_id`) goes to lineage `fact_recall`: what memory
   replay reads to favour documents whose facts slip.
 
-Trade-off: one forward pass per candidate answer plus `max_new_tokens` greedy steps per probe. On
-the tiny preset (CPU) 64 probes with 7 candidates cost a few seconds a side, under 5% of a 200-step
-night; the cap bounds a night with many kept sets (`eval.memory_sets` x `eval.fact_max_items`).
+Trade-off: one short forward pass per option (answer and up to 23 distractors) plus a few greedy
+steps per probe. Measured in a demo night on the 2-core CPU under load ~15: 39 probes asked of
+both sides in 64 s, beside 188 s of bits per byte and 388 s of training (45 steps); the cap bounds
+a night with many kept sets (`eval.memory_sets` x `eval.fact_max_items`), and the parent's kept
+sets come from the cache.
 """
 
 from __future__ import annotations
