@@ -223,6 +223,7 @@ def main() -> None:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-facts-"))
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")  # a loaded 2-core machine
     base = args.v0 or work / "v0"
     if args.v0 is None:
         bootstrap_v0(base, args)
