@@ -97,7 +97,6 @@ def clone(src: Path, dst: Path):
 
 def night_items(ws, run_id: str, recs, cfg):
     """(fact items, natural items) of the night's trained records."""
-    from lib.evaluation.facts import normalise_answer  # noqa: F401  (imported for symmetry of use)
     from lib.knowledge.facts import FactItem, extract_facts, fact_id, read_facts
     from lib.knowledge.inject import curated_documents, facts_file, trained_documents
 
