@@ -9,7 +9,8 @@ of the same kind from other documents, so the item is scored as multiple choice
 
 Extraction (`extract_facts`), rule-based, no model:
 - sentences split at . ! ? before a capital or digit (not after Dr., St., e.g.) and at line
-  breaks; a sentence that looks like code (brackets, `=`, `def `, `import `) is skipped;
+  breaks; a sentence that looks like code (brackets, `=`, `def `, `import `) is skipped, and so is
+  a whole document whose lines are more than 20% code (a source file's docstrings);
 - candidate answers: dates (three formats), years, numbers, and runs of capitalised words joined
   by name connectors (of, de, van, &); a sentence-initial capital counts only if the texts never
   write that word in lower case ("After", "Born" do not);
@@ -154,6 +155,16 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
 def _looks_like_code(sentence: str) -> bool:
     return bool(_CODE_CHARS.search(sentence)) or sentence.count("_") > 1 or sentence.count("(") > 2
+
+
+def looks_like_code_document(text: str, max_share: float = 0.2) -> bool:
+    """More than `max_share` of the non-blank lines look like code (brackets, `=`, keywords, or an
+    indented line): a source file's docstrings ("Defaults to None.") are not facts."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return False
+    code = sum(1 for ln in lines if _looks_like_code(ln) or ln.startswith(("    ", "\t")) or ln.rstrip().endswith(":") and " " not in ln.strip())
+    return code > max_share * len(lines)
 
 
 def _capitalised(word: str) -> bool:
@@ -335,6 +346,9 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     per_doc: list[list[_Found]] = []
     mains: set[str] = set()
     for i, text in enumerate(texts):
+        if looks_like_code_document(text):
+            per_doc.append([])
+            continue
         found, main = document_facts(text, lower)
         for f in found:
             f.doc = i
