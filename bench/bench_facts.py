@@ -97,7 +97,6 @@ def clone(src: Path, dst: Path):
 
 def night_items(ws, run_id: str, recs, cfg):
     """(fact items, natural items) of the night's trained records."""
-    from lib.evaluation.facts import normalise_answer  # noqa: F401  (imported for symmetry of use)
     from lib.knowledge.facts import FactItem, extract_facts, fact_id, read_facts
     from lib.knowledge.inject import curated_documents, facts_file, trained_documents
 
@@ -223,6 +222,7 @@ def main() -> None:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-facts-"))
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")  # a loaded 2-core machine
     base = args.v0 or work / "v0"
     if args.v0 is None:
         bootstrap_v0(base, args)

@@ -100,14 +100,29 @@ def main() -> None:
                             betas=(0.9, 0.95))
     warm = max(1, int(0.1 * args.steps))
 
+    # the same facts asked in a trained question form and as the document's own prefix (the cue):
+    # tells "not memorised" (all low) from "memorised but not retrievable" (cue high, held-out low)
+    from dataclasses import replace
+
+    from lib.knowledge.forms import QUESTION_FORMS, split_forms
+
+    def trained_form(it):
+        k = [i for i in split_forms(it.id, QUESTION_FORMS, kcfg.heldout_share)[0] if QUESTION_FORMS[i].probe][0]
+        return replace(it, question=QUESTION_FORMS[k].render(it.subject, it.relation, it.kind))
+
+    trained_items = [trained_form(it) for it in items]
+    cue_items = [replace(it, question=it.cue) for it in items]
+
     def report(step: int, t0: float) -> None:
         model.eval()
         f = score_facts(em, items)
         n = score_facts(em, natural)
+        tq = score_facts(em, trained_items)
+        cue = score_facts(em, cue_items)
         bpb = em.bits_per_byte(val, batch_size=8)
-        print(f"step {step:4d}  facts acc {f.accuracy:6.1%} exact {f.exact_match:6.1%} rank {f.mean_rank:5.2f} (chance {f.chance:.1%}, n {f.n})"
-              f"  natural acc {n.accuracy:6.1%} rank {n.mean_rank:5.2f} (chance {n.chance:.1%})  old_val bpb {bpb:.4f}"
-              f"  {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"step {step:4d}  held-out form {f.accuracy:6.1%} (exact {f.exact_match:5.1%}, rank {f.mean_rank:5.2f}, chance {f.chance:.1%}, n {f.n})"
+              f"  natural {n.accuracy:6.1%} (chance {n.chance:.1%})  trained form {tq.accuracy:6.1%}  cue {cue.accuracy:6.1%}"
+              f"  old_val bpb {bpb:.4f}  {time.perf_counter() - t0:.0f} s", flush=True)
         model.train()
 
     t0 = time.perf_counter()
