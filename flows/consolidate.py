@@ -1,7 +1,7 @@
 """The nightly consolidation flow: the table of contents of one night.
 
 ingest → exact dedup → near dedup → length filter and concatenation → fastText filters
-(flows/curation.py) → tokenize (a task per input file) → manifest (lib.data.sampling, lib.data.manifest) → train (torchrun,
+(flows/curation.py) → knowledge injection (fact set + augmented forms, lib/knowledge) → tokenize (a task per input file) → manifest (lib.data.sampling, lib.data.manifest) → train (torchrun,
 inline or on the GPU deployment) → record → evaluate → gate and promote → store (dedup index,
 delta, optimizer-state pruning).
 
@@ -57,9 +57,12 @@ from lib.training.preflight import ensure_ready
 from lib.workspace import RunDir, Workspace
 from tasks.data import commit_dedup_index, plan_tokenization, prepare_data, resolve_tokenizer, tokenize_file
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate, remember_night, store_candidate
+from tasks.knowledge import inject_knowledge_task
+from lib.evaluation.evaluate import eval_budget_note
+from lib.knowledge.inject import knowledge_sources, knowledge_tokens, sized_steps
 
 # The run form: the sections a night reads (the architecture comes from the champion, so no `model`).
-NightlyConfig = run_form("workspace", "buffer", "curation", "sampling", "tokenizer", "training", "checkpoints",
+NightlyConfig = run_form("workspace", "buffer", "curation", "knowledge", "sampling", "tokenizer", "training", "checkpoints",
                          "eval", "gate", "orchestration")
 
 
@@ -116,7 +119,18 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
     gate, remember and store: one attempt at the night (the first, or its safer retry)."""
     ws, champion, result = book.ws, book.current.parent, {}
     tokenizer_dir = resolve_tokenizer(cfg, champion_dir)
-    data = prepare(cfg, run, tokenizer_dir, default_sources(ws, cfg, run.curated), token_budget(cfg), clock)
+    sources = default_sources(ws, cfg, run.curated)
+    if cfg.knowledge.enabled:
+        with clock.stage("knowledge"):
+            result["knowledge"] = inject_knowledge_task(cfg, str(run.path), champion_dir)
+        sources = knowledge_sources(sources, run.path, cfg.knowledge)
+        steps, note = sized_steps(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge,
+                                  knowledge_tokens(run.path, tokenizer_dir))
+        if note:
+            book.log.info(note)
+            cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"num_iterations": steps})})
+            result["knowledge"]["night_steps"] = steps
+    data = prepare(cfg, run, tokenizer_dir, sources, token_budget(cfg), clock)
     version = claim_version(ws, book.lineage, run.run_id)
     with clock.stage("train"):
         trained = trained_version(ws.checkpoint(version), run.run_id) or run_training(TrainRequest(
@@ -130,6 +144,10 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
     with clock.stage("evaluate"):
         result["eval"] = evaluate_versions(cfg, str(run.path), run.run_id, version, champion)
         fault_point("evaluate")
+
+    if note := eval_budget_note(clock.seconds, cfg.eval.max_share):
+        book.log.warning(note)
+        result["eval_budget"] = note
     with clock.stage("gate"):
         result["gate"] = gate_and_promote(cfg, version)
         fault_point("promote")

@@ -7,7 +7,8 @@
   corpora/<name>/        original corpus shards (parquet, column `text`), validation split in val/
   index/                 curation state that grows night by night (exact hashes, MinHash bands),
                          the token cache (index/tokens) and measured bits per byte (index/eval)
-  runs/<run-id>/         curated/, the prepared data (lib/data/prepared.py), train/ (snapshots, logs), eval/
+  runs/<run-id>/         curated/, knowledge/ (facts.jsonl, augmented/), the prepared data (lib/data/prepared.py),
+                         train/ (snapshots, logs), eval/
   memory/<version>/      what an accepted night taught: train/ (replayed later), heldout.parquet (retention set)
   checkpoints/<version>/ Hugging Face model folders + meta.json (+ master/: fp32 master weights)
   serving/champion, serving/latest   links to the full Hugging Face folders of those versions
@@ -202,6 +203,16 @@ class RunDir:
     @property
     def eval(self) -> Path:
         return self.path / "eval"
+
+    @property
+    def knowledge(self) -> Path:
+        """The knowledge stage's output (lib/knowledge/inject.py): facts.jsonl, augmented/, stats.json."""
+        return self.path / "knowledge"
+
+    @property
+    def facts(self) -> Path:
+        """The night's fact set: held-out question phrasings only, never trained on."""
+        return self.knowledge / "facts.jsonl"
 
     def ensure(self) -> "RunDir":
         for d in (self.curated, self.prepared.shards, self.train, self.eval):

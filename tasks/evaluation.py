@@ -3,7 +3,8 @@
 - `record_candidate`: the version row, the buffer files its run trained on and its manifest, in
   one lineage transaction (status candidate).
 - `evaluate_versions`: lib.evaluation.evaluate.evaluate_candidate on the run's sets (old_val for
-  forgetting, new_heldout and new_train for acquisition, every earlier night's retention set),
+  forgetting, new_heldout and new_train for acquisition, every earlier night's retention set,
+  tonight's fact probes and every kept night's: `facts:new`, `facts:<vK>`),
   logging each set's progress; both sides' metrics go to lineage under the run; the table is the
   "eval-before-after" artifact and `<run>/night.png` (training loss, bits per byte before/after)
   the "night-plot" artifact.
@@ -12,9 +13,10 @@
   "gate-decision" markdown artifact.
 - After the gate (applied or previewed), the "retention-matrix" table: bits per byte of every
   version of the lineage, tonight's candidate included, on old_val and on each remembered night's
-  held-out set, each against the version that learnt it (lib/evaluation/retention.py).
+  held-out set, and beside each night the share of its facts answered closed-book, each against
+  the version that learnt it (lib/evaluation/retention.py).
 - `remember_night`: an accepted night's documents join the long-term memory (lib.data.memory.remember),
-  its held-out set becomes a retention set.
+  its held-out set becomes a retention set and its fact probes a kept fact set.
 - `store_candidate`: lib.registry.promotion.apply_storage_policy: the champion and `latest` stay plain
   Hugging Face folders (linked from <workspace>/serving/), every other version (a rejected
   candidate, the champion just replaced) becomes a delta against its parent, and optimizer.pt and
@@ -88,6 +90,10 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str | None, run_id: str
     publish_table("eval-before-after", [{**r, "parent_version": parent, "candidate_version": version} for r in rows],
                   f"Bits per byte of {parent} (before) and {version} (after) on the same data")
     stage_logger().info("evaluation %s -> %s:\n%s", parent, version, table.to_markdown())
+    facts = [d for d in table.candidate if d.startswith("facts:")]
+    if facts:
+        stage_logger().info("fact probes: %d set(s) (%s), %d probes a side, asked in %.1f s", len(facts), ", ".join(facts),
+                            sum(int(table.candidate[d].get("fact_n") or 0) for d in facts), table.fact_seconds)
     if run is not None:
         _publish_plot(run, parent, version, rows)
     return rows
@@ -139,8 +145,8 @@ def publish_retention(cfg: ConsolidationConfig, candidate: str) -> None:
     with own_time():
         matrix = retention_matrix(_lineage(cfg), candidate=candidate, workspace=Workspace(cfg.workspace.root))
     publish_table("retention-matrix", matrix.table_rows(),
-                  f"Retention up to {candidate}: bits per byte per version and set, change vs the version that learnt it. "
-                  + matrix.legend())
+                  f"Retention up to {candidate}: bits per byte and facts answered per version and set, change vs the version "
+                  f"that learnt it. " + matrix.legend())
     stage_logger().info("retention matrix up to %s:\n%s", candidate, matrix.to_markdown())
 
 
@@ -152,7 +158,8 @@ def remember_night(cfg: ConsolidationConfig, version: str) -> dict[str, Any]:
     ws = Workspace(cfg.workspace.root)
     with own_time():
         out = remember(ws, lin, version, ws.run(lin.get_version(version)["run_id"]))
-    stage_logger().info("memory: %s remembered (%d documents, %d held out for retention)", version, out["docs"], out["heldout_docs"])
+    stage_logger().info("memory: %s remembered (%d documents, %d held out for retention, fact probes %s)", version, out["docs"],
+                        out["heldout_docs"], "kept" if out.get("facts") else "none")
     return out
 
 

@@ -13,7 +13,9 @@
 - Demo buffer (`build_demo_buffer`): the sources and METADATA descriptions of a fixed list
   of installed third-party packages the stdlib never contained (prefect and its pure-Python
   dependencies), taken round-robin over the packages in a fixed hash order up to a byte cap, and
-  written through Buffer with source "demo:<package>".
+  written through Buffer with source "demo:<package>"; then 12 short documents about
+  fictional towns (lib/data/fiction.py, source "demo:fiction"), facts no model can know, whose
+  closed-book questions go to `<ws>/demo/facts.jsonl` so the demo can ask v0 and v1 them.
 
 Trade-off: leaving out the test suites drops 19 MB of the 31 MB of stdlib `.py`: the corpus is
 the library's own code (12.3 MB, 742 documents), not its idiosyncratic tests. The demo buffer's
@@ -42,6 +44,8 @@ from lib.buffer.records import content_hash
 from lib.files import swap_in, temp_folder
 from lib.registry.lineage import Lineage
 from lib.workspace import Workspace
+from lib.data.fiction import fictional_towns, town_documents, town_probes
+from lib.knowledge.facts import write_facts
 
 CORPUS_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("text", pa.string()), pa.field("kind", pa.string())])
 SUFFIX_KIND = {".py": "code", ".txt": "prose", ".rst": "prose"}
@@ -252,9 +256,18 @@ def build_demo_buffer(
     *,
     min_chars: int = 400,
     max_chars: int = 12_000,
+    fiction: int = 12,
 ) -> dict:
-    """Add the demo documents to `<ws>/buffers/` through Buffer and flush them to parquet."""
-    chosen, info = select_demo_documents(packages, max_bytes, min_chars, max_chars)
+    """Add the demo documents to `<ws>/buffers/` through Buffer and flush them to parquet;
+    with `fiction` towns, their documents too and their questions in `demo_facts_file`."""
+    towns = fictional_towns(fiction) if fiction else []
+    docs = town_documents(towns)
+    town_bytes = sum(len(d.encode("utf-8")) for d in docs)
+    chosen, info = select_demo_documents(packages, max_bytes - town_bytes, min_chars, max_chars)  # the towns count in max_bytes
+    if towns:
+        chosen += [("fiction", t.doc_id, text) for t, text in zip(towns, docs)]
+        info["fictional towns"] = {"version": "generated", "docs": len(docs), "bytes": town_bytes}
+        write_facts(demo_facts_file(workspace), town_probes(towns))
     buf = Buffer(workspace.buffers, flush_size=max(1000, len(chosen)))
     before = set(buf.list_buffers())
     buf.add_many([text for _, _, text in chosen], [f"demo:{package}" for package, _, _ in chosen])
@@ -270,6 +283,11 @@ def build_demo_buffer(
 
 
 DEFAULT_CORPUS = "stdlib"
+
+
+def demo_facts_file(workspace: Workspace) -> Path:
+    """`<ws>/demo/facts.jsonl`: closed-book questions about the demo buffer's fictional towns."""
+    return workspace.root / "demo" / "facts.jsonl"
 
 
 def replay_corpus_name(workspace: Workspace, cfg) -> str:

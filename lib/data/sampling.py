@@ -94,13 +94,16 @@ def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
 
 
 def memory_weights(workspace, cfg: ConsolidationConfig, sources: list[SourceConfig]) -> dict[str, dict[str, float]] | None:
-    """{memory source: {doc_id: weight}} from lineage (recency and exposures, lib.data.memory), when
+    """{memory source: {doc_id: weight}} from lineage (recency, exposures and the champion's fact
+    slips, lib.data.memory), when
     one of `sources` is the memory."""
     names = [s.name for s in sources if s.kind == "memory"]
     if not names:
         return None
 
-    weights = replay_weights(Lineage(workspace.lineage_db), cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power)
+    lin = Lineage(workspace.lineage_db)
+    weights = replay_weights(lin, cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power,
+                             cfg.sampling.memory_fact_boost, lin.alias("champion"))
     return {name: weights for name in names}
 
 

@@ -24,6 +24,9 @@
   `cache_dir`, a result is kept per (weights digest, text digest, window, separator): the parent's
   old_val was measured the night it was the candidate, so each night scores old_val once.
   `on_progress(dataset, done, total)` is called after every batch (dataset "parent/old_val").
+- Fact probes (lib/evaluation/fact_recall.py): with `fact_sets`, both sides answer tonight's
+  (`facts:new`) and every kept night's (`facts:<vK>`) closed-book, cached like bits per byte; the
+  per-document recall comes back in `PairEvaluation.doc_recall`.
 - `score_probes` runs {prompt, expected} pairs: exact match of the greedy continuation and the
   log-probability of `expected` given `prompt`.
 
@@ -36,11 +39,9 @@ candidate alike, while a sliding window with half overlap would double the compu
 from __future__ import annotations
 
 # torch and transformers are imported inside functions: importing this module must not cost their ~6 s
-import contextlib
 import hashlib
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,183 +50,18 @@ from typing import Any, Callable, Sequence
 from lib.checkpoints.checkpoint import materialize, read_meta
 from lib.data.corpus import replay_corpus_name
 from lib.data.tokenizer import load_tokenizer
-from lib.evaluation.sets import OLD_VAL, PROBES, retention_sets, run_eval_sets
+from lib.evaluation.eval_model import (  # noqa: F401 (bits_per_byte, eval_dtype: re-exported)
+    LOGITS_BUDGET_BYTES, EvalModel, Progress, _is_oom, _materialize, _pick_device, bits_per_byte, eval_dtype,
+)
+from lib.evaluation.sets import OLD_VAL, PROBES, fact_sets, retention_sets, run_eval_sets
 from lib.files import JsonLineError, json_lines, write_json
 from lib.registry.lineage import Lineage
+from lib.data.memory import FACTS_PREFIX
+from lib.evaluation.fact_recall import cached_fact_scores, fact_metrics, night_facts, recall_by_document
 
 log = logging.getLogger(__name__)
 
-LOGITS_BUDGET_BYTES = 1 << 30  # fp32 logits of one eval batch
 CACHE_VERSION = 1              # bump when the numbers for the same inputs would change
-
-Progress = Callable[[str, int, int], None]
-
-
-def _materialize(model_dir: str | Path) -> Path:
-    """A folder `from_pretrained` loads: delta-stored versions are rebuilt by the checkpoint module."""
-    return Path(materialize(Path(model_dir)))
-
-
-def _pick_device(device: str | None):
-    import torch
-
-    if device is None or device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def eval_dtype(folder: Path, device_type: str):
-    """The dtype a version is evaluated in: fp32 on CPU (bf16 matmuls are slow or missing there);
-    on CUDA bf16 for bf16- and fp16-stored weights (as lib.serving.generate serves them), fp32 weights
-    kept as they are (under bf16 autocast)."""
-    import torch
-
-    if device_type == "cpu":
-        return torch.float32
-    try:
-        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
-        stored = config.get("dtype") or config.get("torch_dtype")
-    except (OSError, ValueError, AttributeError):
-        stored = None
-    return torch.float32 if stored in ("float32", "fp32") else torch.bfloat16
-
-
-def _is_oom(exc: BaseException) -> bool:
-    return "out of memory" in str(exc).lower()
-
-
-@dataclass
-class EvalModel:
-    """A causal LM and its tokenizer, loaded once and reused for several data sets."""
-
-    model: Any
-    tokenizer: Any          # lib.data.tokenizer.LoadedTokenizer: the encoding training used
-    device: Any
-    max_len: int
-    separator_id: int
-    special_ids: frozenset[int]
-    path: Path
-    digest: str | None = None  # sha256 of the weights (meta.json), the eval cache's key
-
-    @classmethod
-    def load(cls, model_dir: str | Path, device: str | None = None, max_len: int | None = None,
-             separator: str = "auto") -> "EvalModel":
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        model_dir = Path(model_dir)
-        if not (model_dir / "config.json").is_file() and not (model_dir / "meta.json").is_file():
-            raise FileNotFoundError(f"{model_dir} is not a model folder: no config.json (nor a version's meta.json) in it")
-        folder = _materialize(model_dir)
-        dev = _pick_device(device)
-        tokenizer = load_tokenizer(folder)
-        sep_id, _ = tokenizer.separator(separator)
-        dtype = eval_dtype(folder, dev.type)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(dev)
-        model.eval()
-        positions = getattr(model.config, "max_position_embeddings", None) or 2048
-        window = min(max_len, positions) if max_len else positions
-        if window < 2:
-            raise ValueError(f"max_len {max_len}: a window needs at least 2 positions (separator + one token)")
-        return cls(model, tokenizer, dev, window, int(sep_id), frozenset(tokenizer.special_ids), model_dir,
-                   read_meta(model_dir).get("digest"))
-
-    @property
-    def bos_id(self) -> int:  # the context token every window starts with (kept for older callers)
-        return self.separator_id
-
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.tokenizer.encode_batch(list(texts))
-
-    def windows(self, texts: Sequence[str]) -> list[list[int]]:
-        step = self.max_len - 1
-        return [[self.separator_id] + ids[i : i + step] for ids in self.encode(texts) for i in range(0, len(ids), step)]
-
-    def _autocast(self):
-        import torch
-
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)  # bf16 like serving, whatever the weights' dtype
-        return contextlib.nullcontext()
-
-    def _batch_rows(self, batch_size: int) -> int:
-        vocab = int(getattr(self.model.config, "vocab_size", 0) or self.tokenizer.vocab_size)
-        per_row = 2 * self.max_len * vocab * 4  # the logits and their fp32 copy
-        fits = max(1, LOGITS_BUDGET_BYTES // max(1, per_row))
-        return max(1, min(batch_size, fits))
-
-    def _nats(self, chunk: list[list[int]]) -> float:
-        import torch
-        import torch.nn.functional as F
-
-        width = max(len(w) for w in chunk)
-        full = all(len(w) == width for w in chunk)
-        ids = torch.full((len(chunk), width), self.separator_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, w in enumerate(chunk):
-            ids[r, : len(w)] = torch.tensor(w, dtype=torch.long)
-            mask[r, : len(w)] = 1
-        targets = ids[:, 1:].clone()
-        targets[mask[:, 1:] == 0] = -100
-        if self.special_ids:
-            targets[torch.isin(targets, torch.tensor(sorted(self.special_ids), dtype=torch.long))] = -100
-        ids, targets = ids.to(self.device), targets.to(self.device)
-        with self._autocast():
-            # equal-length rows need no mask: the causal kernel's fast path
-            out = self.model(input_ids=ids, attention_mask=None if full else mask.to(self.device))
-        logits = out.logits[:, :-1]
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="sum", ignore_index=-100)
-        return float(loss)
-
-    def sum_nats(self, windows: list[list[int]], batch_size: int, on_progress: Progress | None = None, name: str = "") -> float:
-        """Σ loss in nats over every non-separator, non-special token of `windows` (each starts
-        with the separator)."""
-        import torch
-
-        order = sorted(range(len(windows)), key=lambda i: (len(windows[i]), windows[i]))
-        rows = self._batch_rows(batch_size)
-        if rows < batch_size:
-            log.info("eval batch of %s capped at %d rows: %d-token windows over a %d-id vocabulary", self.path.name, rows,
-                     self.max_len, int(getattr(self.model.config, "vocab_size", 0)))
-        total, done = 0.0, 0
-        with torch.inference_mode():
-            while done < len(order):
-                chunk = [windows[i] for i in order[done : done + rows]]
-                oom = False
-                try:
-                    total += self._nats(chunk)
-                except (RuntimeError, MemoryError) as exc:
-                    if not _is_oom(exc) or rows == 1:
-                        raise
-                    oom = True  # handled below: the exception's traceback still holds the batch's tensors here
-                if oom:
-                    del chunk
-                    torch.cuda.empty_cache()  # the failed batch's memory is free to give back now (a no-op without CUDA)
-                    rows = max(1, rows // 2)
-                    log.warning("eval of %s ran out of memory; batch halved to %d rows", self.path.name, rows)
-                    continue
-                done += len(chunk)
-                if on_progress is not None:
-                    on_progress(name, done, len(order))
-        return total
-
-    def bits_per_byte(self, texts: Sequence[str], batch_size: int = 8, on_progress: Progress | None = None, name: str = "") -> float:
-        texts = [t for t in texts if t]
-        nbytes = sum(len(t.encode("utf-8")) for t in texts)
-        if nbytes == 0:
-            raise ValueError("bits_per_byte: no text to score (all texts empty)")
-        return self.sum_nats(self.windows(texts), batch_size, on_progress, name) / (math.log(2) * nbytes)
-
-
-def bits_per_byte(
-    model_dir: str | Path, texts: Sequence[str], batch_size: int = 8, max_len: int | None = None, device: str | None = None,
-    separator: str = "auto",
-) -> float:
-    """Bits per UTF-8 byte of `texts` under the model in `model_dir` (a HF folder or a version)."""
-    return EvalModel.load(model_dir, device=device, max_len=max_len, separator=separator).bits_per_byte(texts, batch_size=batch_size)
-
-
-# -- probes -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -303,6 +139,9 @@ class PairEvaluation:
     sizes: dict[str, dict[str, int]] = field(default_factory=dict)
     root: dict[str, dict[str, float]] = field(default_factory=dict)  # the root version's old_val (cumulative drift)
     root_version: str | None = None
+    # side ("parent"/"candidate") -> fact set ("facts:new", "facts:v1") -> {doc_id: (probes, answered)}
+    doc_recall: dict[str, dict[str, dict[str, tuple[int, int]]]] = field(default_factory=dict)
+    fact_seconds: float = 0.0  # wall seconds spent asking fact probes (both sides, cache hits included)
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
@@ -367,10 +206,15 @@ def evaluate_pair(
     separator: str = "auto",
     on_progress: Progress | None = None,
     cache_dir: str | Path | None = None,
+    fact_sets: dict[str, Sequence[Any]] | None = None,
+    fact_max_new_tokens: int | None = None,
+    fact_batch_size: int = 64,
 ) -> PairEvaluation:
-    """BPB of parent and candidate on each named text set (empty sets are skipped), plus probes.
-    One model is in memory at a time. The separator is resolved once, from the candidate (a
-    version records the convention its lineage trains with), and used for both sides."""
+    """BPB of parent and candidate on each named text set (empty sets are skipped), plus probes,
+    plus fact recall on each named fact set (`fact_sets`: {"facts:new": [FactItem, ...], ...};
+    an empty set is recorded as `fact_n` 0). One model is in memory at a time. The separator is
+    resolved once, from the candidate (a version records the convention its lineage trains
+    with), and used for both sides."""
     result = PairEvaluation()
     for name, texts in datasets.items():
         if texts:
@@ -386,6 +230,15 @@ def evaluate_pair(
         if probes:
             scored = score_probes(em, probes)
             metrics[PROBES] = {"exact_match": scored["exact_match"], "logprob": scored["logprob"]}
+        for name, items in (fact_sets or {}).items():
+            t0 = time.perf_counter()
+            scores = cached_fact_scores(em, items, cache, batch_size=fact_batch_size, max_new_tokens=fact_max_new_tokens,
+                                        on_progress=on_progress, name=f"{side}/{name}") if items else None
+            metrics[name] = fact_metrics(scores)
+            result.sizes[name] = {"docs": len({it.doc_id for it in items})}
+            if scores:
+                result.doc_recall.setdefault(side, {})[name] = recall_by_document(items, scores)
+            result.fact_seconds += time.perf_counter() - t0
         del em
     return result
 
@@ -433,11 +286,17 @@ def evaluate_and_record(workspace, cfg, lineage, version: str, parent: str, run_
     par = lineage.get_version(parent)
     table = evaluate_candidate(workspace, cfg, cand["path"], par["path"], run_dir, device=device, on_progress=on_progress,
                                lineage=lineage)
+
     with lineage.transaction() as con:
         lineage.record_metrics(parent, table.parent, run_id, con)
         lineage.record_metrics(version, table.candidate, run_id, con)
         if table.root_version:
             lineage.record_metrics(table.root_version, table.root, run_id, con)
+        for side, asked in (("parent", parent), ("candidate", version)):
+            for name, by_doc in table.doc_recall.get(side, {}).items():
+                # tonight's facts belong to the night of `version` (the learner, if it is accepted)
+                night = version if name == f"{FACTS_PREFIX}new" else name.removeprefix(FACTS_PREFIX)
+                lineage.record_fact_recall(run_id, asked, night, by_doc, con)
     return table
 
 
@@ -449,6 +308,32 @@ def measure_root(workspace, cfg, version_dir, corpus: str) -> dict[str, Any]:
     em = EvalModel.load(version_dir, max_len=eval_window(cfg), separator=cfg.tokenizer.document_separator)
     bpb = cached_bits_per_byte(em, sets[OLD_VAL], cfg.eval.batch_size, workspace.eval_cache, None, OLD_VAL)
     return {OLD_VAL: {"bpb": bpb}, "docs": len(sets[OLD_VAL]), "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def eval_budget_note(seconds: dict[str, float], max_share: float) -> str | None:
+    """A sentence when the night's evaluation took more than `max_share` of its training time
+    (`seconds`: stage -> wall seconds, with "train" and "evaluate"), naming what to lower."""
+    train, evaluate = seconds.get("train"), seconds.get("evaluate")
+    if not train or train < 1.0 or evaluate is None or evaluate <= max_share * train:
+        return None
+    return (f"evaluation took {evaluate:.0f} s, {evaluate / train:.0%} of the night's training ({train:.0f} s), over "
+            f"eval.max_share {max_share:.0%}: lower eval.max_bytes (text per set), eval.memory_sets (earlier nights checked) "
+            f"or eval.fact_max_items (fact probes per set)")
+
+
+def night_fact_sets(workspace, eval_cfg, run_dir=None, lineage=None) -> dict[str, list]:
+    """The fact sets a night asks: tonight's (`facts:new`, from `<run>/knowledge/facts.jsonl`;
+    empty when the night's documents held no fact, absent when the run has no such file) and, with
+    `lineage`, every kept night's (`facts:<vK>`, lib.data.memory.fact_sets); each capped at
+    `eval.fact_max_items`, the kept nights at `eval.memory_sets` like the retention sets."""
+    out: dict[str, list] = {}
+    if run_dir is not None:
+        tonight = night_facts(run_dir, eval_cfg.fact_max_items)
+        if tonight is not None:
+            out[f"{FACTS_PREFIX}new"] = tonight
+    if lineage is not None:
+        out.update(fact_sets(workspace, lineage, eval_cfg.memory_sets, eval_cfg.fact_max_items))
+    return out
 
 
 def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, device: str | None = None,
@@ -463,9 +348,11 @@ def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, 
     if lineage is not None:
         sets.update(retention_sets(workspace, lineage, cfg.eval.memory_sets, cfg.eval.max_docs, cfg.eval.max_bytes))
     probes = read_probes(cfg.eval.probes) if cfg.eval.probes else None
+    facts = night_fact_sets(workspace, cfg.eval, run_dir, lineage)
     result = evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size,
                            max_len=eval_window(cfg), device=device, separator=cfg.tokenizer.document_separator,
-                           on_progress=on_progress, cache_dir=workspace.eval_cache)
+                           on_progress=on_progress, cache_dir=workspace.eval_cache, fact_sets=facts,
+                           fact_max_new_tokens=cfg.eval.fact_max_new_tokens, fact_batch_size=cfg.eval.fact_batch_size)
     root = lineage.root_version() if lineage is not None else None
     if root is not None:
         root_dir = Path(lineage.get_version(root)["path"])

@@ -14,6 +14,18 @@
   `gate.max_cumulative_forgetting`: a +0.3% a night passes the per-night rule and adds up unseen.
 - probes: when both sides were probed, the exact-match rate may drop by at most
   `gate.probe_tolerance`.
+- fact_acquisition: the candidate answers at least `gate.min_fact_recall` of tonight's fact
+  probes closed-book (`facts:new` fact_accuracy: the answer ranked first among its distractors,
+  asked in a phrasing the night did not train on). A night whose documents held no fact
+  (`fact_n` 0) passes and says so; a night evaluated without fact probes at all (no
+  `knowledge/facts.jsonl` in its run) has no such rule.
+- fact_retention: on every earlier night's facts (`facts:<vK>`), the candidate's accuracy may
+  fall at most `gate.max_fact_forgetting` (absolute points) below what vK answered the night it
+  learnt them (vK's `facts:new` in vK's run, `fact_references`); bits per byte can call a night
+  "kept" while its facts are gone (issue #24), so this is checked apart from `retention`. Only
+  what the night taught can be lost: the fall counted is at most its gain (learnt − its parent's
+  level that night), so noise around chance never rejects; nor does a fall of a single probe (a
+  set of 5 probes would otherwise fail at 20 points).
 - A rule whose inputs are missing fails (fail closed): a gate that cannot measure must not promote.
 
 Trade-off: relative thresholds on one scalar per data set are coarse (BPB
@@ -27,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lib.config import GateConfig
-from lib.data.memory import RETENTION_PREFIX
+from lib.data.memory import FACTS_PREFIX, RETENTION_PREFIX
 from lib.tables import gate_table
 
 Metrics = dict[str, dict[str, float]]
@@ -65,6 +77,12 @@ class GateDecision:
         return gate_table(self, f"{title}: {'PASSED' if self.passed else 'REJECTED'}").markdown()
 
 
+def _night_order(dataset: str) -> tuple[int, str]:
+    """facts:v2 before facts:v10."""
+    tail = dataset.rsplit(":", 1)[-1]
+    return (int(tail[1:]), dataset) if tail[:1] == "v" and tail[1:].isdigit() else (1 << 62, dataset)
+
+
 def _get(metrics: Metrics, dataset: str, metric: str) -> float | None:
     value = (metrics or {}).get(dataset, {}).get(metric)
     return None if value is None else float(value)
@@ -80,14 +98,77 @@ class RegressionGate:
     def __init__(self, config: GateConfig | None = None):
         self.config = config or GateConfig()
 
-    def decide(self, parent: Metrics, candidate: Metrics, root: Metrics | None = None) -> GateDecision:
+    def decide(self, parent: Metrics, candidate: Metrics, root: Metrics | None = None,
+               fact_references: dict[str, Any] | None = None) -> GateDecision:
         """`root`: the root version's metrics (its old_val), for the cumulative rule; none (or a
-        candidate whose parent is the root) skips it."""
+        candidate whose parent is the root) skips it. `fact_references`: {"facts:<vK>": the
+        fact accuracy vK reached on its own facts the night it learnt them, or (that, its
+        parent's on them that night)}, for fact_retention (lib.registry.promotion.fact_references)."""
         rules = [self._forgetting(parent, candidate), self._acquisition(parent, candidate)]
-        for optional in (self._retention(parent, candidate), self._cumulative(root, candidate), self._probes(parent, candidate)):
+        for optional in (self._retention(parent, candidate), self._cumulative(root, candidate), self._probes(parent, candidate),
+                         self._fact_acquisition(parent, candidate), self._fact_retention(parent, candidate, fact_references or {})):
             if optional is not None:
                 rules.append(optional)
         return GateDecision(all(r.passed for r in rules), rules)
+
+    def _fact_acquisition(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
+        need = self.config.min_fact_recall
+        tonight = f"{FACTS_PREFIX}new"
+        if tonight not in parent and tonight not in candidate:
+            return None  # evaluated without fact probes (no knowledge stage in the run)
+        name = "fact_acquisition"
+        n = _get(candidate, tonight, "fact_n")
+        if tonight not in parent or n is None:
+            return RuleResult(name, None, need, False, "tonight's facts (facts:new) not measured for both parent and candidate")
+        if n == 0:
+            return RuleResult(name, None, need, True, "no facts were extracted from tonight's documents (facts:new holds 0 probes): "
+                                                      f"nothing to require of gate.min_fact_recall ({need:.0%})")
+        acc, before, chance = (_get(candidate, tonight, "fact_accuracy"), _get(parent, tonight, "fact_accuracy"),
+                               _get(candidate, tonight, "fact_chance"))
+        if acc is None or before is None:
+            return RuleResult(name, None, need, False, "facts:new fact_accuracy not measured for both parent and candidate")
+        ok = acc >= need - _EPS
+        reason = (f"tonight's facts: {round(acc * n)} of {int(n)} answered closed-book ({acc:.1%}; {before:.1%} before the night"
+                  + (f", chance {chance:.1%}" if chance is not None else "")
+                  + f"); required {need:.1%} (gate.min_fact_recall) {'met' if ok else 'not met'}")
+        return RuleResult(name, acc, need, ok, reason)
+
+    def _fact_retention(self, parent: Metrics, candidate: Metrics, references: dict[str, Any]) -> RuleResult | None:
+        limit = self.config.max_fact_forgetting
+        name = "fact_retention"
+        sets = sorted((d for d in candidate if d.startswith(FACTS_PREFIX) and d != f"{FACTS_PREFIX}new"), key=_night_order)
+        if not sets:
+            return None  # no earlier night's facts kept yet
+        falls = {}
+        for s in sets:
+            ref = references.get(s)
+            learnt, was = ref if isinstance(ref, tuple) else (ref, None)
+            now = _get(candidate, s, "fact_accuracy")
+            night = s.removeprefix(FACTS_PREFIX)
+            if now is None:
+                return RuleResult(name, None, limit, False, f"the facts of the night of {night} ({s}) not measured for the candidate")
+            if learnt is None:
+                return RuleResult(name, None, limit, False, f"no reference for the facts of the night of {night}: {night}'s own "
+                                                            f"facts:new fact_accuracy is not in lineage")
+            fall = learnt - now
+            if was is not None:  # only what the night taught can be forgotten: a fall below its parent's level is noise
+                fall = min(fall, max(0.0, learnt - was))
+            falls[s] = (fall, learnt, now, _get(parent, s, "fact_accuracy"), _get(candidate, s, "fact_n"), was)
+        worst = max(falls, key=lambda k: falls[k][0])
+        fall, learnt, now, before, n, was = falls[worst]
+        # one probe flipping is rank noise, not forgetting: a set of 5 would otherwise reject at 20 points
+        over = [s.removeprefix(FACTS_PREFIX) for s, v in falls.items() if v[0] > limit + _EPS and (not v[4] or v[0] * v[4] > 1 + 1e-6)]
+        ok = not over
+        night = worst.removeprefix(FACTS_PREFIX)
+        reason = (f"{len(falls)} earlier night(s)' facts checked; the worst, the night of {night}: {learnt:.1%} answered when "
+                  f"learnt" + (f" ({was:.1%} before that night)" if was is not None else "") + f" -> {now:.1%} now"
+                  + (f" ({round(now * n)} of {int(n)})" if n else "")
+                  + (f", {before:.1%} by the champion" if before is not None else "")
+                  + f", {-fall * 100:+.1f} points; "
+                  + ("one probe only, rank noise: not counted against" if ok and fall > limit + _EPS else 'within' if ok else 'over')
+                  + f" the allowed fall of {limit * 100:.1f} points (gate.max_fact_forgetting)"
+                  + (f"; over it: {', '.join(over)}" if len(over) > 1 else ""))
+        return RuleResult(name, fall, limit, ok, reason)
 
     def _retention(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
         limit = self.config.max_memory_forgetting
@@ -166,7 +247,7 @@ class RegressionGate:
 
 # Rules whose failure means the candidate forgot something (what a safer retry can fix); a night
 # rejected only for learning too little is not retried: gentler settings would learn less still.
-FORGETTING_RULES = ("forgetting", "retention", "cumulative")
+FORGETTING_RULES = ("forgetting", "retention", "cumulative", "fact_retention")
 RETRY_SUFFIX = "-retry1"
 
 

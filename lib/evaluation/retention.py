@@ -23,6 +23,12 @@ corpus) and `night:<vK>`, the held-out documents of each night in the long-term 
   (before − reference), the share of the night's held-out gain still there (1 right after the
   night, 0 back to where its parent was); None when the night gained nothing to keep.
 - The reference of `old_val` is the root version's (v0's) old_val: the cumulative drift.
+- Facts beside bits per byte: a night whose documents gave fact probes has a `facts:<vK>` column
+  right after its `night:<vK>`: each version's closed-book accuracy on them (`fact_accuracy`),
+  against vK's the night it learnt them (its `facts:new`), before = its parent's. change is in
+  absolute points; kept = (accuracy − before) / (after − before). A bits-per-byte cell whose
+  night's facts kept less than half their gain says "facts lost": bits per byte measures the
+  shape of the text and can call a night 133% kept while its facts are back at chance (#24).
 
 Trade-off: the matrix reads only what nights recorded, so a retention set a night skipped
 (`eval.memory_sets` caps how many are checked) is a gap, not a fresh evaluation; filling it
@@ -34,10 +40,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lib.data.memory import RETENTION_PREFIX
+from lib.data.memory import FACTS_PREFIX, RETENTION_PREFIX
 from lib.evaluation.sets import NEW_HELDOUT, OLD_VAL
 
 METRIC = "bpb"
+FACT_METRIC = "fact_accuracy"
+NEW_FACTS = f"{FACTS_PREFIX}new"
+FACTS_LOST_BELOW = 0.5  # a night's facts keeping less than half their gain are "lost"
+
+
+def is_fact_set(set_name: str) -> bool:
+    return set_name.startswith(FACTS_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,11 @@ class Cell:
     change: float | None = None   # relative to the reference: a rise is forgetting
     kept: float | None = None     # night sets: share of the night's held-out gain still there
     measured_as: str | None = None  # the dataset the figure was recorded under ("night:v1", "new_heldout", ...)
+    accuracy: float | None = None   # fact sets: closed-book accuracy (bpb is None there); change is in points
+
+    @property
+    def value(self) -> float | None:
+        return self.accuracy if self.accuracy is not None else self.bpb
 
 
 @dataclass
@@ -91,29 +109,46 @@ class RetentionMatrix:
         i = self.versions.index(version) if version in self.versions else -1
         return self.versions[i - 1] if i > 0 else None
 
+    def facts_lost(self, version: str, set_name: str) -> bool:
+        """Whether `version` kept less than half the fact gain of the night of `set_name`
+        (a night:vK or facts:vK column)."""
+        night = set_name.removeprefix(RETENTION_PREFIX).removeprefix(FACTS_PREFIX)
+        c = self.cell(version, f"{FACTS_PREFIX}{night}")
+        return c.kept is not None and c.kept < FACTS_LOST_BELOW and not self.role(version, f"{FACTS_PREFIX}{night}")
+
     def text(self, version: str, set_name: str) -> str:
-        """A cell for a table: `2.6206 (+2.18%, 55% kept)`, `2.5646 (learnt)`, `2.6903 (before)`."""
+        """A cell for a table: `2.6206 (+2.18%, 55% kept)`, `2.5646 (learnt)`, `2.6903 (before)`;
+        a fact cell `45% (-35.0 pts, 12% kept)`."""
         c = self.cell(version, set_name)
-        if c.bpb is None:
+        if c.value is None:
             return ""
+        facts = is_fact_set(set_name)
+        shown = f"{c.accuracy:.0%}" if facts else f"{c.bpb:.4f}"
         role = self.role(version, set_name)
         if role:
-            return f"{c.bpb:.4f} ({'learnt' if set_name != OLD_VAL else 'reference'})" if role == "reference" else f"{c.bpb:.4f} (before)"
-        parts = [] if c.change is None else [f"{c.change:+.2%}"]
+            return f"{shown} ({'learnt' if set_name != OLD_VAL else 'reference'})" if role == "reference" else f"{shown} (before)"
+        parts = [] if c.change is None else [f"{c.change * 100:+.1f} pts" if facts else f"{c.change:+.2%}"]
         if c.kept is not None:
             parts.append(f"{c.kept:.0%} kept")
-        return f"{c.bpb:.4f}" + (f" ({', '.join(parts)})" if parts else "")
+        if not facts and set_name != OLD_VAL and self.facts_lost(version, set_name):
+            parts.append("facts lost")
+        return shown + (f" ({', '.join(parts)})" if parts else "")
 
     def table_rows(self) -> list[dict[str, Any]]:
         """One row per version, one text cell per set: what the Prefect table artifact shows."""
         return [{"version": v, "status": self.status.get(v, ""), **{s: self.text(v, s) for s in self.sets}} for v in self.versions]
 
     def legend(self) -> str:
-        night = next((s for s in self.sets if s != OLD_VAL), f"{RETENTION_PREFIX}vK")
-        return (f"Bits per byte (lower is better). Change: against the version that learnt the set, "
+        night = next((s for s in self.sets if s != OLD_VAL and not is_fact_set(s)), f"{RETENTION_PREFIX}vK")
+        text = (f"Bits per byte (lower is better). Change: against the version that learnt the set, "
                 f"{self.references[OLD_VAL].learner if OLD_VAL in self.references else 'the root'} for old_val, "
                 f"{night.removeprefix(RETENTION_PREFIX)} on its own held-out documents the night it was trained for {night}; "
                 f"a rise is forgetting. Kept: the share of that night's held-out gain (before -> learnt) still there.")
+        if any(is_fact_set(s) for s in self.sets):
+            text += (f" facts:vK: the share of night vK's fact probes answered closed-book (a phrasing it did not train on), "
+                     f"change in points against vK's own the night it learnt them; 'facts lost' marks a bits-per-byte cell "
+                     f"whose night kept less than {FACTS_LOST_BELOW:.0%} of its fact gain.")
+        return text
 
     def to_markdown(self) -> str:
         if not self.versions:
@@ -131,7 +166,8 @@ class RetentionMatrix:
             "sets": list(self.sets),
             "candidate": self.candidate,
             "references": {s: asdict(r) for s, r in self.references.items()},
-            "cells": {v: {s: {k: getattr(self.cell(v, s), k) for k in ("bpb", "change", "kept", "measured_as")}
+            "cells": {v: {s: {k: getattr(self.cell(v, s), k)
+                              for k in ("accuracy" if is_fact_set(s) else "bpb", "change", "kept", "measured_as")}
                           for s in self.sets} for v in self.versions},
         }
 
@@ -139,6 +175,12 @@ class RetentionMatrix:
 def _bpb(metrics: dict[str, dict[str, float]], dataset: str) -> float | None:
     value = metrics.get(dataset, {}).get(METRIC)
     return None if value is None else float(value)
+
+
+def _accuracy(metrics: dict[str, dict[str, float]], dataset: str) -> float | None:
+    row = metrics.get(dataset, {})
+    value = row.get(FACT_METRIC)
+    return None if value is None or not row.get("fact_n") else float(value)
 
 
 def _relative(value: float | None, reference: float | None) -> float | None:
@@ -196,10 +238,23 @@ def retention_matrix(lineage, candidate: str | None = None, workspace=None) -> R
         after, before = _bpb(step["metrics"], NEW_HELDOUT), _bpb(step["parent_metrics"], NEW_HELDOUT)
         out.references[name] = Reference(name, v, step["run_id"], after, before, _reference_note(workspace, step["run_id"]))
         own[name] = {v: after, step["parent"]: before}
+        learnt, was = _accuracy(step["metrics"], NEW_FACTS), _accuracy(step["parent_metrics"], NEW_FACTS)
+        if learnt is not None:  # the night's documents gave fact probes: their column beside
+            facts = f"{FACTS_PREFIX}{v}"
+            out.sets.append(facts)
+            out.references[facts] = Reference(facts, v, step["run_id"], learnt, was)
+            own[facts] = {v: learnt, step["parent"]: was}
 
     for v in out.versions:
         for s in out.sets:
             ref = out.references[s]
+            if is_fact_set(s):
+                value, measured_as = _accuracy(latest[v], s), s
+                if value is None and own.get(s, {}).get(v) is not None:
+                    value, measured_as = own[s][v], NEW_FACTS
+                if value is not None:
+                    out.cells[(v, s)] = Cell(v, s, None, value - ref.after, _fact_kept(value, ref), measured_as, value)
+                continue
             value, measured_as = _bpb(latest[v], s), s
             if value is None and own.get(s, {}).get(v) is not None:
                 value, measured_as = own[s][v], NEW_HELDOUT
@@ -207,3 +262,9 @@ def retention_matrix(lineage, candidate: str | None = None, workspace=None) -> R
                 continue
             out.cells[(v, s)] = Cell(v, s, value, _relative(value, ref.after), None if s == OLD_VAL else _kept(value, ref), measured_as)
     return out
+
+
+def _fact_kept(value: float, ref: Reference) -> float | None:
+    if ref.before is None or ref.after is None or ref.after - ref.before <= 0:
+        return None  # the night answered no more of its facts than its parent: no gain to keep
+    return (value - ref.before) / (ref.after - ref.before)

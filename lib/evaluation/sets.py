@@ -17,12 +17,14 @@ rows would need the ids first and a second pass over every file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import pyarrow.parquet as pq
 import xxhash
 
-from lib.data.memory import RETENTION_PREFIX
+from lib.data.memory import FACTS_FILE, FACTS_PREFIX, RETENTION_PREFIX
+from lib.evaluation.fact_recall import sample_facts
+from lib.knowledge.facts import read_facts
 
 # Metric names as the gate and the lineage registry read them.
 OLD_VAL, NEW_HELDOUT, NEW_TRAIN, PROBES = "old_val", "new_heldout", "new_train", "probes"
@@ -77,14 +79,32 @@ def run_eval_sets(workspace, corpus: str, run_dir=None, max_docs: int | None = N
     return sets
 
 
+def _pick_nights(nights: list[dict[str, Any]], max_sets: int | None) -> list[dict[str, Any]]:
+    """All nights up to `max_sets`; beyond, the newest half and an even spread over the older."""
+    if max_sets is None or len(nights) <= max_sets:
+        return nights
+    recent = max_sets - max_sets // 2
+    older, newest = nights[:-recent], nights[-recent:]
+    k = max_sets - recent
+    pick = [older[round(i * (len(older) - 1) / max(1, k - 1))] for i in range(k)] if k else []
+    return list({n["version"]: n for n in pick}.values()) + newest
+
+
 def retention_sets(ws, lineage, max_sets: int | None, max_docs: int | None, max_bytes: int | None) -> dict[str, list[str]]:
     """{"night:<version>": held-out texts} of the accepted nights to check, oldest first."""
     nights = [n for n in lineage.memory_nights() if (Path(n["path"]) / "heldout.parquet").is_file() and n["heldout_docs"]]
-    if max_sets is not None and len(nights) > max_sets:
-        recent = max_sets - max_sets // 2
-        older, newest = nights[:-recent], nights[-recent:]
-        k = max_sets - recent
-        pick = [older[round(i * (len(older) - 1) / max(1, k - 1))] for i in range(k)] if k else []
-        nights = list({n["version"]: n for n in pick}.values()) + newest
     return {f"{RETENTION_PREFIX}{n['version']}": fixed_sample(parquet_texts([Path(n["path"]) / "heldout.parquet"]), max_docs, max_bytes)
-            for n in nights}
+            for n in _pick_nights(nights, max_sets)}
+
+
+def fact_sets(ws, lineage, max_sets: int | None, max_items: int | None) -> dict[str, list]:
+    """{"facts:<version>": FactItems} of the accepted nights to check, oldest first: the nights
+    with a non-empty fact set, picked as `retention_sets` picks, each capped at `max_items`
+    (lib.evaluation.fact_recall.sample_facts: the same items every night)."""
+    out = {}
+    nights = [n for n in lineage.memory_nights() if (Path(n["path"]) / FACTS_FILE).is_file()]
+    for n in _pick_nights([n for n in nights if (Path(n["path"]) / FACTS_FILE).stat().st_size], max_sets):
+        items = read_facts(Path(n["path"]) / FACTS_FILE)
+        if items:
+            out[f"{FACTS_PREFIX}{n['version']}"] = sample_facts(items, max_items)
+    return out

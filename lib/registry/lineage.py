@@ -51,7 +51,7 @@ from lib.registry.records import BufferFile, LineageError, _relative_paths, now,
 from lib.registry.run_records import RunRecords
 from lib.registry.version_records import VersionRecords
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
 MIGRATIONS: list[list[str]] = [
@@ -167,6 +167,18 @@ MIGRATIONS: list[list[str]] = [
         )""",
     ],
     [],  # 3 -> 4: paths inside the workspace become relative to its root (`_relative_paths`, in Python)
+    [  # 4 -> 5: per-document fact recall (lib/evaluation/fact_recall.py)
+        """CREATE TABLE fact_recall (
+            run_id VARCHAR NOT NULL,            -- the run that measured it ('' if none)
+            version VARCHAR NOT NULL,           -- the version asked
+            night VARCHAR NOT NULL,             -- the version whose night the facts came from (the learner)
+            doc_id VARCHAR NOT NULL,            -- the document the facts were extracted from
+            items BIGINT NOT NULL,              -- fact probes of that document asked
+            correct BIGINT NOT NULL,            -- of them answered (the answer ranked first)
+            recorded_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (run_id, version, night, doc_id)
+        )""",
+    ],
 ]
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from lib.registry.records import now
 
 
@@ -61,3 +63,40 @@ class MemoryRecords:
         with self.transaction() as con:
             con.execute("DELETE FROM memory_exposures WHERE night = ?", [version])
             con.execute("DELETE FROM memory_nights WHERE version = ?", [version])
+
+    def record_fact_recall(self, run_id: str | None, version: str, night: str, by_doc: dict[str, tuple[int, int]],
+                           con: duckdb.DuckDBPyConnection | None = None) -> None:
+        """Per-document fact recall of `version` on the facts of `night` ({doc_id: (items,
+        correct)}), as measured by `run_id`; an upsert, so a replayed evaluation adds no rows."""
+        if con is None:
+            with self.transaction() as own:
+                return self.record_fact_recall(run_id, version, night, by_doc, own)
+        t = now()
+        rows = [(run_id or "", version, night, str(d), int(n), int(c), t) for d, (n, c) in by_doc.items()]
+        if rows:
+            con.executemany(
+                """INSERT INTO fact_recall VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (run_id, version, night, doc_id) DO UPDATE SET items = excluded.items,
+                     correct = excluded.correct, recorded_at = excluded.recorded_at""", rows)
+
+    def fact_recall(self, version: str | None = None, night: str | None = None,
+                    learner_only: bool = False) -> list[dict[str, Any]]:
+        """Rows {run_id, version, night, doc_id, items, correct} of `fact_recall`, the most recent
+        measurement per (version, night, doc_id); `learner_only`: each night's facts as the
+        version that learnt them answered them in its own run (the reference of forgetting)."""
+        query = ("SELECT f.run_id, f.version, f.night, f.doc_id, f.items, f.correct FROM fact_recall f "
+                 "LEFT JOIN versions v ON v.version = f.version WHERE true")
+        params: list[Any] = []
+        if version is not None:
+            query += " AND f.version = ?"
+            params.append(version)
+        if night is not None:
+            query += " AND f.night = ?"
+            params.append(night)
+        if learner_only:
+            query += " AND f.version = f.night AND f.run_id = coalesce(v.run_id, '')"
+        query += " QUALIFY row_number() OVER (PARTITION BY f.version, f.night, f.doc_id ORDER BY f.recorded_at DESC) = 1"
+        with self.reading() as con:
+            rows = con.execute(query + " ORDER BY f.night, f.doc_id, f.version", params).fetchall()
+        keys = ("run_id", "version", "night", "doc_id", "items", "correct")
+        return [dict(zip(keys, r)) for r in rows]

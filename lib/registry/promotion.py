@@ -38,7 +38,7 @@ from lib.checkpoints.checkpoint import (
     drop_master_weights, drop_optimizer_state, is_delta, is_full, master_dir, restore, storage_info,
     store_version,
 )
-from lib.data.memory import forget
+from lib.data.memory import FACTS_PREFIX, forget
 from lib.evaluation.gate import GateDecision, RegressionGate
 from lib.faults import fault_point
 from lib.files import temp_sibling
@@ -145,6 +145,21 @@ def rollback(lineage: Lineage, reason: str = "", requeue: bool = False) -> dict[
     return out
 
 
+def fact_references(lineage: Lineage, metrics: dict[str, dict[str, float]]) -> dict[str, tuple[float | None, float | None]]:
+    """{"facts:<vK>": (vK's fact accuracy on its own facts (facts:new) in its own run, its
+    parent's on them in that run)} for every earlier night's fact set in `metrics`: what the
+    fact_retention rule compares with."""
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for dataset in metrics:
+        if dataset.startswith(FACTS_PREFIX) and dataset != f"{FACTS_PREFIX}new":
+            learner = dataset.removeprefix(FACTS_PREFIX)
+            row = lineage.get_version(learner)
+            own = lineage.metrics(learner, row["run_id"] or "") if row else {}
+            was = lineage.metrics(row["parent"], row["run_id"] or "") if row and row["parent"] else {}
+            out[dataset] = (own.get(f"{FACTS_PREFIX}new", {}).get("fact_accuracy"), was.get(f"{FACTS_PREFIX}new", {}).get("fact_accuracy"))
+    return out
+
+
 def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True) -> tuple[GateDecision, str]:
     """Decide on `version` from the metrics its run recorded for it and its parent (the same
     data), and with `apply` act on the decision. Returns (decision, status)."""
@@ -161,7 +176,7 @@ def gate_version(lineage: Lineage, gate_config, version: str, apply: bool = True
     root = lineage.root_version()
     # the cumulative rule where this run measured the root (the nightly evaluation always does)
     root_metrics = (lineage.metrics(root, run_id) or None) if root is not None and root != row["parent"] else None
-    decision = RegressionGate(gate_config).decide(parent, candidate, root_metrics)
+    decision = RegressionGate(gate_config).decide(parent, candidate, root_metrics, fact_references(lineage, candidate))
     status = conclude(lineage, version, decision, run_id or None) if apply else row["status"]
     return decision, status
 

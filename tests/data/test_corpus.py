@@ -107,7 +107,7 @@ def test_demo_buffer_is_capped_deterministic_and_disjoint_from_the_corpus(tmp_pa
     rows = read_buffer_files(s1["files"]).to_pylist()
     assert len(rows) == s1["records"]
     assert pq.read_schema(s1["files"][0]).remove_metadata().equals(SCHEMA)
-    assert {r["source"] for r in rows} <= {f"demo:{p}" for p in DEMO_PACKAGES}
+    assert {r["source"] for r in rows} <= {f"demo:{p}" for p in DEMO_PACKAGES} | {"demo:fiction"}
     assert len({r["source"] for r in rows}) >= 4  # round-robin: several packages, not one
     stdlib_texts = {d.text for d in iter_stdlib_documents()}
     assert not stdlib_texts & {r["text"] for r in rows}

@@ -1,0 +1,237 @@
+"""Knowledge that sticks (issue #24): does a night make the model answer the day's facts closed-book,
+in a phrasing it never trained on, and does it still answer them three nights later?
+
+The real pipeline end to end, on the tiny preset and CPU: `flows.bootstrap.bootstrap` pre-trains v0
+(or `--v0 WORKSPACE` reuses one), each configuration is a copy of that workspace, and every night
+is `Buffer.add_many` of that night's records (bench/fact_sets.py: fictional people, or with
+`--fact-set other` ships: other attributes, other templates, never tuned on) followed by
+`flows.consolidate.nightly_consolidation` (curate, knowledge injection, replay-mix, torchrun,
+evaluate, gate, remember, store). Configurations:
+
+  inject   the defaults: knowledge injection on (lib/knowledge)
+  plain    knowledge.enabled=false: the night trains on the documents as captured
+
+After each night, the night's trained people (the night's held-out documents excluded) are asked
+with lib.evaluation.facts.score_facts, before (v0) and after (the night's version):
+  facts    the night's fact set: extracted items, each asked in a question form held out of
+           training for that item (for `plain`, the same extraction run by the bench);
+  natural  a hand-written question per attribute ("Question: In which city was X born?\\nAnswer:"),
+           a phrasing no question form produces, ranked among that attribute's values of the
+           night's other records (24-way for 24 people);
+and after the last night, night 1's sets again (kept). Printed: accuracy (answer ranked first),
+greedy exact match, mean rank, chance, old_val's change (the gate's forgetting figure), and the
+night's seconds (training, knowledge stage, evaluation, the fact scoring).
+
+    PYTHONPATH=. python bench/bench_facts.py [--workdir DIR] [--v0 WORKSPACE] [--fact-set bio|other]
+        [--configs inject,plain] [--nights 4] [--people 24] [--set section.key=value ...]
+
+The gate is permissive (every night accepted, as in bench_memory) so that forgetting is measured,
+not refused; old_val's change is printed against the +1% goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PERMISSIVE = ["gate.max_forgetting=10", "gate.max_memory_forgetting=10", "gate.max_cumulative_forgetting=10",
+              "gate.min_acquisition=-10"]
+CONFIGS = {"inject": [], "plain": ["knowledge.enabled=false"]}
+
+
+def config(ws_root: Path, args, *extra: str):
+    from lib.config import load_config
+
+    return load_config(preset="tiny", overrides=[f"workspace.root={ws_root}", f"model.pretrain_iterations={args.pretrain_steps}",
+                                                 *PERMISSIVE, *args.set, *extra])
+
+
+def bootstrap_v0(base: Path, args) -> None:
+    from flows.bootstrap import bootstrap
+    from lib.buffer.store import Buffer
+    from lib.registry.lineage import Lineage
+    from lib.workspace import Workspace
+
+    ws = Workspace(base)
+    if ws.lineage_db.is_file() and Lineage(ws.lineage_db).alias("champion") == "v0":
+        print(f"v0: reused from {base}")
+        return
+    shutil.rmtree(base, ignore_errors=True)
+    ws.ensure()
+    buf = Buffer(ws.buffers)
+    buf.add("placeholder, so that the bootstrap builds no demo buffer", source="bench:placeholder")
+    buf.close(flush=True)
+    t0 = time.perf_counter()
+    out = bootstrap(config(base, args))
+    for f in ws.buffers.glob("*.parquet"):
+        f.unlink()
+    print(f"v0: {out['status']} in {time.perf_counter() - t0:.0f} s")
+
+
+def clone(src: Path, dst: Path):
+    """A copy of a workspace whose lineage points at the copy's own version folders; pending
+    buffer files of the source (a demo buffer) are left behind."""
+    from lib.registry.lineage import Lineage
+    from lib.workspace import Workspace
+
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns(".prefect"))
+    with Lineage(dst / "lineage.duckdb").transaction() as con:
+        con.execute("UPDATE versions SET path = replace(path, ?, ?)", [str(src), str(dst)])
+    lin = Lineage(dst / "lineage.duckdb")
+    registered = {b.path for b in lin.buffer_files()} if hasattr(lin, "buffer_files") else set()
+    for f in (dst / "buffers").glob("*.parquet"):
+        if str(f) not in registered:
+            f.unlink()
+    return Workspace(dst)
+
+
+def night_items(ws, run_id: str, recs, cfg):
+    """(fact items, natural items) of the night's trained records."""
+    from lib.knowledge.facts import FactItem, extract_facts, fact_id, read_facts
+    from lib.knowledge.inject import curated_documents, facts_file, trained_documents
+
+    run = ws.run(run_id).path
+    ids, texts = curated_documents(run / "curated")
+    train_ids, train_texts, _ = trained_documents(ids, texts, cfg.sampling)
+    trained = set(train_texts)
+    if facts_file(run).is_file():
+        facts = read_facts(facts_file(run))
+    else:  # plain: the same extraction, never trained in any question form
+        facts = extract_facts(train_texts, train_ids, heldout_share=cfg.knowledge.heldout_share, seed=cfg.sampling.seed)
+    natural = []
+    for attr in recs[0].questions:
+        values = list(dict.fromkeys(r.questions[attr][1] for r in recs))
+        for r in recs:
+            if r.text not in trained:
+                continue
+            q, a = r.questions[attr]
+            natural.append(FactItem(fact_id(r.subject, attr, a), "", r.subject, attr, a, "natural", "", q,
+                                    tuple(v for v in values if v != a)))
+    return facts, natural
+
+
+def score(model_dir, items):
+    from lib.evaluation.facts import score_facts
+
+    t0 = time.perf_counter()
+    s = score_facts(str(model_dir), items, device="cpu")
+    return s, time.perf_counter() - t0
+
+
+def run_config(name: str, base: Path, work: Path, args) -> dict:
+    from flows.consolidate import nightly_consolidation
+    from lib.buffer.store import Buffer
+    from lib.registry.lineage import Lineage
+
+    from bench.fact_sets import records
+
+    ws = clone(base, work / name)
+    cfg = config(ws.root, args, *CONFIGS[name])
+    lin = Lineage(ws.lineage_db)
+    v0 = lin.get_version("v0")["path"]
+    nights = []
+    for k in range(1, args.nights + 1):
+        recs = records(args.fact_set, k, args.people)
+        buf = Buffer(ws.buffers)
+        buf.add_many([r.text for r in recs], source=f"bench:{args.fact_set}:{k}")
+        buf.close(flush=True)
+        t0 = time.perf_counter()
+        out = nightly_consolidation(cfg)
+        seconds = time.perf_counter() - t0
+        if out.get("status") != "accepted":
+            sys.exit(f"[{name}] night {k} not accepted: {json.dumps(out, default=str)[:2000]}")
+        version = out["version"]
+        facts, natural = night_items(ws, out["run_id"], recs, cfg)
+        path = lin.get_version(version)["path"]
+        before_f, _ = score(v0, facts)
+        before_n, _ = score(v0, natural)
+        after_f, t_f = score(path, facts)
+        after_n, t_n = score(path, natural)
+        rules = {r["name"]: r["measured"] for r in out["gate"]["rules"]}
+        timings = out.get("timings", {})
+        row = {"config": name, "night": k, "version": version, "facts_n": after_f.n, "natural_n": after_n.n,
+               "facts_before": before_f.accuracy, "facts_after": after_f.accuracy, "facts_exact": after_f.exact_match,
+               "facts_rank": after_f.mean_rank, "facts_chance": after_f.chance,
+               "natural_before": before_n.accuracy, "natural_after": after_n.accuracy, "natural_exact": after_n.exact_match,
+               "natural_rank": after_n.mean_rank, "natural_chance": after_n.chance,
+               "old_val": rules.get("forgetting"), "night_s": seconds, "train_s": timings.get("train"),
+               "knowledge_s": timings.get("knowledge"), "evaluate_s": timings.get("evaluate"), "fact_score_s": t_f + t_n,
+               "knowledge": out.get("knowledge")}
+        nights.append((row, facts, natural, path))
+        print(f"[{name}] night {k} {version}: facts {before_f.accuracy:.1%} -> {after_f.accuracy:.1%} "
+              f"(exact {after_f.exact_match:.1%}, chance {after_f.chance:.1%}, n {after_f.n}); natural {before_n.accuracy:.1%} -> "
+              f"{after_n.accuracy:.1%} (chance {after_n.chance:.1%}, n {after_n.n}); old_val {rules.get('forgetting', float('nan')):+.2%}; "
+              f"night {seconds:.0f} s (train {timings.get('train', 0):.0f} s, knowledge {timings.get('knowledge', 0):.2f} s, "
+              f"evaluate {timings.get('evaluate', 0):.0f} s, fact scoring {t_f + t_n:.1f} s)", flush=True)
+    result = {"nights": [n[0] for n in nights]}
+    if args.nights > 1:
+        _, facts1, natural1, _ = nights[0]
+        last = nights[-1][3]
+        kept_f, _ = score(last, facts1)
+        kept_n, _ = score(last, natural1)
+        result["night1_after_last"] = {"facts": kept_f.accuracy, "natural": kept_n.accuracy, "facts_rank": kept_f.mean_rank,
+                                       "natural_rank": kept_n.mean_rank}
+        print(f"[{name}] night 1's facts after night {args.nights}: facts {kept_f.accuracy:.1%} (was {nights[0][0]['facts_after']:.1%}), "
+              f"natural {kept_n.accuracy:.1%} (was {nights[0][0]['natural_after']:.1%})", flush=True)
+    return result
+
+
+def print_table(results: dict, args) -> None:
+    print(f"\nfact set {args.fact_set}, {args.people} records a night, tiny preset, CPU; accuracy = answer ranked first "
+          f"(before -> after), chance in brackets")
+    head = f"{'config':8} {'night':>5} {'facts (held-out form)':>26} {'exact':>6} {'natural question':>24} {'old_val':>8} {'night s':>8} {'train s':>8} {'facts s':>8}"
+    print(head)
+    print("-" * len(head))
+    for name, r in results.items():
+        for n in r["nights"]:
+            print(f"{name:8} {n['night']:>5} {n['facts_before']:>8.1%} -> {n['facts_after']:>6.1%} ({n['facts_chance']:>5.1%}) "
+                  f"{n['facts_exact']:>6.1%} {n['natural_before']:>7.1%} -> {n['natural_after']:>6.1%} ({n['natural_chance']:>5.1%}) "
+                  f"{(n['old_val'] or 0):>+8.2%} {n['night_s']:>8.0f} {(n['train_s'] or 0):>8.0f} {n['fact_score_s']:>8.1f}")
+        if "night1_after_last" in r:
+            k = r["night1_after_last"]
+            print(f"{name:8} night 1 after night {args.nights}: facts {k['facts']:.1%}, natural {k['natural']:.1%}")
+    print(f"load average: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--v0", type=Path, default=None, help="a workspace whose champion is v0 (cloned, never changed)")
+    ap.add_argument("--fact-set", default="bio", choices=["bio", "other"])
+    ap.add_argument("--configs", default="inject,plain")
+    ap.add_argument("--nights", type=int, default=4)
+    ap.add_argument("--people", type=int, default=24)
+    ap.add_argument("--pretrain-steps", type=int, default=150)
+    ap.add_argument("--set", action="append", default=[], help="section.key=value for every configuration")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    import torch
+
+    torch.set_num_threads(args.threads)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-facts-"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")  # a loaded 2-core machine
+    base = args.v0 or work / "v0"
+    if args.v0 is None:
+        bootstrap_v0(base, args)
+    results = {}
+    for name in [c for c in args.configs.split(",") if c]:
+        results[name] = run_config(name, base, work, args)
+    (work / f"results-{args.fact_set}.json").write_text(json.dumps(results, indent=2, default=str))
+    print_table(results, args)
+
+
+if __name__ == "__main__":
+    main()

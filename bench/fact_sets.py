@@ -1,0 +1,106 @@
+"""Two fictional fact sets for bench/bench_facts.py and tests/test_knowledge.py: no model can know
+them beforehand (names, places and numbers are generated), and they share no template.
+
+- `bio`: a person's biography: birth city, employer, field of study, birth year. One document per
+  person, later sentences refer to the person by pronoun.
+- `other`: a ship's record (other attributes, other templates, "it" instead of he/she): home
+  port, builder, captain, launch year, crew size.
+
+Each record also carries natural questions in a phrasing that no question form of
+lib/knowledge/forms.py produces ("Question: In which city was X born?\\nAnswer:"), each with the
+attribute's values of the other records as its options.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+_ONSETS = ["b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n", "p", "qu", "r", "s", "st", "t", "tr", "v", "w", "z"]
+_VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou", "ia"]
+_CODAS = ["", "", "n", "r", "l", "s", "th", "nd", "rk", "ss", "x", "m"]
+
+
+def _word(rng: random.Random, syllables: int) -> str:
+    w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(syllables)) + rng.choice(_CODAS)
+    return w.capitalize()
+
+
+@dataclass
+class Record:
+    subject: str
+    text: str
+    questions: dict[str, tuple[str, str]]  # attribute -> (natural question, answer)
+
+
+def _unique(rng, make, taken: set[str]) -> str:
+    while True:
+        w = make()
+        if w not in taken:
+            taken.add(w)
+            return w
+
+
+BIO_FIELDS = ["marine biology", "astronomy", "medieval history", "organic chemistry", "linguistics", "geology",
+              "economics", "mathematics", "architecture", "botany", "philosophy", "music theory"]
+BIO_TEMPLATES = [
+    "{name} was born in {city} in {year}. {He} studied {field} and later worked for {company}. "
+    "{His} colleagues at {company} remember {him} as patient and precise.",
+    "{name} grew up in {city}, where {he} was born in {year}. After university, where {he} read {field}, {he} joined {company}. "
+    "{He} still lives near {city}.",
+    "Born in {year} in {city}, {name} took a degree in {field}. {His} whole career was spent at {company}, "
+    "first as an assistant and then as a director.",
+]
+BIO_QUESTIONS = {
+    "city": "Question: In which city was {name} born?\nAnswer:",
+    "company": "Question: Which company did {name} work for?\nAnswer:",
+    "field": "Question: What subject did {name} study?\nAnswer:",
+    "year": "Question: In what year was {name} born?\nAnswer:",
+}
+
+SHIP_TEMPLATES = [
+    "The {ship} is a cargo ship whose home port is {port}. It was built by {builder} and launched in {year}. "
+    "Its captain is {captain}, who commands a crew of {crew} sailors.",
+    "Launched in {year} from the yard of {builder}, the {ship} sails out of {port}. A crew of {crew} serves under captain {captain}.",
+    "The {ship} was launched in {year}. Its builder was {builder}. The ship is registered in {port} and carries a crew of {crew}, "
+    "led by {captain}.",
+]
+SHIP_QUESTIONS = {
+    "port": "Q: What is the home port of the {ship}?\nA:",
+    "builder": "Q: Which shipyard built the {ship}?\nA:",
+    "captain": "Q: Who is the captain of the {ship}?\nA:",
+    "year": "Q: When was the {ship} launched?\nA:",
+    "crew": "Q: How many sailors are in the crew of the {ship}?\nA:",
+}
+
+
+def records(fact_set: str, night: int, n: int, seed: int = 0) -> list[Record]:
+    """`n` records of `fact_set` ("bio" or "other") for night `night` (1-based): different people or
+    ships every night, the same ones for the same arguments."""
+    rng = random.Random(f"{fact_set}:{seed}:{night}")
+    taken: set[str] = set()
+    out = []
+    for i in range(n):
+        if fact_set == "bio":
+            female = rng.random() < 0.5
+            name = f"{_unique(rng, lambda: _word(rng, 2), taken)} {_unique(rng, lambda: _word(rng, 2) + rng.choice(['son', 'ley', 'ard', 'ine', 'ez']), taken)}"
+            v = {"name": name, "city": _unique(rng, lambda: _word(rng, 2) + rng.choice(["ford", "holm", "ora", "burg", "ia"]), taken),
+                 "company": _unique(rng, lambda: _word(rng, 2) + " " + rng.choice(["Labs", "Industries", "Works", "Group", "Systems"]), taken),
+                 "field": rng.choice(BIO_FIELDS), "year": str(rng.randint(1931, 1999)),
+                 "He": "She" if female else "He", "he": "she" if female else "he", "His": "Her" if female else "His",
+                 "him": "her" if female else "him"}
+            text = BIO_TEMPLATES[i % len(BIO_TEMPLATES)].format(**v)
+            qs = {k: (q.format(**v), v[k]) for k, q in BIO_QUESTIONS.items()}
+            out.append(Record(name, text, qs))
+        elif fact_set == "other":
+            v = {"ship": _unique(rng, lambda: _word(rng, 2) + " " + rng.choice(["Star", "Tide", "Wind", "Crown"]), taken),
+                 "port": _unique(rng, lambda: "Port " + _word(rng, 2), taken),
+                 "builder": _unique(rng, lambda: _word(rng, 1) + " & " + _word(rng, 2) + " Yards", taken),
+                 "captain": f"{_word(rng, 2)} {_unique(rng, lambda: _word(rng, 3), taken)}",
+                 "year": str(rng.randint(1850, 1990)), "crew": str(rng.randint(12, 480))}
+            text = SHIP_TEMPLATES[i % len(SHIP_TEMPLATES)].format(**v)
+            qs = {k: (q.format(**v), v[k]) for k, q in SHIP_QUESTIONS.items()}
+            out.append(Record(v["ship"], text, qs))
+        else:
+            raise ValueError(f"fact set must be bio or other, got {fact_set!r}")
+    return out

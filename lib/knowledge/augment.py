@@ -1,0 +1,145 @@
+"""Knowledge injection: each curated document rewritten into the varied forms that make its facts
+retrievable, before the night trains (Physics of Language Models 3.1: one statement per fact is
+stored in a form a question cannot reach; paraphrased, permuted and name-explicit variants plus
+question-answer renderings make it extractable).
+
+Forms of one document (by rule, no model needed):
+- `explicit`: every sentence-initial pronoun replaced by the entity named in full ("She joined"
+  → "Mara Quillon joined", "Her sister" → "Mara Quillon's sister"), so each sentence carries its
+  subject on its own;
+- `permuted`: the explicit text with its sentences in a shuffled order (a fact no longer rides on
+  the sentence before it);
+- `qa`: the document's facts as question-and-answer pairs, one text per trained question form
+  (lib/knowledge/forms.py), pairs in a shuffled order. A fact's held-out forms are never
+  rendered: they are its probe.
+- `writer` (optional): paraphrases written by a model (lib/knowledge/writer.py).
+
+Only documents with at least one fact item are augmented (code and fact-less prose train as
+captured). `forms_per_document` caps the texts one document yields: QA texts first (they carry every fact
+in several question forms), then permutations, then the explicit text. Held-out documents (the
+night's hash cut, lib/tokenization.heldout_cut) are never augmented and give no fact items.
+
+Trade-off: rule-based forms cost milliseconds per document and cannot invent a wrong fact, but they
+do not paraphrase the relation's own words; a writer model does, at the cost of generation time
+(and of trusting what it writes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from lib.knowledge.facts import FactItem, _lowercase_words, document_facts, split_sentences
+from lib.knowledge.forms import QUESTION_FORMS, QuestionForm, split_forms
+
+_LEAD_PRONOUN = re.compile(r"^(He|She|They|It|His|Her|Their|Its)\b")
+_POSSESSIVE = {"His", "Her", "Their", "Its"}
+AUGMENTED_KINDS = ("qa", "permuted", "explicit", "writer")
+
+
+@dataclass(frozen=True)
+class AugmentedText:
+    id: str        # content hash of the text
+    augments: str  # the original document's id
+    form: str      # qa | permuted | explicit | writer
+    text: str
+
+
+def text_id(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def explicit_names(text: str, entity: str | None) -> list[str]:
+    """The sentences of `text`, each sentence-initial pronoun replaced by `entity` in full."""
+    out = []
+    for s, e in split_sentences(text):
+        sentence = text[s:e].strip()
+        if entity:
+            m = _LEAD_PRONOUN.match(sentence)
+            if m:
+                name = entity + ("'s" if m.group(1) in _POSSESSIVE else "")
+                sentence = name + sentence[m.end():]
+        out.append(sentence)
+    return out
+
+
+def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_share: float, rng: random.Random) -> list[str]:
+    """One text per trained form: each fact rendered in that form with its answer, in a shuffled
+    order; a fact's held-out forms are skipped."""
+    texts = []
+    for k, form in enumerate(forms):
+        lines = []
+        for f in facts:
+            trained, _ = split_forms(f.id, forms, heldout_share)
+            if k in trained:
+                lines.append(f"{form.render(f.subject, f.relation, f.kind)} {f.answer}")
+        if lines:
+            rng.shuffle(lines)
+            texts.append("\n\n".join(lines))
+    return texts
+
+
+def augment_document(doc_id: str, text: str, facts: Sequence[FactItem], *, entity: str | None, forms_per_document: int,
+                     kinds: Sequence[str] = ("qa", "permuted", "explicit"), heldout_share: float = 0.34,
+                     forms: Sequence[QuestionForm] = QUESTION_FORMS, seed: int = 0) -> list[AugmentedText]:
+    """Up to `forms_per_document` augmented texts of one document (see the module docstring)."""
+    rng = random.Random(f"{seed}:{doc_id}")
+    out: list[str] = []
+    kinds_out: list[str] = []
+    sentences = explicit_names(text, entity)
+    if "qa" in kinds and facts:
+        for t in qa_texts(facts, forms, heldout_share, rng):
+            out.append(t)
+            kinds_out.append("qa")
+    if "explicit" in kinds and entity:
+        explicit = " ".join(sentences)
+        if explicit != " ".join(text.split()):
+            out.append(explicit)
+            kinds_out.append("explicit")
+    if "permuted" in kinds and len(sentences) > 1:
+        seen = {tuple(sentences)}
+        for _ in range(4 * max(1, forms_per_document)):
+            if sum(k == "permuted" for k in kinds_out) + len(out) >= 2 * forms_per_document:
+                break
+            order = sentences[:]
+            rng.shuffle(order)
+            if tuple(order) not in seen:
+                seen.add(tuple(order))
+                out.append(" ".join(order))
+                kinds_out.append("permuted")
+    # interleave kinds so a cap keeps some of each: qa, permuted, explicit, qa, permuted, ...
+    by_kind: dict[str, list[str]] = {}
+    for k, t in zip(kinds_out, out):
+        by_kind.setdefault(k, []).append(t)
+    picked: list[AugmentedText] = []
+    while len(picked) < forms_per_document and any(by_kind.values()):
+        for k in ("qa", "permuted", "explicit"):
+            if by_kind.get(k) and len(picked) < forms_per_document:
+                t = by_kind[k].pop(0)
+                picked.append(AugmentedText(text_id(t), doc_id, k, t))
+    return picked
+
+
+def augment_documents(ids: Sequence[str], texts: Sequence[str], facts: Sequence[FactItem], *, forms_per_document: int,
+                      kinds: Sequence[str] = ("qa", "permuted", "explicit"), heldout_share: float = 0.34, seed: int = 0,
+                      forms: Sequence[QuestionForm] = QUESTION_FORMS) -> list[AugmentedText]:
+    """Augmented texts of every document (the facts grouped by their `doc_id`), duplicates dropped."""
+    by_doc: dict[str, list[FactItem]] = {}
+    for f in facts:
+        by_doc.setdefault(f.doc_id, []).append(f)
+    lower = _lowercase_words(texts)
+    seen: set[str] = set()
+    out = []
+    for doc_id, text in zip(ids, texts):
+        if doc_id not in by_doc:
+            continue  # no fact to make retrievable: the document trains as captured
+        _, entity = document_facts(text, lower)
+        for a in augment_document(doc_id, text, by_doc.get(doc_id, []), entity=entity, forms_per_document=forms_per_document,
+                                  kinds=kinds, heldout_share=heldout_share, forms=forms, seed=seed):
+            if a.id not in seen:
+                seen.add(a.id)
+                out.append(a)
+    return out

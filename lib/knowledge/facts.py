@@ -1,0 +1,403 @@
+"""Fact items: what a night's documents state, as (subject, relation, answer) with a held-out question.
+
+A fact item is one answer span of a curated document (a name, a number, a date, a year, a
+multi-word proper noun) with the entity its sentence is about, the words between them, a cue (the
+trained phrasing: the sentence up to the answer, subject named in full) and a question (a
+held-out phrasing that ends where the answer starts, never trained on). Distractors are answers
+of the same kind from other documents, so the item is scored as multiple choice
+(lib/evaluation/facts.py) as well as by greedy exact match.
+
+Extraction (`extract_facts`), rule-based, no model:
+- sentences split at . ! ? before a capital or digit (not after Dr., St., e.g.) and at line
+  breaks; a sentence that looks like code (brackets, `=`, `def `, `import `) is skipped, and so is
+  a whole document whose lines are more than 20% code (a source file's docstrings);
+- candidate answers: dates (three formats), years, numbers, and runs of capitalised words joined
+  by name connectors (of, de, van, &); a sentence-initial capital counts only if the texts never
+  write that word in lower case ("After", "Born" do not);
+- the subject is the name that opens the sentence, a pronoun resolved (he/she/his/her → the
+  document's main entity, it/its/they and "The ship ..." → the last named one), or the name after
+  a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."); answers after it, with the
+  words between as the relation (≤ 12 words), become items;
+- dropped: answers that are (part of) the subject, answers found in every document (≥ 3), facts
+  with no same-kind distractor; distractors come from the same relation first, then the same kind.
+
+Trade-off: rules find the salient spans of encyclopedic prose (the bench's 24 biographies give
+80 items, 24 ship records 96) in ~10 ms a document and never invent an answer, but they miss
+facts stated only with lower-case words ("studied geology") or with the subject after the
+answer in a sentence that is not a fronted participle.
+
+Stored as JSON Lines, one item a line, written atomically (lib.files): a night's set lies at
+`<run_dir>/knowledge/facts.jsonl`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from lib.files import JsonLineError, json_lines, write_text
+from lib.knowledge.forms import QUESTION_FORMS, split_forms
+
+
+@dataclass(frozen=True)
+class FactItem:
+    id: str            # stable: short hash of (subject, relation, answer)
+    doc_id: str        # the document it came from (its content hash, as curation/ingest name documents)
+    subject: str       # the entity the fact is about, named in full ("Mara Quillon")
+    relation: str      # the words that link subject and answer in the text ("was born in")
+    answer: str        # the answer span exactly as in the text ("Lisbon")
+    kind: str          # the answer's type: "name", "number", "date", "year", "proper", ...
+    cue: str           # the trained phrasing: the text before the answer in its sentence, subject named
+    question: str      # a held-out phrasing: a prompt that ends where the answer starts, never trained on
+    distractors: tuple[str, ...] = ()  # same-kind answers from other documents / earlier nights
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The answer first, then the distractors: what multiple choice ranks."""
+        return (self.answer,) + tuple(self.distractors)
+
+    def to_json(self) -> dict:
+        row = asdict(self)
+        row["distractors"] = list(self.distractors)
+        return row
+
+    @classmethod
+    def from_json(cls, row: dict) -> "FactItem":
+        names = {f.name for f in fields(cls)}
+        missing = sorted(names - set(row) - {"distractors"})
+        if missing:
+            raise ValueError(f"fact item lacks field(s) {', '.join(missing)}")
+        values = {k: row[k] for k in names if k in row}
+        values["distractors"] = tuple(str(d) for d in row.get("distractors") or ())
+        return cls(**values)
+
+
+def fact_id(subject: str, relation: str, answer: str) -> str:
+    """Stable id of a fact: 16 hex digits of sha256 over its three parts."""
+    return hashlib.sha256("\x1f".join((subject, relation, answer)).encode("utf-8")).hexdigest()[:16]
+
+
+def write_facts(path: str | Path, items: Iterable[FactItem]) -> Path:
+    """Write `items` as JSON Lines to `path` atomically; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(item.to_json(), ensure_ascii=False) + "\n" for item in items)
+    write_text(path, text)
+    return path
+
+
+def read_facts(path: str | Path) -> list[FactItem]:
+    """The items of a facts.jsonl file; an error names the file and line that is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"fact set {path} does not exist")
+    items = []
+    try:
+        with open(path, "rb") as fh:
+            for n, row in json_lines(fh):
+                try:
+                    items.append(FactItem.from_json(row))
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"{path}:{n}: {exc}") from None
+    except JsonLineError as exc:
+        raise ValueError(f"{path}:{exc.line}: {exc.problem}") from None
+    return items
+
+
+# -- extraction -----------------------------------------------------------------------------------
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+_MONTH = "(?:" + "|".join(MONTHS) + ")"
+_DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}|\d{{4}}-\d{{2}}-\d{{2}})\b")
+_YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?![\d.,]\d)")
+_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w,]\d)|(?<![\w.,])\d+(?:\.\d+)?%?(?![\w.,]?\d)")
+_WORD = re.compile(r"[^\W\d_][\w'’\-]*")
+# words that may join the parts of one proper name ("Bank of Ostra", "Lena van Dijk")
+_CONNECTORS = {"of", "de", "da", "del", "della", "di", "van", "von", "der", "den", "la", "le", "du", "y", "al", "bin", "&"}
+_PRONOUNS = {"he": "subject", "she": "subject", "they": "subject", "it": "subject",
+             "his": "possessive", "her": "possessive", "their": "possessive", "its": "possessive"}
+_GENDERED = {"he", "she", "his", "her", "him", "hers", "himself", "herself"}
+# sentence-initial words that are never the start of a name, whatever the corpus says
+_FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "when", "while", "this", "that", "these",
+             "those", "there", "here", "as", "by", "for", "from", "with", "without", "since", "until", "then", "but",
+             "and", "or", "if", "although", "because", "later", "today", "yesterday", "born", "question", "answer", "q", "a",
+             "we", "i", "you", "our", "my", "your", "every", "each", "both", "some", "many", "most", "one", "two", "three"}
+_PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", "run", "sold", "taken", "given", "written",
+                "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught"}
+_ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.$")
+_CODE_CHARS = re.compile(r"[{}\[\];=<>]|\bdef |\bimport |\breturn\b|::|->|#include|\(\)")
+KIND_WORDS = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name"}
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the sentences of `text`: ends at . ! ? before a space and an
+    upper-case letter, digit or quote (not after Dr., St., e.g.), and at line breaks."""
+    spans = []
+    for block in re.finditer(r"[^\n]+", text):
+        start = block.start()
+        for m in re.finditer(r"[.!?](?=\s+[\"'“(]?[A-Z0-9])", block.group()):
+            end = block.start() + m.end()
+            if _ABBREV.search(text[max(start, end - 6) : end]):
+                continue
+            spans.append((start, end))
+            start = end
+            while start < block.end() and text[start].isspace():
+                start += 1
+        if start < block.end():
+            spans.append((start, block.end()))
+    return [(s, e) for s, e in spans if text[s:e].strip()]
+
+
+def _looks_like_code(sentence: str) -> bool:
+    return bool(_CODE_CHARS.search(sentence)) or sentence.count("_") > 1 or sentence.count("(") > 2
+
+
+def looks_like_code_document(text: str, max_share: float = 0.2) -> bool:
+    """More than `max_share` of the non-blank lines look like code (brackets, `=`, keywords, or an
+    indented line): a source file's docstrings ("Defaults to None.") are not facts."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return False
+    code = sum(1 for ln in lines if _looks_like_code(ln) or ln.startswith(("    ", "\t")) or ln.rstrip().endswith(":") and " " not in ln.strip())
+    return code > max_share * len(lines)
+
+
+def _capitalised(word: str) -> bool:
+    return word[:1].isupper() and not word.isupper() or (len(word) > 1 and word.isupper() and word.isalpha() and len(word) <= 5)
+
+
+@dataclass
+class _Span:
+    start: int
+    end: int
+    text: str
+    kind: str
+
+
+def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
+    """Runs of capitalised words (joined by name connectors), the sentence-initial ordinary word dropped."""
+    words = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(sentence)]
+    spans, run = [], []
+
+    def close():
+        while run and run[-1][2].lower() in _CONNECTORS:
+            run.pop()
+        if run:
+            spans.append(list(run))
+        run.clear()
+
+    for k, (s, e, w) in enumerate(words):
+        gap = sentence[run[-1][1] : s] if run else ""
+        if run and gap not in (" ", "-", " & "):
+            close()
+        if _capitalised(w):
+            run.append((s, e, w))
+        elif run and w.lower() in _CONNECTORS and k + 1 < len(words) and _capitalised(words[k + 1][2]):
+            run.append((s, e, w))
+        else:
+            close()
+    close()
+    out = []
+    for r in spans:
+        # a sentence-initial capital is only a name if the word is never written in lower case
+        while r and r[0][0] == words[0][0] and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words):
+            r = r[1:]
+            while r and r[0][2].lower() in _CONNECTORS:
+                r = r[1:]
+        if r:
+            out.append(_Span(r[0][0], r[-1][1], sentence[r[0][0] : r[-1][1]], "proper"))
+    return out
+
+
+def _value_spans(sentence: str) -> list[_Span]:
+    spans = [_Span(m.start(), m.end(), m.group(), "date") for m in _DATE.finditer(sentence)]
+    taken = [(s.start, s.end) for s in spans]
+    free = lambda a, b: all(b <= s or a >= e for s, e in taken)  # noqa: E731
+    for m in _YEAR.finditer(sentence):
+        if free(m.start(), m.end()):
+            spans.append(_Span(m.start(), m.end(), m.group(), "year"))
+            taken.append((m.start(), m.end()))
+    for m in _NUMBER.finditer(sentence):
+        if free(m.start(), m.end()):
+            spans.append(_Span(m.start(), m.end(), m.group(), "number"))
+            taken.append((m.start(), m.end()))
+    return spans
+
+
+@dataclass
+class _Found:
+    doc: int
+    subject: str
+    relation: str
+    answer: str
+    kind: str
+    sentence: int
+
+
+def _lowercase_words(texts: Sequence[str]) -> set[str]:
+    words: set[str] = set()
+    for t in texts:
+        words.update(w for w in _WORD.findall(t) if w.islower())
+    return words
+
+
+def _resolve(relation: str, person: str | None) -> str:
+    """Object pronouns in a relation named in full: "hired her in" → "hired Mara Quillon in"."""
+    if person is None:
+        return relation
+
+    def sub(m):
+        w = m.group(0).lower()
+        if w in ("him", "her"):
+            return person
+        if w in ("his",):
+            return person + "'s"
+        return m.group(0)
+
+    return re.sub(r"\b(?:him|her|his)\b", sub, relation)
+
+
+def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
+    """Facts of one document, and its main entity (the first named sentence subject)."""
+    found: list[_Found] = []
+    main: str | None = None
+    last: str | None = None
+    for n, (s, e) in enumerate(split_sentences(text)):
+        sentence = text[s:e].strip()
+        if _looks_like_code(sentence):
+            continue
+        first = _WORD.match(sentence)
+        lead = first.group().lower() if first and first.start() == 0 else ""
+        propers = _proper_spans(sentence, lowercase_words)
+        subject, subj_end, subj_form = None, 0, ""
+        if lead in _PRONOUNS:
+            referent = main if lead in _GENDERED else (last or main)
+            if referent is None:
+                continue
+            subject, subj_end = referent, first.end()
+            subj_form = "'s" if _PRONOUNS[lead] == "possessive" else ""
+        elif propers and sentence[: propers[0].start].strip().lower() in ("", "the"):
+            subject, subj_end, subj_form = propers[0].text, propers[0].end, ""
+            if main is None:
+                main = subject
+            last = subject
+        fronted = ""
+        if subject is None:
+            # "The ship is registered in ...": a definite description refers to the last entity
+            words = sentence.split()
+            if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main) \
+                    and not any(p.start < len(words[0]) + len(words[1]) + 2 for p in propers):
+                subject, subj_end = (last or main), len(words[0]) + 1 + len(words[1])
+        if subject is None:
+            # a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."): the subject is the name
+            # after ", " (or ", the ") followed by a lower-case word
+            for p in propers:
+                before = sentence[: p.start]
+                rest = sentence[p.end :].lstrip(" ")
+                if p.start > 0 and rest[:1].islower() and (before.endswith(", ") or before.endswith(", the ")):
+                    subject, subj_end = p.text, p.end
+                    fronted = before[: before.rindex(",")]
+                    break
+            if subject is None:
+                continue
+            if main is None:
+                main = subject
+            last = subject
+            lead_word = fronted.split()[0].lower() if fronted.split() else ""
+            if lead_word in _PARTICIPLES or lead_word.endswith("ed"):
+                # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo)
+                for a in sorted(_value_spans(fronted) + _proper_spans(fronted, lowercase_words), key=lambda x: x.start):
+                    relation = " ".join(("was " + fronted[:1].lower() + fronted[1 : a.start]).split())
+                    if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
+                            and a.text not in subject and subject not in a.text:
+                        found.append(_Found(-1, subject, _resolve(relation, main), a.text, a.kind, n))
+        answers = [p for p in propers if p.start >= subj_end] + [v for v in _value_spans(sentence) if v.start >= subj_end]
+        for a in sorted(answers, key=lambda x: x.start):
+            if a.text in subject or subject in a.text or any(part in subject.split() for part in a.text.split() if part[:1].isupper()):
+                continue  # never the subject (or part of its name) as its own answer
+            relation = " ".join(sentence[subj_end : a.start].split())
+            if not relation or len(relation.split()) > max_relation_words or relation[-1:] in ",;:(":
+                continue
+            relation = _resolve((subj_form + " " + relation).strip(), main)
+            found.append(_Found(-1, subject, relation, a.text, a.kind, n))
+    return found, main
+
+
+def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequence[FactItem] = (),
+                  max_per_doc: int | None = 8, n_distractors: int = 23, question_forms: Sequence | None = None,
+                  heldout_share: float = 0.34, seed: int = 0) -> list[FactItem]:
+    """Fact items of `texts` (one id per text), with distractors of the same relation, else kind,
+    from the other documents and from `earlier` nights' items; `question` is a held-out question form.
+
+    Dropped: answers that are the subject or part of its name, sentence-initial ordinary words
+    (a capitalised word the texts also write in lower case), sentences that look like code, and
+    answers that occur in every document (boilerplate) when there are at least 3."""
+    if len(texts) != len(doc_ids):
+        raise ValueError(f"extract_facts: {len(texts)} texts but {len(doc_ids)} ids")
+    forms = list(question_forms or QUESTION_FORMS)
+    lower = _lowercase_words(texts)
+    per_doc: list[list[_Found]] = []
+    mains: set[str] = set()
+    for i, text in enumerate(texts):
+        if looks_like_code_document(text):
+            per_doc.append([])
+            continue
+        found, main = document_facts(text, lower)
+        for f in found:
+            f.doc = i
+        per_doc.append(found)
+        if main:
+            mains.add(main)
+    doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
+    everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}
+    items: list[_Found] = []
+    for found in per_doc:
+        seen, kept = set(), []
+        for f in found:
+            if f.answer in everywhere or (f.subject, f.relation, f.answer) in seen:
+                continue
+            if f.kind == "proper" and f.answer in mains:
+                f.kind = "name"
+            seen.add((f.subject, f.relation, f.answer))
+            kept.append(f)
+        items.extend(kept[:max_per_doc] if max_per_doc else kept)
+    # distractor pools: same relation first (the answers a confusable question has), then same kind
+    by_relation: dict[tuple[str, str], list[str]] = defaultdict(list)
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for f in list(items) + [_Found(-1, e.subject, e.relation, e.answer, e.kind, -1) for e in earlier]:
+        for pool in (by_relation[(f.kind, _relation_key(f.relation))], by_kind[f.kind]):
+            if f.answer not in pool:
+                pool.append(f.answer)
+    out = []
+    for f in items:
+        fid = fact_id(f.subject, f.relation, f.answer)
+        rng = random.Random(f"{seed}:{fid}")
+        same = [a for a in by_relation[(f.kind, _relation_key(f.relation))] if a != f.answer]
+        rest = [a for a in by_kind[f.kind] if a != f.answer and a not in same]
+        rng.shuffle(same)
+        rng.shuffle(rest)
+        distractors = tuple((same + rest)[:n_distractors])
+        if not distractors:
+            continue  # a fact with nothing to confuse it with is not multiple choice
+        _, heldout = split_forms(fid, forms, heldout_share)
+        question = forms[heldout[0]].render(f.subject, f.relation, f.kind)
+        cue = join_cue(f.subject, f.relation)
+        out.append(FactItem(fid, str(doc_ids[f.doc]), f.subject, f.relation, f.answer, f.kind, cue, question, distractors))
+    return out
+
+
+def join_cue(subject: str, relation: str) -> str:
+    """ "Mara Quillon" + "was born in" → "Mara Quillon was born in"; a possessive relation ("'s
+    sister lives in") joins without a space."""
+    return subject + ("" if relation.startswith(("'s", "’s")) else " ") + relation
+
+
+def _relation_key(relation: str) -> str:
+    """The relation's last words in lower case: "was born in" and "she was born in" pool together."""
+    return " ".join(relation.lower().split()[-3:])

@@ -1,0 +1,276 @@
+"""Fact extraction and knowledge injection on real documents: what is found, what must not be."""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bench.fact_sets import records
+from lib.config import KnowledgeConfig, SamplingConfig, SourceConfig
+from lib.knowledge.augment import augment_documents, explicit_names
+from lib.knowledge.facts import extract_facts, read_facts
+from lib.knowledge.forms import QUESTION_FORMS, split_forms
+from lib.knowledge.inject import KNOWLEDGE_SOURCE, facts_file, inject_knowledge, knowledge_sources, trained_documents
+
+
+def _facts(texts):
+    return extract_facts(texts, [f"d{i}" for i in range(len(texts))])
+
+
+def _triples(items):
+    return {(i.subject, i.relation, i.answer) for i in items}
+
+
+@pytest.mark.parametrize("fact_set", ["bio", "other"])
+def test_every_attribute_of_two_different_fact_sets_is_found(fact_set):
+    """Two fact sets with no template in common: each record's attribute values are found as
+    answers about that record's subject (except values stated before the subject is named)."""
+    recs = records(fact_set, 1, 12)
+    items = _facts([r.text for r in recs])
+    by_subject: dict[str, set[str]] = {}
+    for it in items:
+        by_subject.setdefault(it.subject, set()).add(it.answer)
+    found = total = 0
+    for r in recs:
+        for attr, (_, value) in r.questions.items():
+            if attr == "field":  # a lower-case common noun ("geology") is not a salient span
+                continue
+            total += 1
+            found += value in by_subject.get(r.subject, set())
+    assert found / total >= 0.6, f"{found}/{total} attribute values found"
+    for it in items:
+        assert it.answer not in it.subject and it.subject not in it.answer
+        assert it.question.rstrip().endswith((":", "?", "A:")) or it.question.endswith(it.relation)
+        assert it.answer not in it.question.split(it.subject)[0]
+        assert it.answer not in it.distractors and len(set(it.distractors)) == len(it.distractors)
+        assert it.distractors, "every item is multiple choice"
+
+
+def test_pronouns_resolve_to_the_named_entity_and_kinds_are_typed():
+    text = ("Ilsa Marrowin was born in Quellport in 1948. She studied astronomy at Dunmere College. "
+            "Her first telescope cost 340 crowns. In 1975 she moved to Harth. It rained that year.")
+    other = "Tobin Askew was born in Varnley in 1961. He worked for Oskar Fenn & Daughters until 1990. His boat cost 95 crowns."
+    items = _facts([text, other])
+    t = _triples(items)
+    assert ("Ilsa Marrowin", "was born in", "Quellport") in t
+    assert ("Ilsa Marrowin", "was born in Quellport in", "1948") in t
+    assert ("Ilsa Marrowin", "studied astronomy at", "Dunmere College") in t
+    assert ("Ilsa Marrowin", "'s first telescope cost", "340") in t
+    assert ("Tobin Askew", "worked for", "Oskar Fenn & Daughters") in t
+    kinds = {i.answer: i.kind for i in items}
+    assert kinds["1948"] == "year" and kinds["340"] == "number" and kinds["Quellport"] == "proper"
+    # never: the subject as its answer, a sentence-initial ordinary word, "It" as an entity
+    answers = {i.answer for i in items}
+    assert not answers & {"Ilsa Marrowin", "Ilsa", "Marrowin", "She", "Her", "In", "It", "Tobin Askew"}
+    # distractors of the same kind: a year is never offered a city
+    for it in items:
+        assert all(d.isdigit() == it.answer.isdigit() for d in it.distractors), it
+
+
+def test_dates_are_one_answer():
+    items = _facts(["Vera Lind signed the treaty on 4 March 1921. She died on July 9, 1960.",
+                    "Omar Vell signed the charter on 12 May 1930. He retired in 1961."])
+    kinds = {i.answer: i.kind for i in items}
+    assert kinds.get("4 March 1921") == "date" and kinds.get("July 9, 1960") == "date"
+    assert "1921" not in kinds  # the year inside a date is not a second answer
+
+
+def test_code_and_boilerplate_give_no_facts():
+    import rich
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    code = [(stdlib / name).read_text(encoding="utf-8")[:4000] for name in ("textwrap.py", "bisect.py", "colorsys.py")]
+    # real source files whose docstrings read like prose ("Defaults to None.")
+    rich_dir = Path(rich.__file__).parent
+    code += [p.read_text(encoding="utf-8")[:3000] for p in sorted(rich_dir.glob("*.py")) if p.stat().st_size > 1500][:16]
+    items = _facts(code)
+    assert items == [], [(i.subject, i.relation, i.answer) for i in items]
+    # a line every document carries (a signature) is not a fact of any of them
+    docs = [f"{r.text}\nPosted by Admin Team in Newsroom." for r in records("bio", 2, 6)]
+    answers = {i.answer for i in _facts(docs)}
+    assert "Admin Team" not in answers and "Newsroom" not in answers
+
+
+def test_real_package_description_gives_facts_not_code():
+    """A real README (a package's METADATA on this machine): prose facts may be found, the code
+    examples in it give none."""
+    import importlib.metadata as md
+
+    text = md.metadata("pyarrow").get_payload() or md.metadata("pyarrow")["Description"] or ""
+    items = _facts([text, "Ada Brill founded Kestrel Data in 2011. She sold it in 2019."])
+    for it in items:
+        assert not any(ch in it.answer for ch in "{}[]();=<>"), it
+        assert not any(ch in it.relation for ch in "{}[];=<>"), it
+
+
+def test_question_forms_hold_out_per_fact():
+    trained, held = split_forms("abc", QUESTION_FORMS, 0.34)
+    assert held and set(trained).isdisjoint(held)
+    assert all(QUESTION_FORMS[i].probe for i in held)
+    assert [f.name for f in QUESTION_FORMS if not f.probe], "cloze forms are only ever trained"
+
+
+def test_augmentation_never_trains_the_heldout_question():
+    recs = records("bio", 3, 8)
+    texts = [r.text for r in recs]
+    ids = [f"d{i}" for i in range(len(texts))]
+    items = extract_facts(texts, ids)
+    forms = augment_documents(ids, texts, items, forms_per_document=8)
+    assert {f.form for f in forms} == {"qa", "permuted", "explicit"}
+    corpus = "\n".join(f.text for f in forms) + "\n".join(texts)
+    for it in items:
+        assert it.question.rstrip() not in corpus, f"held-out question trained: {it.question!r}"
+        assert it.answer in corpus
+    # the entity named in full: no sentence of an explicit form starts with a pronoun
+    for f in forms:
+        if f.form in ("explicit", "permuted"):
+            assert not any(s.split()[0] in ("He", "She", "His", "Her") for s in f.text.split(". ") if s)
+    assert explicit_names("Ana Cole sings. She wins. Her cat sleeps.", "Ana Cole") == [
+        "Ana Cole sings.", "Ana Cole wins.", "Ana Cole's cat sleeps."]
+
+
+def test_inject_knowledge_cuts_heldout_before_augmenting(tmp_path):
+    recs = records("other", 4, 20)
+    ids = [f"doc{i:02d}" for i in range(len(recs))]
+    run = tmp_path / "run"
+    (run / "curated").mkdir(parents=True)
+    pq.write_table(pa.table({"id": ids, "text": [r.text for r in recs]}), run / "curated" / "docs-0.parquet")
+    sampling = SamplingConfig(heldout_fraction=0.1, heldout_min_docs=4)
+    stats = inject_knowledge(run, KnowledgeConfig(), sampling)
+    kept, _, heldout = trained_documents(ids, [r.text for r in recs], sampling)
+    assert heldout == 4 and stats["heldout_documents"] == 4
+    held = set(ids) - set(kept)
+    facts = read_facts(facts_file(run))
+    assert facts and stats["facts"] == len(facts)
+    assert not {f.doc_id for f in facts} & held
+    forms = pq.read_table(run / "knowledge" / "augmented" / "forms.parquet").to_pylist()
+    assert forms and not {f["augments"] for f in forms} & held
+    assert {f["form"] for f in forms} <= {"qa", "permuted", "explicit"}
+    held_texts = [recs[ids.index(h)].text for h in held]
+    assert not any(h.split(".")[0] in f["text"] for h in held_texts for f in forms)
+    # the mix: the forms as their own source, taken from the corpus's share
+    base = [SourceConfig(name="stdlib", path=tmp_path, weight=0.75, kind="corpus"),
+            SourceConfig(name="new", path=run / "curated", weight=0.25, kind="buffer")]
+    mixed = knowledge_sources(base, run, KnowledgeConfig(ratio=0.25))
+    assert [(s.name, s.kind, round(s.weight, 3)) for s in mixed] == [
+        ("stdlib", "corpus", 0.5), ("new", "buffer", 0.25), (KNOWLEDGE_SOURCE, "curated", 0.25)]
+    assert knowledge_sources(base, run, KnowledgeConfig(enabled=False)) == base
+    with pytest.raises(ValueError, match="knowledge.ratio"):
+        knowledge_sources(base, run, KnowledgeConfig(ratio=0.8))
+
+
+def test_endpoint_writer_keeps_only_paraphrases_that_repeat_every_answer(monkeypatch):
+    """A real local OpenAI-style server: the key comes from the named environment variable, and
+    a paraphrase that changes an answer is dropped."""
+    import json as _json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from lib.knowledge.writer import written_forms
+
+    seen = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = _json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen["auth"], seen["n"], seen["path"] = self.headers.get("Authorization"), body["n"], self.path
+            reply = {"choices": [{"message": {"content": "In 1948 Quellport saw the birth of Ilsa Marrowin."}},
+                                 {"message": {"content": "Ilsa Marrowin was born in Harth in 1948."}}]}
+            data = _json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("WRITER_KEY", "sekrit")
+        cfg = KnowledgeConfig(writer="endpoint", writer_url=f"http://127.0.0.1:{server.server_port}/v1", writer_model="m",
+                              writer_api_key_env="WRITER_KEY", writer_paraphrases=2)
+        kept, dropped = written_forms(["d0"], ["Ilsa Marrowin was born in Quellport in 1948."], [["Quellport", "1948"]], cfg)
+    finally:
+        server.shutdown()
+    assert seen == {"auth": "Bearer sekrit", "n": 2, "path": "/v1/chat/completions"}
+    assert [k.text for k in kept] == ["In 1948 Quellport saw the birth of Ilsa Marrowin."] and dropped == 1
+    assert kept[0].form == "writer" and kept[0].augments == "d0"
+    monkeypatch.delenv("WRITER_KEY")
+    with pytest.raises(ValueError, match="WRITER_KEY"):
+        written_forms(["d0"], ["x"], [["x"]], cfg)
+
+
+def test_champion_writer_generates_on_a_real_model(tmp_path):
+    from lib.knowledge.writer import champion_paraphrases
+    from tests.hf_models import build_tiny_model
+
+    folder = build_tiny_model("llama", tmp_path / "m")
+    outs = champion_paraphrases(folder, ["Ilsa Marrowin was born in Quellport.", "The Lenei Star sails out of Port Figri."], 2)
+    assert len(outs) == 2 and all(len(o) == 2 and all(isinstance(t, str) for t in o) for o in outs)
+
+
+def test_augmented_forms_are_their_own_manifest_source_and_never_held_out(tmp_path):
+    """Through the real data step: the manifest names the forms' source, the held-out file holds
+    exactly the original documents the knowledge stage cut, and no form is held out."""
+    from data_fixtures import train_tokenizer, write_sources
+    from lib.data.sampling import NEW_SOURCE, prepare_training_data
+
+    tok = train_tokenizer(tmp_path / "tok", 512)
+    corpus, _ = write_sources(tmp_path)
+    recs = records("bio", 5, 24)
+    ids = [f"bio{i:02d}" for i in range(len(recs))]
+    run = tmp_path / "run"
+    (run / "curated").mkdir(parents=True)
+    pq.write_table(pa.table({"id": ids, "text": [r.text for r in recs]}), run / "curated" / "docs-0.parquet")
+    sampling = SamplingConfig(heldout_fraction=0.1, heldout_min_docs=4, fim_rate_code=0.0)
+    inject_knowledge(run, KnowledgeConfig(), sampling)
+    sources = knowledge_sources([SourceConfig(name="stdlib", path=corpus, weight=0.5, kind="corpus"),
+                                 SourceConfig(name=NEW_SOURCE, path=run / "curated", weight=0.25, kind="buffer")],
+                                run, KnowledgeConfig(ratio=0.25))
+    data = prepare_training_data(sources, tok, run / "prepared", token_budget=60_000, sampling=sampling, seq_len=128, workers=1)
+    rows = pq.read_table(run / "prepared" / "manifest.parquet").to_pylist()
+    forms = pq.read_table(run / "knowledge" / "augmented" / "forms.parquet").to_pylist()
+    assert {r["doc_id"] for r in rows if r["source"] == KNOWLEDGE_SOURCE} <= {f["id"] for f in forms}
+    assert data["sources"][KNOWLEDGE_SOURCE]["heldout_docs"] == 0
+    assert data["tokens_per_source"][KNOWLEDGE_SOURCE] > 0
+    held = set(pq.read_table(run / "prepared" / "heldout" / f"{NEW_SOURCE}.parquet").column("id").to_pylist())
+    kept, _, _ = trained_documents(ids, [r.text for r in recs], sampling)
+    assert held == set(ids) - set(kept) and len(held) == 4
+    assert not (run / "prepared" / "heldout" / f"{KNOWLEDGE_SOURCE}.parquet").exists()
+    assert not {f["augments"] for f in forms} & held
+
+
+def test_a_night_is_lengthened_until_each_form_is_seen_min_exposures_times():
+    from lib.knowledge.inject import sized_steps
+
+    k = KnowledgeConfig(ratio=0.25, min_exposures=6, max_steps_factor=3)
+    assert sized_steps(200, 2048, k, 10_000) == (200, None)  # 200 × 2048 × 0.25 = 102k tokens: 10 exposures
+    steps, note = sized_steps(200, 2048, k, 100_000)  # needs 1,172 steps, capped at 600
+    assert steps == 600 and "capped by knowledge.max_steps_factor" in note and "100,000 tokens" in note
+    steps, note = sized_steps(200, 2048, k, 40_000)
+    assert steps == 469 and "469 steps instead of 200" in note
+    assert sized_steps(200, 2048, KnowledgeConfig(min_exposures=0), 10**9) == (200, None)
+
+
+def test_cli_knowledge_runs_the_stage_on_a_curated_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    recs = records("bio", 6, 12)
+    curated = tmp_path / "ws" / "runs" / "r1" / "curated"
+    curated.mkdir(parents=True)
+    pq.write_table(pa.table({"id": [f"b{i}" for i in range(12)], "text": [r.text for r in recs]}), curated / "docs-0.parquet")
+    out = CliRunner().invoke(app, ["knowledge", "--run-id", "r1", "--workspace", str(tmp_path / "ws"), "--show", "3"])
+    assert out.exit_code == 0, out.output
+    facts = read_facts(tmp_path / "ws" / "runs" / "r1" / "knowledge" / "facts.jsonl")
+    assert facts and f"{len(facts)} fact items from 12 documents" in out.output
+    assert facts[0].question in out.output.replace("\\n", "\n") or repr(facts[0].question) in out.output
+    missing = CliRunner().invoke(app, ["knowledge", "--run-id", "nope", "--workspace", str(tmp_path / "ws")])
+    assert missing.exit_code != 0 and "consolidate curate --run-id nope" in str(missing.exception or missing.output)
