@@ -283,10 +283,13 @@ class PairEvaluation:
     sizes: dict[str, dict[str, int]] = field(default_factory=dict)
     root: dict[str, dict[str, float]] = field(default_factory=dict)  # the root version's old_val (cumulative drift)
     root_version: str | None = None
+    benchmarks: Any = None  # lib.evaluation.benchmarks.BenchmarkPair when eval.benchmarks names tasks
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
         for dataset in self.candidate:
+            if dataset.startswith("bench:"):
+                continue  # benchmark scores: benchmark_rows()
             for metric, cand in self.candidate[dataset].items():
                 par = self.parent.get(dataset, {}).get(metric)
                 rel = (cand - par) / abs(par) if par not in (None, 0) else None
@@ -294,12 +297,24 @@ class PairEvaluation:
                             "relative_change": rel, **self.sizes.get(dataset, {})})
         return out
 
+    def benchmark_rows(self) -> list[dict[str, Any]]:
+        """One row per benchmark task (lib/evaluation/benchmarks.py), in points; empty without."""
+        if self.benchmarks is None:
+            return []
+        from lib.evaluation.benchmarks import benchmark_table_rows
+
+        return benchmark_table_rows(self.benchmarks.parent, self.benchmarks.candidate)
+
     def to_markdown(self) -> str:
         lines = ["| dataset | metric | parent | candidate | change |", "|---|---|---|---|---|"]
         for r in self.rows():
             change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
             par = "" if r["parent"] is None else f"{r['parent']:.4f}"
             lines.append(f"| {r['dataset']} | {r['metric']} | {par} | {r['candidate']:.4f} | {change} |")
+        for b in self.benchmark_rows():
+            par = "" if b["parent"] is None else f"{b['parent']:.1f}"
+            change = "" if b["change_points"] is None else f"{b['change_points']:+.1f} points"
+            lines.append(f"| bench:{b['task']} | {b['metric']} | {par} | {b['candidate']:.1f} | {change} |")
         return "\n".join(lines)
 
 
@@ -512,6 +527,12 @@ def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, 
     result = evaluate_pair(parent_dir, candidate_dir, sets, probes=probes, batch_size=cfg.eval.batch_size,
                            max_len=eval_window(cfg), device=device, separator=cfg.tokenizer.document_separator,
                            on_progress=on_progress, cache_dir=workspace.eval_cache)
+    if cfg.eval.benchmarks:  # lm-evaluation-harness tasks: recorded as bench:<task>, judged by the benchmarks rule
+        from lib.evaluation.benchmarks import as_metrics, benchmark_pair
+
+        result.benchmarks = benchmark_pair(parent_dir, candidate_dir, cfg.eval, workspace.root, device, workspace.eval_cache)
+        result.parent.update(as_metrics(result.benchmarks.parent))
+        result.candidate.update(as_metrics(result.benchmarks.candidate))
     root = lineage.root_version() if lineage is not None else None
     if root is not None:
         root_dir = Path(lineage.get_version(root)["path"])

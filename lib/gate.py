@@ -14,6 +14,9 @@
   `gate.max_cumulative_forgetting`: a +0.3% a night passes the per-night rule and adds up unseen.
 - probes: when both sides were probed, the exact-match rate may drop by at most
   `gate.probe_tolerance`.
+- benchmarks: each lm-evaluation-harness task's main metric may fall at most
+  `gate.max_benchmark_drop` points plus `gate.benchmark_stderr_factor` standard errors of the
+  difference (lib/evaluation/benchmarks.py); the reason names the task, both scores and the limit.
 - A rule whose inputs are missing fails (fail closed): a gate that cannot measure must not promote.
 
 Trade-off: relative thresholds on one scalar per data set are coarse (seed 000 section 8: BPB
@@ -87,6 +90,9 @@ class RegressionGate:
         for optional in (self._retention(parent, candidate), self._cumulative(root, candidate), self._probes(parent, candidate)):
             if optional is not None:
                 rules.append(optional)
+        benchmarks = self._benchmarks(parent, candidate)
+        if benchmarks is not None:
+            rules.append(benchmarks)
         return GateDecision(all(r.passed for r in rules), rules)
 
     def _retention(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
@@ -164,6 +170,13 @@ class RegressionGate:
         reason = (f"probe exact match {p:.1%} -> {c:.1%} (drop {max(drop, 0.0):.1%}); "
                   f"{'within' if ok else 'over'} the tolerance of {tol:.1%} (gate.probe_tolerance)")
         return RuleResult("probes", drop, tol, ok, reason)
+
+
+    def _benchmarks(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
+        """lm-evaluation-harness tasks (bench:<task>): lib.evaluation.benchmarks.benchmark_rule."""
+        from lib.evaluation.benchmarks import benchmark_rule
+
+        return benchmark_rule(parent, candidate, self.config.max_benchmark_drop, self.config.benchmark_stderr_factor)
 
 
 # Rules whose failure means the candidate forgot something (what a safer retry can fix); a night

@@ -140,7 +140,19 @@ def memory_fits(cfg: ConsolidationConfig, target: Target, available: int | None 
     return "\n".join(problems) + "\n  - or set training.memory_check=false to try anyway (the trainer then does not refuse either)"
 
 
-CHECKS: list[Check] = [sequence_fits, tokenizer_present, batch_divides, memory_fits]
+def benchmarks_available(cfg: ConsolidationConfig, target: Target) -> str | None:
+    """Every task of eval.benchmarks can run offline: lm-eval is installed, each task is found,
+    its data is local or already in the Hugging Face cache (lib/evaluation/benchmarks.py).
+    Reads YAML files only, ~0.5 s for a named task (a scan of lm-eval's task folder)."""
+    if not cfg.eval.benchmarks:
+        return None
+    from lib.evaluation.benchmarks import benchmark_problems
+
+    problems = benchmark_problems(cfg.eval.benchmarks, cfg.workspace.root)
+    return "\n  - ".join(problems) if problems else None
+
+
+CHECKS: list[Check] = [sequence_fits, tokenizer_present, batch_divides, memory_fits, benchmarks_available]
 
 
 def read_target(cfg: ConsolidationConfig, model_dir: str | Path | None) -> Target:
