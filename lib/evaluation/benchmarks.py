@@ -488,8 +488,9 @@ def benchmark_rule(parent: dict[str, dict[str, float]], candidate: dict[str, dic
                 f"(drop {drop:+.1f}), {'within' if passed else 'over'} the allowed {allowed:.1f} = {max_drop:g} "
                 f"(gate.max_benchmark_drop) + {stderr_factor:g} × {se:.1f} (standard error of the difference)")
 
-    shown = failed if failed else [worst]
-    lead = f"{len(verdicts)} task(s) checked; " + ("rejected: " if failed else "the closest: ")
+    # the failing tasks; when all pass, the three closest to their limit
+    shown = failed if failed else sorted(verdicts, key=lambda v: (-v[0], v[1]))[:3]
+    lead = f"{len(verdicts)} task(s) checked; " + ("rejected: " if failed else "closest to the limit: " if len(verdicts) > 3 else "")
     reason = lead + "; ".join(say(v) for v in shown)
     return RuleResult("benchmarks", worst[4] / 100, worst[6] / 100, ok, reason)
 
