@@ -14,8 +14,7 @@ import pytest
 
 from hf_models import build_tiny_model
 
-pytest.importorskip  # lm-eval is part of `make test` (the benchmarks extra): no skip when it is missing
-import lm_eval  # noqa: E402,F401  (fails loudly without the extra)
+import lm_eval  # noqa: E402,F401  (the benchmarks extra, which `make test` installs: fails loudly, never skips)
 
 WORDS = ["apple", "river", "stone", "cloud", "ember", "maple", "orbit", "quartz", "salt", "tiger", "violet", "willow"]
 
@@ -200,7 +199,8 @@ def test_rule_takes_the_standard_error_into_account():
     def decide(p, c, se, **gate):
         par = as_metrics({"t": BenchmarkScore("t", "acc", p, se, 200)})
         cand = as_metrics({"t": BenchmarkScore("t", "acc", c, se, 200)})
-        return next(r for r in RegressionGate(GateConfig(**gate)).decide({**bpb, **par}, {**bpb, **cand}).rules if r.name == "benchmarks")
+        rules = RegressionGate(GateConfig(**gate)).decide({**bpb, **par}, {**bpb, **cand}).rules
+        return next(r for r in rules if r.name == "benchmarks")
 
     # 50% on 200 examples: se 3.5 points each, 5.0 for the difference: allowed 2 + 2 × 5.0 = 12 points
     assert decide(0.50, 0.39, 0.0354).passed

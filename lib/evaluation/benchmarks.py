@@ -306,8 +306,8 @@ def _cache_path(cache_dir: Path | None, digest: str | None, task: BenchmarkTask,
         return None
     import lm_eval
 
-    key = json.dumps({"v": CACHE_VERSION, "task": task.name, "config": task.digest(), "lm_eval": getattr(lm_eval, "__version__", ""),
-                      **settings}, sort_keys=True)
+    key = json.dumps({"v": CACHE_VERSION, "task": task.name, "config": task.digest(),
+                      "lm_eval": getattr(lm_eval, "__version__", ""), **settings}, sort_keys=True)
     return Path(cache_dir) / digest[:32] / ("bench-" + hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
 
 
@@ -490,7 +490,8 @@ def benchmark_rule(parent: dict[str, dict[str, float]], candidate: dict[str, dic
 
     # the failing tasks; when all pass, the three closest to their limit
     shown = failed if failed else sorted(verdicts, key=lambda v: (-v[0], v[1]))[:3]
-    lead = f"{len(verdicts)} task(s) checked; " + ("rejected: " if failed else "closest to the limit: " if len(verdicts) > 3 else "")
+    lead = f"{len(verdicts)} task(s) checked; " + ("rejected: " if failed else "closest to the limit: " if len(verdicts) > 3
+                                                   else "")
     reason = lead + "; ".join(say(v) for v in shown)
     return RuleResult("benchmarks", worst[4] / 100, worst[6] / 100, ok, reason)
 
@@ -501,13 +502,15 @@ def benchmark_table_rows(parent: dict[str, BenchmarkScore], candidate: dict[str,
     for task, c in candidate.items():
         p = parent.get(task)
         rows.append({"task": task, "metric": c.metric, "examples": c.examples,
-                     "parent": None if p is None else points(p.value), "parent_stderr": None if p is None or p.stderr is None else points(p.stderr),
+                     "parent": None if p is None else points(p.value),
+                     "parent_stderr": None if p is None or p.stderr is None else points(p.stderr),
                      "candidate": points(c.value), "candidate_stderr": None if c.stderr is None else points(c.stderr),
                      "change_points": None if p is None else points(c.value - p.value)})
     return rows
 
 
-def version_benchmarks(metrics_by_version: dict[str, dict[str, dict[str, float]]]) -> tuple[list[str], dict[tuple[str, str], str]]:
+def version_benchmarks(metrics_by_version: dict[str, dict[str, dict[str, float]]],
+                       ) -> tuple[list[str], dict[tuple[str, str], str]]:
     """(task columns, {(version, task): "61.5 ±3.4"}) of each version's latest recorded scores:
     the benchmark column group of the retention matrix."""
     tasks: list[str] = []
