@@ -81,5 +81,19 @@ def test_a_night_with_a_benchmark_in_the_gate(tmp_path, prefect_client, capsys):
     digest = lin.get_version("v0")["meta"]["digest"]
     assert len(list((ws.eval_cache / digest[:32]).glob("bench-*.json"))) == 2
 
+    # `consolidate eval v1` shows them too, from the cache (both sides were scored tonight)
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    out = CliRunner().invoke(app, ["eval", "v1", "--no-record", "--json", "--preset", "tiny", "--workspace", str(ws.root),
+                                   "--set", "eval.benchmarks=benchmarks", "--set", "eval.benchmark_limit=12", "--set", "eval.max_docs=4",
+                                   "--set", "training.seq_len=128"])
+    assert out.exit_code == 0, out.output
+    rows = {r["task"]: r for r in json.loads(out.stdout)["benchmarks"]}  # stderr: the loaders' progress bars
+    assert rows["tiny_mc"]["candidate"] == 100 * lin.metrics("v1", run_id)["bench:tiny_mc"]["acc"]
+
     with capsys.disabled():  # the transcript the README shows
         print("\n" + table + "\n" + "\n".join(gate_reasons(decision)) + "\n\n" + matrix.to_markdown())
