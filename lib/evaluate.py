@@ -530,7 +530,8 @@ def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, 
     if cfg.eval.benchmarks:  # lm-evaluation-harness tasks: recorded as bench:<task>, judged by the benchmarks rule
         from lib.evaluation.benchmarks import as_metrics, benchmark_pair
 
-        result.benchmarks = benchmark_pair(parent_dir, candidate_dir, cfg.eval, workspace.root, device, workspace.eval_cache)
+        result.benchmarks = benchmark_pair(parent_dir, candidate_dir, cfg.eval, workspace.root, device, workspace.eval_cache,
+                                           workspace.benchmark_data)
         result.parent.update(as_metrics(result.benchmarks.parent))
         result.candidate.update(as_metrics(result.benchmarks.candidate))
     root = lineage.root_version() if lineage is not None else None

@@ -89,6 +89,14 @@ def _own_choices(model: Path, task_yaml: Path) -> list[int]:
     return [max(range(len(s["filtered_resps"])), key=lambda k: s["filtered_resps"][k][0]) for s in by_doc]
 
 
+@pytest.fixture(autouse=True)
+def datasets_cache(tmp_path, monkeypatch):
+    """Calls without `data_cache` would let the datasets library write into ~/.cache: keep them in tmp."""
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bench-models")
@@ -138,8 +146,9 @@ def test_limit_and_cache_by_weights_digest(tmp_path, models):
     shutil.copytree(models["llama"], model)
     (model / "meta.json").write_text(json.dumps({"digest": "ab" * 32}))
     tasks = resolve_benchmarks([str(write_mc_task(tmp_path / "tasks"))])
-    a = score_benchmarks(model, tasks, limit=10, cache_dir=tmp_path / "cache")
+    a = score_benchmarks(model, tasks, limit=10, cache_dir=tmp_path / "cache", data_cache=tmp_path / "data")
     assert a["tiny_mc"].examples == 10 and not a["tiny_mc"].cached
+    assert list((tmp_path / "data").rglob("*.arrow"))  # the datasets library's files: where it was told, not ~/.cache
     b = score_benchmarks(model, tasks, limit=10, cache_dir=tmp_path / "cache")
     assert b["tiny_mc"].cached and b["tiny_mc"].value == a["tiny_mc"].value and b["tiny_mc"].stderr == a["tiny_mc"].stderr
     assert not score_benchmarks(model, tasks, limit=12, cache_dir=tmp_path / "cache")["tiny_mc"].cached  # other settings

@@ -80,6 +80,7 @@ def test_a_night_with_a_benchmark_in_the_gate(tmp_path, prefect_client, capsys):
     # v0's scores are in the eval cache under its weights' digest: the next night scores only its candidate
     digest = lin.get_version("v0")["meta"]["digest"]
     assert len(list((ws.eval_cache / digest[:32]).glob("bench-*.json"))) == 2
+    assert list(ws.benchmark_data.rglob("*.arrow"))  # the local tasks' Arrow files stay inside the workspace
 
     # `consolidate eval v1` shows them too, from the cache (both sides were scored tonight)
     import json

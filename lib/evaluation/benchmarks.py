@@ -70,13 +70,16 @@ class BenchmarkTask:
     data_files: tuple[Path, ...] = ()    # local data files, resolved
     local: bool = False                  # data read from files, not from a hub dataset
 
-    def config(self) -> dict[str, Any]:
-        """The task config lm-eval runs: the YAML with `!function` resolved and local data files
-        made absolute (so the night's working directory does not matter)."""
+    def config(self, data_cache: Path | None = None) -> dict[str, Any]:
+        """The task config lm-eval runs: the YAML with `!function` resolved, local data files
+        made absolute (so the night's working directory does not matter) and, with `data_cache`,
+        the datasets library's Arrow cache of local data there (inside the workspace)."""
         cfg = _load_yaml(self.yaml, resolve=True)
-        if self.local:
+        if self.local and self.dataset_path in LOCAL_BUILDERS:
             kwargs = dict(cfg.get("dataset_kwargs") or {})
             kwargs["data_files"] = _absolute_files(kwargs.get("data_files"), self.yaml.parent)
+            if data_cache is not None:
+                kwargs.setdefault("cache_dir", str(data_cache))
             cfg["dataset_kwargs"] = kwargs
         return cfg
 
@@ -323,10 +326,11 @@ def _read_cached(path: Path | None) -> BenchmarkScore | None:
 def score_benchmarks(model_dir: str | Path, tasks: Sequence[BenchmarkTask], *, limit: int | None = None,
                      num_fewshot: int | None = None, batch_size: int = 8, device: str | None = None,
                      cache_dir: str | Path | None = None, samples: dict[str, list] | None = None,
-                     seed: int = 1234) -> dict[str, BenchmarkScore]:
+                     seed: int = 1234, data_cache: str | Path | None = None) -> dict[str, BenchmarkScore]:
     """Each task's main metric under the model in `model_dir` (an HF folder or a version): from
     the cache when these weights scored this task with these settings before, else with lm-eval
-    in this process. `samples`, when given, receives lm-eval's per-example records."""
+    in this process. `samples`, when given, receives lm-eval's per-example records; `data_cache`:
+    where the datasets library keeps the Arrow files of local tasks (default: its own cache)."""
     if not tasks:
         return {}
     _require_lm_eval()
@@ -360,7 +364,7 @@ def score_benchmarks(model_dir: str | Path, tasks: Sequence[BenchmarkTask], *, l
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32 if dev == "cpu" else "auto").to(dev).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=dev)
-    configs = {t.name: t.config() for t in todo}
+    configs = {t.name: t.config(Path(data_cache) if data_cache is not None else None) for t in todo}
     t0 = time.perf_counter()
     res = lm_eval.simple_evaluate(
         model=lm, tasks=list(configs.values()), task_manager=TaskManager(include_defaults=False), limit=limit,
@@ -425,7 +429,7 @@ class BenchmarkPair:
 
 
 def benchmark_pair(parent_dir, candidate_dir, eval_cfg, workspace_root=None, device: str | None = None,
-                   cache_dir: str | Path | None = None) -> BenchmarkPair:
+                   cache_dir: str | Path | None = None, data_cache: str | Path | None = None) -> BenchmarkPair:
     """The `eval.benchmarks` tasks scored on parent and candidate (the parent from the cache when
     it was scored as a candidate before), with `eval.benchmark_limit`, `eval.benchmark_fewshot`,
     `eval.batch_size`."""
@@ -435,7 +439,7 @@ def benchmark_pair(parent_dir, candidate_dir, eval_cfg, workspace_root=None, dev
     if problems:
         raise BenchmarkError("\n".join(problems))
     kw = dict(limit=eval_cfg.benchmark_limit, num_fewshot=eval_cfg.benchmark_fewshot, batch_size=eval_cfg.batch_size,
-              device=device, cache_dir=cache_dir)
+              device=device, cache_dir=cache_dir, data_cache=data_cache)
     out = BenchmarkPair(score_benchmarks(parent_dir, tasks, **kw), score_benchmarks(candidate_dir, tasks, **kw))
     out.seconds = round(time.perf_counter() - t0, 3)
     log.info("benchmarks %s scored in %.1f s (parent %s)", ", ".join(t.name for t in tasks), out.seconds,
