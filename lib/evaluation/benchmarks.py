@@ -24,10 +24,11 @@ task, so the gate also compares the `eval.benchmarks` tasks.
   points (1 point = 0.01 of an accuracy) plus `gate.benchmark_stderr_factor` standard errors of
   the difference, sqrt(se_parent² + se_candidate²).
 
-Trade-off: `eval.benchmark_limit` examples per task bound the cost (tiny preset on 2 CPU cores:
-~0.05 s per multiple-choice example of 4 choices) but also the resolution: at 200 examples and
-50% accuracy a score's standard error is 3.5 points, so the default rule lets a candidate lose up
-to 2 + 2 × 5.0 = 12 points before rejecting it; more examples buy a tighter gate.
+Trade-off: `eval.benchmark_limit` examples per task bound the cost (the demo's tiny model on 2
+busy CPU cores, load ~14: 38 s for 50 four-way questions, 87 s for 200, ~20 s of it fixed) but
+also the resolution: at 200 examples and 50% accuracy a score's standard error is 3.5 points, so
+the default rule lets a candidate lose up to 2 + 2 × 5.0 = 12 points before rejecting it; more
+examples buy a tighter gate.
 """
 
 from __future__ import annotations
