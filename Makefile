@@ -19,7 +19,7 @@ $(VENV)/.installed: $(PY) pyproject.toml constraints.txt
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) -e '.[test]' $(QUIET)
+	$(PIP) -e '.[test,benchmarks]' $(QUIET)
 	@# tests/test_docker.py validates docker/compose.yaml with a compose client (no engine needed)
 	@command -v docker-compose >/dev/null || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] || \
 		{ apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; } || \

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Bits per byte of VERSION and its parent on old_val, new_heldout, new_train (+ probes)."""
+        """Bits per byte of VERSION and its parent on old_val, new_heldout, new_train (+ probes, + eval.benchmarks)."""
         from lib.evaluation.evaluate import comparison, evaluate_and_record, evaluate_candidate
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
@@ -52,9 +52,15 @@ def register(app: typer.Typer) -> None:
             table = evaluate_candidate(ws, cfg, _version_dir(ws, row), _version_dir(ws, lin.get_version(parent_id)), run_dir,
                                        device=device, lineage=lin)
         if as_json:
-            return echo_json({"version": row["version"], "parent": parent_id, "run_id": run_id, "rows": table.rows()})
+            return echo_json({"version": row["version"], "parent": parent_id, "run_id": run_id, "rows": table.rows(),
+                              "benchmarks": table.benchmark_rows()})
         console().print(bpb_table(table.rows(), parent_id, row["version"],
                                   f"{parent_id} -> {row['version']} on the data of run {run_id or '(none)'}").rich())
+        if table.benchmark_rows():
+            from lib.tables import benchmark_table
+
+            console().print(benchmark_table(table.benchmark_rows(), parent_id, row["version"],
+                                            f"benchmarks (lm-evaluation-harness, points), {parent_id} -> {row['version']}").rich())
 
     @app.command("gate")
     @user_errors

@@ -90,10 +90,10 @@ def retention_table(matrix, title: str):
     from rich.table import Table
 
     table = Table(title=title, caption=matrix.legend() if matrix.versions else None, caption_justify="left")
-    for col in ("version", "status", *matrix.sets):
+    for col in ("version", "status", *matrix.columns):
         table.add_column(col)
     for row in matrix.table_rows():
-        table.add_row(*(str(row[c]) for c in ("version", "status", *matrix.sets)))
+        table.add_row(*(str(row[c]) for c in ("version", "status", *matrix.columns)))
     return table
 
 

@@ -224,6 +224,15 @@ class EvalConfig(_Section):
     batch_size: int = Field(8, ge=1, description="Sequences per forward pass during evaluation (halved automatically when the device runs out of memory).")
     memory_sets: int | None = Field(8, ge=1, description="Earlier nights whose held-out sets each night checks (retention): all up to this many, then the newest half and an even spread of the older ones; none: all.")
     probes: Path | None = Field(None, description="JSONL file of {prompt, expected} probes scored before and after; none: no probes.")
+    benchmarks: list[str] = Field(default_factory=list, description="lm-evaluation-harness tasks scored on the candidate and its parent (the gate's `benchmarks` rule): task names (arc_easy; the dataset must already be in the Hugging Face cache, nights run offline) or paths to task YAML files or folders of them (absolute, or inside the workspace; a local task reads `dataset_path: json` with `dataset_kwargs.data_files`). Needs the `benchmarks` extra. Empty: none.")
+    benchmark_limit: int | None = Field(200, ge=1, description="Examples per benchmark task (the first ones of its test split): the cost knob, and the resolution: the standard error of a score shrinks with the square root of it. None: every example.")
+    benchmark_fewshot: int | None = Field(None, ge=0, description="Few-shot examples in each benchmark prompt; none: each task's own default (its YAML's num_fewshot, else 0).")
+
+    @field_validator("benchmarks", mode="before")
+    @classmethod
+    def _benchmark_list(cls, value):
+        # --set eval.benchmarks=arc_easy,tasks/mine.yaml arrives as one string
+        return [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
     fact_max_items: int | None = Field(64, ge=1, description="Cap on fact probes asked per fact set (tonight's and each kept night's), a fixed sample by id hash: bounds the evaluation's cost as nights add up; none: all.")
     fact_max_new_tokens: int | None = Field(None, ge=1, description="Greedy tokens generated per fact probe for exact match; none: the longest answer's tokens + 1.")
     fact_batch_size: int = Field(64, ge=1, description="Question-and-option rows per forward pass when asking fact probes (rows are short, ~20-30 tokens: more fit than eval.batch_size windows).")
@@ -257,6 +266,8 @@ class GateConfig(_Section):
     max_cumulative_forgetting: float = Field(0.03, ge=0, description="Largest allowed relative rise of old_val bits per byte against the root version (v0), so small rises a night cannot add up unseen.")
     retry_on_forgetting: bool = Field(False, description="When the gate rejects for forgetting (old_val, an earlier night, or cumulative), retry the night once with safer settings: lr_scale and new_data_ratio halved, memory replay doubled.")
     probe_tolerance: float = Field(0.0, ge=0, description="Largest allowed drop in probe exact-match rate.")
+    max_benchmark_drop: float = Field(2.0, ge=0, description="Benchmarks rule: points (0.01 of an accuracy) a task's main metric may fall from parent to candidate beyond its noise. A task fails when parent − candidate > max_benchmark_drop + benchmark_stderr_factor × sqrt(se_parent² + se_candidate²), both standard errors in points as lm-eval reports them; 2 points on 200 examples at 50% accuracy allows 2 + 2 × 5.0 = 12 points.")
+    benchmark_stderr_factor: float = Field(2.0, ge=0, description="Standard errors of the difference added to gate.max_benchmark_drop (0: the bare drop, noise and all).")
     min_fact_recall: float = Field(0.0, ge=0, le=1, description="Smallest share of tonight's fact probes the candidate must answer closed-book, in a phrasing the night did not train on (the answer ranked first among its distractors); a night whose documents held no fact passes and says so.")
     max_fact_forgetting: float = Field(0.10, ge=0, le=1, description="Largest allowed fall, in absolute points of accuracy, of any earlier night's fact probes below what the version that learnt them answered the night it was trained (0.10: 10 points).")
 

@@ -59,7 +59,11 @@ def gate_table(decision: Any, title: str, reasons: bool = True) -> Table:
     table = Table(title, columns)
     for r in _rules(decision):
         measured = "n/a" if r.get("measured") is None else f"{r['measured'] + 0.0:+.2%}"  # + 0.0: no "-0.00%"
-        row = [r["name"], measured, f"{r['limit'] + 0.0:+.2%}", "pass" if r["passed"] else "FAIL"]
+        limit = f"{r['limit'] + 0.0:+.2%}"
+        if r["name"] == "benchmarks":  # a drop in points (fractions of an accuracy × 100), not a relative change
+            measured = "n/a" if r.get("measured") is None else f"{100 * r['measured'] + 0.0:+.1f} points"
+            limit = f"{100 * r['limit'] + 0.0:+.1f} points"
+        row = [r["name"], measured, limit, "pass" if r["passed"] else "FAIL"]
         table.rows.append(row + ([r["reason"]] if reasons else []))
     return table
 
@@ -81,6 +85,20 @@ def bpb_table(rows: Iterable[Mapping[str, Any]], parent: str, candidate: str, ti
         change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
         table.rows.append([r["dataset"]] + ([r["metric"]] if metric_column else [])
                           + [str(r.get("docs", "")), f"{r['parent']:.4f}", f"{r['candidate']:.4f}", change])
+    return table
+
+
+def benchmark_table(rows: Iterable[Mapping[str, Any]], parent: str, candidate: str, title: str) -> Table:
+    """lm-evaluation-harness scores of `parent` and `candidate` in points, ± their standard errors
+    (lib.evaluation.benchmarks.benchmark_table_rows)."""
+    def pts(value, se) -> str:
+        return "" if value is None else f"{value:.1f}" + ("" if se is None else f" ±{se:.1f}")
+
+    table = Table(title, ["task", "metric", "examples", parent, candidate, "change"], left=("task", "metric"))
+    for r in rows:
+        change = "" if r["change_points"] is None else f"{r['change_points']:+.1f} points"
+        table.rows.append([r["task"], r["metric"], str(r["examples"]), pts(r["parent"], r["parent_stderr"]),
+                           pts(r["candidate"], r["candidate_stderr"]), change])
     return table
 
 

@@ -132,6 +132,12 @@ class Workspace:
         return self.index / "eval"
 
     @property
+    def benchmark_data(self) -> Path:
+        """The datasets library's cache of local benchmark tasks (eval.benchmarks, Arrow files
+        built from their JSON/CSV data): inside the workspace, not in ~/.cache."""
+        return self.index / "benchmark-data"
+
+    @property
     def token_cache(self) -> Path:
         """Token shards by content key (input file, tokenizer, hold-out and FIM rules), reused by
         every night's data preparation so the corpus is tokenized once."""

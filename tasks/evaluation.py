@@ -6,8 +6,8 @@
   forgetting, new_heldout and new_train for acquisition, every earlier night's retention set,
   tonight's fact probes and every kept night's: `facts:new`, `facts:<vK>`),
   logging each set's progress; both sides' metrics go to lineage under the run; the table is the
-  "eval-before-after" artifact and `<run>/night.png` (training loss, bits per byte before/after)
-  the "night-plot" artifact.
+  "eval-before-after" artifact (eval.benchmarks scores: the "benchmarks" artifact) and
+  `<run>/night.png` (training loss, bits per byte before/after) the "night-plot" artifact.
 - `gate_and_promote`: lib.registry.promotion.gate_version, then conclude: pass -> champion + consumed
   buffers, fail -> rejected, buffers stay pending; the decision with every rule's reason is the
   "gate-decision" markdown artifact.
@@ -89,6 +89,10 @@ def evaluate_versions(cfg: ConsolidationConfig, run_dir: str | None, run_id: str
         rows = table.rows()
     publish_table("eval-before-after", [{**r, "parent_version": parent, "candidate_version": version} for r in rows],
                   f"Bits per byte of {parent} (before) and {version} (after) on the same data")
+    if table.benchmark_rows():
+        publish_table("benchmarks", [{**r, "parent_version": parent, "candidate_version": version} for r in table.benchmark_rows()],
+                      f"lm-evaluation-harness tasks (eval.benchmarks) of {parent} and {version}, in points ± standard error; "
+                      f"{table.benchmarks.seconds:.1f} s (the parent's from the eval cache when it was scored before)")
     stage_logger().info("evaluation %s -> %s:\n%s", parent, version, table.to_markdown())
     facts = [d for d in table.candidate if d.startswith("facts:")]
     if facts:

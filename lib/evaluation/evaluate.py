@@ -58,6 +58,7 @@ from lib.files import JsonLineError, json_lines, write_json
 from lib.registry.lineage import Lineage
 from lib.data.memory import FACTS_PREFIX
 from lib.evaluation.fact_recall import cached_fact_scores, fact_metrics, night_facts, recall_by_document
+from lib.evaluation.benchmarks import as_metrics, benchmark_pair, benchmark_table_rows
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +143,13 @@ class PairEvaluation:
     # side ("parent"/"candidate") -> fact set ("facts:new", "facts:v1") -> {doc_id: (probes, answered)}
     doc_recall: dict[str, dict[str, dict[str, tuple[int, int]]]] = field(default_factory=dict)
     fact_seconds: float = 0.0  # wall seconds spent asking fact probes (both sides, cache hits included)
+    benchmarks: Any = None  # lib.evaluation.benchmarks.BenchmarkPair when eval.benchmarks names tasks
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
         for dataset in self.candidate:
+            if dataset.startswith("bench:"):
+                continue  # benchmark scores: benchmark_rows()
             for metric, cand in self.candidate[dataset].items():
                 par = self.parent.get(dataset, {}).get(metric)
                 rel = (cand - par) / abs(par) if par not in (None, 0) else None
@@ -153,12 +157,23 @@ class PairEvaluation:
                             "relative_change": rel, **self.sizes.get(dataset, {})})
         return out
 
+    def benchmark_rows(self) -> list[dict[str, Any]]:
+        """One row per benchmark task (lib/evaluation/benchmarks.py), in points; empty without."""
+        if self.benchmarks is None:
+            return []
+
+        return benchmark_table_rows(self.benchmarks.parent, self.benchmarks.candidate)
+
     def to_markdown(self) -> str:
         lines = ["| dataset | metric | parent | candidate | change |", "|---|---|---|---|---|"]
         for r in self.rows():
             change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
             par = "" if r["parent"] is None else f"{r['parent']:.4f}"
             lines.append(f"| {r['dataset']} | {r['metric']} | {par} | {r['candidate']:.4f} | {change} |")
+        for b in self.benchmark_rows():
+            par = "" if b["parent"] is None else f"{b['parent']:.1f}"
+            change = "" if b["change_points"] is None else f"{b['change_points']:+.1f} points"
+            lines.append(f"| bench:{b['task']} | {b['metric']} | {par} | {b['candidate']:.1f} | {change} |")
         return "\n".join(lines)
 
 
@@ -353,6 +368,12 @@ def evaluate_candidate(workspace, cfg, candidate_dir, parent_dir, run_dir=None, 
                            max_len=eval_window(cfg), device=device, separator=cfg.tokenizer.document_separator,
                            on_progress=on_progress, cache_dir=workspace.eval_cache, fact_sets=facts,
                            fact_max_new_tokens=cfg.eval.fact_max_new_tokens, fact_batch_size=cfg.eval.fact_batch_size)
+    if cfg.eval.benchmarks:  # lm-evaluation-harness tasks: recorded as bench:<task>, judged by the benchmarks rule
+
+        result.benchmarks = benchmark_pair(parent_dir, candidate_dir, cfg.eval, workspace.root, device, workspace.eval_cache,
+                                           workspace.benchmark_data)
+        result.parent.update(as_metrics(result.benchmarks.parent))
+        result.candidate.update(as_metrics(result.benchmarks.candidate))
     root = lineage.root_version() if lineage is not None else None
     if root is not None:
         root_dir = Path(lineage.get_version(root)["path"])

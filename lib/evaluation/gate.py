@@ -26,6 +26,9 @@
   what the night taught can be lost: the fall counted is at most its gain (learnt − its parent's
   level that night), so noise around chance never rejects; nor does a fall of a single probe (a
   set of 5 probes would otherwise fail at 20 points).
+- benchmarks: each lm-evaluation-harness task's main metric may fall at most
+  `gate.max_benchmark_drop` points plus `gate.benchmark_stderr_factor` standard errors of the
+  difference (lib/evaluation/benchmarks.py); the reason names the task, both scores and the limit.
 - A rule whose inputs are missing fails (fail closed): a gate that cannot measure must not promote.
 
 Trade-off: relative thresholds on one scalar per data set are coarse (BPB
@@ -41,19 +44,10 @@ from typing import Any
 from lib.config import GateConfig
 from lib.data.memory import FACTS_PREFIX, RETENTION_PREFIX
 from lib.tables import gate_table
+from lib.evaluation.benchmarks import benchmark_rule
+from lib.evaluation.rules import _EPS, RuleResult
 
 Metrics = dict[str, dict[str, float]]
-# A value exactly at a limit passes: 2.04 / 2.0 - 1 is 0.020000000000000018 in floating point.
-_EPS = 1e-12
-
-
-@dataclass(frozen=True)
-class RuleResult:
-    name: str
-    measured: float | None  # the relative change (or the drop, for probes) that was compared
-    limit: float
-    passed: bool
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -109,6 +103,9 @@ class RegressionGate:
                          self._fact_acquisition(parent, candidate), self._fact_retention(parent, candidate, fact_references or {})):
             if optional is not None:
                 rules.append(optional)
+        benchmarks = self._benchmarks(parent, candidate)
+        if benchmarks is not None:
+            rules.append(benchmarks)
         return GateDecision(all(r.passed for r in rules), rules)
 
     def _fact_acquisition(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
@@ -243,6 +240,11 @@ class RegressionGate:
         reason = (f"probe exact match {p:.1%} -> {c:.1%} (drop {max(drop, 0.0):.1%}); "
                   f"{'within' if ok else 'over'} the tolerance of {tol:.1%} (gate.probe_tolerance)")
         return RuleResult("probes", drop, tol, ok, reason)
+
+
+    def _benchmarks(self, parent: Metrics, candidate: Metrics) -> RuleResult | None:
+        """lm-evaluation-harness tasks (bench:<task>): lib.evaluation.benchmarks.benchmark_rule."""
+        return benchmark_rule(parent, candidate, self.config.max_benchmark_drop, self.config.benchmark_stderr_factor)
 
 
 # Rules whose failure means the candidate forgot something (what a safer retry can fix); a night

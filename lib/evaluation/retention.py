@@ -42,6 +42,7 @@ from typing import Any
 
 from lib.data.memory import FACTS_PREFIX, RETENTION_PREFIX
 from lib.evaluation.sets import NEW_HELDOUT, OLD_VAL
+from lib.evaluation.benchmarks import version_benchmarks
 
 METRIC = "bpb"
 FACT_METRIC = "fact_accuracy"
@@ -89,6 +90,15 @@ class RetentionMatrix:
     references: dict[str, Reference] = field(default_factory=dict)
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     candidate: str | None = None
+    # lm-evaluation-harness scores per version (bench:<task> columns, "61.5 ±3.4" points), read
+    # from lineage like the rest: lib.evaluation.benchmarks.version_benchmarks
+    benchmark_sets: list[str] = field(default_factory=list)
+    benchmark_cells: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        """The bits-per-byte sets, then the benchmark column group."""
+        return [*self.sets, *self.benchmark_sets]
 
     def cell(self, version: str, set_name: str) -> Cell:
         return self.cells.get((version, set_name)) or Cell(version, set_name, None)
@@ -136,7 +146,8 @@ class RetentionMatrix:
 
     def table_rows(self) -> list[dict[str, Any]]:
         """One row per version, one text cell per set: what the Prefect table artifact shows."""
-        return [{"version": v, "status": self.status.get(v, ""), **{s: self.text(v, s) for s in self.sets}} for v in self.versions]
+        return [{"version": v, "status": self.status.get(v, ""), **{s: self.text(v, s) for s in self.sets},
+                 **{b: self.benchmark_cells.get((v, b), "") for b in self.benchmark_sets}} for v in self.versions]
 
     def legend(self) -> str:
         night = next((s for s in self.sets if s != OLD_VAL and not is_fact_set(s)), f"{RETENTION_PREFIX}vK")
@@ -153,11 +164,14 @@ class RetentionMatrix:
     def to_markdown(self) -> str:
         if not self.versions:
             return "no versions in the lineage"
-        head = ["version", "status", *self.sets]
+        head = ["version", "status", *self.columns]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(str(r[k]) for k in head) + " |" for r in self.table_rows()]
         lines += ["", self.legend()]
         lines += [f"- {r.set}: {r.note}" for r in self.references.values() if r.note]
+        if self.benchmark_sets:
+            lines.append("bench:<task>: the task's main metric in points ± its standard error (higher is better), as recorded "
+                         "the last time the version was scored.")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,6 +183,8 @@ class RetentionMatrix:
             "cells": {v: {s: {k: getattr(self.cell(v, s), k)
                               for k in ("accuracy" if is_fact_set(s) else "bpb", "change", "kept", "measured_as")}
                           for s in self.sets} for v in self.versions},
+            "benchmarks": {v: {b: self.benchmark_cells[(v, b)] for b in self.benchmark_sets if (v, b) in self.benchmark_cells}
+                           for v in self.versions},
         }
 
 
@@ -261,6 +277,8 @@ def retention_matrix(lineage, candidate: str | None = None, workspace=None) -> R
             if value is None:
                 continue
             out.cells[(v, s)] = Cell(v, s, value, _relative(value, ref.after), None if s == OLD_VAL else _kept(value, ref), measured_as)
+
+    out.benchmark_sets, out.benchmark_cells = version_benchmarks(latest)
     return out
 
 

@@ -36,6 +36,7 @@ from lib.config import ConsolidationConfig
 from lib.training.footprint import available_memory, check_fits, choose_device_batch, estimate_training_memory
 from lib.training.model import llama_config
 from lib.training.distributed import cuda_problem
+from lib.evaluation.benchmarks import benchmark_problems
 
 
 class PreflightError(ValueError):
@@ -167,7 +168,18 @@ def outside_paths_present(cfg: ConsolidationConfig, target: Target) -> str | Non
             + "; ".join(missing) + ". Mount or copy them at those paths, or point the settings at where they are now")
 
 
-CHECKS: list[Check] = [sequence_fits, tokenizer_present, batch_divides, memory_fits, outside_paths_present]
+def benchmarks_available(cfg: ConsolidationConfig, target: Target) -> str | None:
+    """Every task of eval.benchmarks can run offline: lm-eval is installed, each task is found,
+    its data is local or already in the Hugging Face cache (lib/evaluation/benchmarks.py).
+    Reads YAML files only, ~0.5 s for a named task (a scan of lm-eval's task folder)."""
+    if not cfg.eval.benchmarks:
+        return None
+
+    problems = benchmark_problems(cfg.eval.benchmarks, cfg.workspace.root)
+    return "\n  - ".join(problems) if problems else None
+
+
+CHECKS: list[Check] = [sequence_fits, tokenizer_present, batch_divides, memory_fits, outside_paths_present, benchmarks_available]
 
 
 def read_target(cfg: ConsolidationConfig, model_dir: str | Path | None) -> Target:
