@@ -37,7 +37,7 @@ import duckdb
 
 from lib.files import file_hash
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
 MIGRATIONS: list[list[str]] = [
@@ -150,6 +150,19 @@ MIGRATIONS: list[list[str]] = [
             exposures BIGINT NOT NULL,          -- times drawn into accepted trainings, its own night included
             last_version VARCHAR,               -- the last accepted version that trained on it
             PRIMARY KEY (night, doc_id)
+        )""",
+    ],
+    [
+        """CREATE TABLE rollouts (
+            version VARCHAR NOT NULL,           -- the champion pushed (or not) to the serving engine
+            kind VARCHAR NOT NULL,              -- none | command | sglang | vllm (serve.rollout.kind)
+            target VARCHAR,                     -- the engine's URL, or the command line
+            status VARCHAR NOT NULL,            -- live | failed | skipped
+            detail VARCHAR,                     -- the engine's answer, or why not live
+            attempt INTEGER NOT NULL,           -- 1, 2, ... (a failed push is retried)
+            run_id VARCHAR,                     -- the night (or '' for a push by hand)
+            started_at TIMESTAMPTZ NOT NULL,
+            finished_at TIMESTAMPTZ NOT NULL
         )""",
     ],
 ]
@@ -605,6 +618,28 @@ class Lineage:
         for v in out:
             v["aliases"] = [a for a, target in aliases if target == v["version"]]
         return out
+
+    # -- rollouts (what went live on the serving engine) -------------------------------------
+    def record_rollout(self, version: str, kind: str, target: str | None, status: str, detail: str | None,
+                       attempt: int, run_id: str | None, started_at: datetime) -> None:
+        """One push of `version` to the serving engine: live, failed (with why) or skipped."""
+        if status not in ("live", "failed", "skipped"):
+            raise ValueError(f"rollout status must be live, failed or skipped, got {status!r}")
+        with self.transaction() as con:
+            con.execute("INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [version, kind, target, status, detail, attempt, run_id or "", started_at, now()])
+
+    def rollouts(self, version: str | None = None) -> list[dict[str, Any]]:
+        """Every push attempt, oldest first (of `version` only, if given)."""
+        cols = ("version", "kind", "target", "status", "detail", "attempt", "run_id", "started_at", "finished_at")
+        query = f"SELECT {', '.join(cols)} FROM rollouts"
+        params: list[Any] = []
+        if version is not None:
+            query += " WHERE version = ?"
+            params.append(version)
+        with self.reading() as con:
+            rows = con.execute(query + " ORDER BY finished_at, attempt", params).fetchall()
+        return [dict(zip(cols, r)) for r in rows]
 
     # -- metrics and decisions ---------------------------------------------------------------
     def record_metrics(
