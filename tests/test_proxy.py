@@ -234,6 +234,25 @@ def test_upstream_errors_pass_through_and_are_not_captured(stack):
     assert len(records(stack["px"])) == before
 
 
+def test_a_buffer_that_refuses_the_record_never_costs_the_answer(stack, caplog):
+    """The buffer cannot take the record (here: over buffer.max_text_bytes): the client has its
+    answer all the same, and the failure is logged and counted."""
+    from lib.config import load_config
+    from lib.serve import BackgroundServer
+    from lib.serving.proxy import create_proxy_app
+
+    ws = Workspace(stack["tmp"] / "px-refuse").ensure()
+    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "buffer.max_text_bytes=8", "buffer.flush_size=1"])
+    with BackgroundServer(create_proxy_app(ws, cfg, stack["upstream"].url)) as srv:
+        status, text, _ = answer(srv.base_url, "completions", COMPLETION)
+        assert status == 200 and text
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{srv.base_url}/health").json()["capture_failed"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(f"{srv.base_url}/health").json()["capture_failed"] == 1
+    assert "capture failed" in caplog.text and records(ws) == []
+
+
 def test_sigterm_loses_nothing(stack):
     """Requests in flight when SIGTERM lands are answered and captured; the buffer is flushed to
     parquet on the way out (no write-ahead log left behind)."""
@@ -352,3 +371,11 @@ def test_a_failing_rollout_is_retried_recorded_and_leaves_the_promotion(stack, p
     assert "promoted, not live" in ls.output
     artifacts = prefect_client.read_artifacts()
     assert any(a.key == "rollout" and "NOT live" in (a.data or "") for a in artifacts)
+    # the engine fixed, a push by hand: recorded as live, the failed attempts stay in the history
+    ok = CliRunner().invoke(app, ["rollout", "-w", str(ws.root), "--preset", "tiny", "--set", "serve.rollout.kind=command",
+                                  "--set", f"serve.rollout.command=sh -c 'echo {{version}} >> {marker}'"], catch_exceptions=False)
+    assert ok.exit_code == 0 and ok.output.startswith("v1: live"), ok.output
+    assert [r["status"] for r in lin.rollouts("v1")] == ["failed", "failed", "live"]
+    assert marker.read_text().splitlines()[-1] == "v1"
+    listed = json.loads(CliRunner().invoke(app, ["lineage", "ls", "-w", str(ws.root), "--json"], catch_exceptions=False).output)
+    assert {r["version"]: r["serving"] for r in listed}["v1"].startswith("live on sh -c")

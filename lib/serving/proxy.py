@@ -196,6 +196,7 @@ class CaptureProxy:
         self.serving = ServingVersion(workspace, cfg.serve.reload_interval_s, cfg.proxy.tokenizer)
         self._capture = capture
         self._capture_lock = threading.Lock()
+        self._policy_tokenizer: Any = None
         self.counts = {"forwarded": 0, "upstream_errors": 0, "captured": 0, "not_captured": 0, "capture_failed": 0}
         self.client: Any = None
 
@@ -233,29 +234,35 @@ class CaptureProxy:
     def hook(self, tokenizer: Any) -> Capture | None:
         if not self.cfg.serve.capture:
             return None
+        import dataclasses
+
         from lib import chat_format
 
-        tokens = chat_format.control_tokens(tokenizer) if tokenizer is not None else []
         with self._capture_lock:
-            if self._capture is None:
-                self._capture = open_capture(self.workspace, self.cfg, tokens)
-            elif tokenizer is not None and tuple(tokens) != self._capture.policy.special_tokens:
-                import dataclasses
-
-                self._capture.policy = dataclasses.replace(self._capture.policy, special_tokens=tuple(tokens))
+            if self._capture is None or tokenizer is not self._policy_tokenizer:  # a new version may bring a new tokenizer
+                tokens = chat_format.control_tokens(tokenizer) if tokenizer is not None else []
+                if self._capture is None:
+                    self._capture = open_capture(self.workspace, self.cfg, tokens)
+                else:
+                    self._capture.policy = dataclasses.replace(self._capture.policy, special_tokens=tuple(tokens))
+                self._policy_tokenizer = tokenizer
             return self._capture
+
+    def _count(self, key: str) -> None:
+        with self._capture_lock:  # worker threads capture concurrently
+            self.counts[key] += 1
 
     def capture(self, exchange: Exchange) -> str | None:
         """Runs after the response was sent (a worker thread): the finished exchange into the
         buffer. Never raises: a failure is logged and counted."""
         if not exchange.done or exchange.failed or not exchange.relayed:
-            self.counts["not_captured"] += 1
+            self._count("not_captured")
             return None
         try:
             version, tokenizer = self.serving.current()
             hook = self.hook(tokenizer)
             if hook is None or not exchange.capture_on:
-                self.counts["not_captured"] += 1
+                self._count("not_captured")
                 return None
             text = "".join(exchange.pieces)
             req = exchange.request
@@ -266,10 +273,10 @@ class CaptureProxy:
             else:
                 record = hook.capture(req.prompt if isinstance(req.prompt, str) else req.prompt[0], text, meta)
         except Exception:  # disk full, a record over buffer.max_text_bytes, a template that refuses the roles
-            self.counts["capture_failed"] += 1
+            self._count("capture_failed")
             log.exception("capture failed (the client was answered; %d failures so far)", self.counts["capture_failed"])
             return None
-        self.counts["captured" if record else "not_captured"] += 1
+        self._count("captured" if record else "not_captured")
         return record
 
     def exchange_of(self, path: str, data: dict[str, Any], capture_header: str | None) -> Exchange | None:

@@ -159,7 +159,7 @@ def roll_out(lineage: Lineage, version: str, cfg: Any, run_id: str | None = None
         return {"version": version, "kind": cfg.kind, "target": target, "status": status, "detail": detail, "attempt": attempt}
 
     if cfg.kind == "none":
-        return record("skipped", "serve.rollout.kind=none: the serving engine is not told (restart it with the champion, or set serve.rollout)")
+        return record("skipped", "serve.rollout.kind=none (the engine is not told)")
     if champion != version:
         return record("skipped", f"{version} is no longer the champion ({champion} is): not pushed")
     row = lineage.get_version(version)
