@@ -61,6 +61,12 @@ def start(args: list[str], port: int, log: Path) -> subprocess.Popen:
     raise SystemExit(f"{args[0]} did not start:\n{log.read_text()[-2000:]}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc), its threads included."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def round_of(base: str, clients: int, seconds: float, max_tokens: int, stream: bool) -> tuple[list[float], int]:
     """Latencies (s, to the last byte) of every 200 and the count of failures."""
     latencies: list[float] = []
@@ -125,12 +131,15 @@ def main() -> int:
         round_of(f"http://127.0.0.1:{px_port}", args.clients, 2.0, args.max_tokens, args.stream)  # warm-up (both paths)
         time.sleep(1.0)  # the warm-up's last captures run after their answers
         warm = httpx.get(f"http://127.0.0.1:{px_port}/health").json()["captured"]
+        cpu0 = {name: cpu_seconds(p.pid) for name, p in (("proxy", proxy), ("upstream", upstream))}
         for r in range(args.rounds):
             for name, port, out in (("direct", up_port, direct), ("proxied", px_port, proxied)):
                 lat, failed = round_of(f"http://127.0.0.1:{port}", args.clients, args.seconds, args.max_tokens, args.stream)
                 out.extend(lat)
                 failures += failed
                 print(f"round {r + 1} {name:8s}: {len(lat)} requests, p50 {1000 * statistics.median(lat):.1f} ms", flush=True)
+        time.sleep(1.0)
+        cpu = {name: cpu_seconds(p.pid) - cpu0[name] for name, p in (("proxy", proxy), ("upstream", upstream))}
     finally:
         proxy.send_signal(signal.SIGTERM)
         proxy.wait(120)
@@ -146,6 +155,9 @@ def main() -> int:
         print(f"{name:10s} {s['p50_ms']:8.1f} {s['p99_ms']:8.1f} {s['rps']:8.1f} {s['n']:6d}")
     print(f"ratio proxied/direct: p50 {p['p50_ms'] / d['p50_ms']:.3f}, p99 {p['p99_ms'] / d['p99_ms']:.3f}, "
           f"req/s {p['rps'] / d['rps']:.3f} (goal: p50 <= 1.05)")
+    # CPU, not wall time: what the proxy costs whatever else the machine runs (the proxy idles in direct rounds)
+    print(f"CPU per request: proxy {1000 * cpu['proxy'] / len(proxied):.2f} ms (capture included), "
+          f"upstream {1000 * cpu['upstream'] / (len(direct) + len(proxied)):.2f} ms")
     ok = captured == warm + len(proxied) and failures == 0
     print(f"capture: {captured} records for {len(proxied)} proxied 200s + {warm} warm-up; failures {failures}: {'ok' if ok else 'MISSING'}")
     return 0 if ok else 1

@@ -379,3 +379,21 @@ def test_a_failing_rollout_is_retried_recorded_and_leaves_the_promotion(stack, p
     assert marker.read_text().splitlines()[-1] == "v1"
     listed = json.loads(CliRunner().invoke(app, ["lineage", "ls", "-w", str(ws.root), "--json"], catch_exceptions=False).output)
     assert {r["version"]: r["serving"] for r in listed}["v1"].startswith("live on sh -c")
+
+
+def test_update_weights_from_disk_refuses_what_it_cannot_serve(stack, tmp_path):
+    """SGLang's push on `consolidate serve`: a folder that is not a checkpoint is refused with
+    SGLang's answer shape and the server keeps serving; pushes can be switched off."""
+    from lib.config import load_config
+    from lib.serve import BackgroundServer, create_app
+
+    up = stack["upstream"]
+    served = httpx.get(f"{up.url}/get_model_info").json()["version"]
+    r = httpx.post(f"{up.url}/update_weights_from_disk", json={"model_path": str(tmp_path)}, timeout=60)
+    assert r.status_code == 400 and r.json()["success"] is False and str(tmp_path) in r.json()["message"]
+    assert httpx.post(f"{up.url}/update_weights_from_disk", json={}).json()["error"]["param"] == "model_path"
+    assert httpx.get(f"{up.url}/get_model_info").json()["version"] == served
+    cfg = load_config(preset="tiny", overrides=[f"workspace.root={stack['up'].root}", "serve.weight_updates=false"])
+    with BackgroundServer(create_app(stack["up"], cfg, preload=False)) as srv:
+        r = httpx.post(f"{srv.base_url}/update_weights_from_disk", json={"model_path": str(stack["models"]["v1"])})
+        assert r.status_code == 403
