@@ -38,6 +38,9 @@
   so a record whose id was handed back survives a crash of the server; records are flushed to a
   parquet file every `buffer.flush_size` records and on shutdown.
 - `Capture` serialises calls with a lock: one buffer, many server threads.
+- A record's `source` names who captured it and which version answered (`capture_source`:
+  `serve:chat:v3`, `proxy:completions:v3:<upstream model>`; `source_version` reads it back;
+  `answers_by_version` counts a version's answers in buffer files, for a rollback).
 
 Trade-off: one document per exchange (not per turn) keeps a conversation's context together for
 training, at the cost of storing a long chat's early turns once per request when a client resends
