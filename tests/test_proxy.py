@@ -291,7 +291,7 @@ def test_sigterm_loses_nothing(stack):
     assert not [p for p in (ws.buffers / "wal").glob("*.log")] if (ws.buffers / "wal").exists() else True
 
 
-def test_promotion_is_pushed_to_the_upstream_by_sglang_rollout_then_rollback_names_its_answers(stack):
+def test_promotion_is_pushed_to_the_upstream_by_sglang_rollout_then_rollback_names_its_answers(stack, prefect_harness):
     """v1 promoted in the proxy's workspace reaches the upstream through the rollout (the upstream
     never reads that lineage); answers from then on are stamped v1; a rollback says how many
     captured answers v1 wrote and pushes v0 back."""
@@ -300,7 +300,7 @@ def test_promotion_is_pushed_to_the_upstream_by_sglang_rollout_then_rollback_nam
     from cli.main import app
     from lib.config import load_config
     from lib.promotion import promote
-    from lib.serving.rollout import live_version, roll_out
+    from lib.serving.rollout import live_version
 
     up, px, ws = stack["upstream"], stack["proxy"], stack["px"]
     n = len(records(ws))
@@ -312,8 +312,16 @@ def test_promotion_is_pushed_to_the_upstream_by_sglang_rollout_then_rollback_nam
     url = up.url + "/v1"
     sets = [f"serve.rollout.kind=sglang", f"serve.rollout.url={url}"]
     cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", *sets])
-    out = roll_out(lin, "v1", cfg.serve.rollout, run_id="night-1")
-    assert out["status"] == "live" and "serving v1" in out["detail"]
+    from prefect import flow
+
+    from tasks.serving import roll_out_after_promotion
+
+    @flow(name="rollout-sglang-test")
+    def night_end():  # what the night runs after its gate accepted v1
+        return roll_out_after_promotion(cfg, "v1", "night-1")
+
+    out = night_end()
+    assert out["status"] == "live" and "serving v1" in out["detail"] and out["attempt"] == 1
     assert [m["id"] for m in httpx.get(f"{up.url}/v1/models").json()["data"]][0] == "v1"
     assert live_version(lin) == "v1"
     n += 1
