@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pyarrow.parquet as pq
 import pytest
+from fastapi import Request  # at module level: the stand-in engine's annotations are resolved here
 
 from lib.lineage import Lineage
 from lib.workspace import Workspace
@@ -405,3 +406,48 @@ def test_update_weights_from_disk_refuses_what_it_cannot_serve(stack, tmp_path):
     with BackgroundServer(create_app(stack["up"], cfg, preload=False)) as srv:
         r = httpx.post(f"{srv.base_url}/update_weights_from_disk", json={"model_path": str(stack["models"]["v1"])})
         assert r.status_code == 403
+
+
+def test_vllm_rollout_calls_sleep_reload_wake_in_order_and_never_leaves_it_asleep(tmp_path):
+    """No vLLM runs here (it needs a GPU): a loopback stand-in records the calls vLLM's dev
+    endpoints would get, so the order, the arguments and the wake-up after a failed reload are
+    checked; whether a given vLLM release reloads correctly is not (docs/serving.md)."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    from lib.config import load_config
+    from lib.serve import BackgroundServer
+    from lib.serving.rollout import RolloutError, roll_out
+
+    calls: list[tuple] = []
+    fail_reload = {"on": False}
+    engine = FastAPI()
+
+    @engine.post("/{name}")
+    async def endpoint(name: str, request: Request):
+        body = await request.body()
+        calls.append((name, dict(request.query_params), json.loads(body) if body else None, request.headers.get("authorization")))
+        if name == "collective_rpc" and fail_reload["on"]:
+            return JSONResponse({"error": "reload_weights failed"}, status_code=500)
+        return {"results": [None]} if name == "collective_rpc" else {}
+
+    ws = Workspace(tmp_path / "ws").ensure()
+    folder = tmp_path / "v1"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    register(ws, "v1", folder, champion=True)
+    lin = Lineage(ws.lineage_db)
+    with BackgroundServer(engine) as srv:
+        cfg = load_config(overrides=[f"workspace.root={ws.root}", "serve.rollout.kind=vllm", f"serve.rollout.url={srv.base_url}/v1",
+                                     "serve.rollout.token=s3cret"]).serve.rollout
+        assert roll_out(lin, "v1", cfg)["status"] == "live"
+        path = str(folder.resolve())
+        assert calls == [("sleep", {"level": "2"}, None, "Bearer s3cret"), ("wake_up", {"tags": "weights"}, None, "Bearer s3cret"),
+                         ("collective_rpc", {}, {"method": "reload_weights", "kwargs": {"weights_path": path}}, "Bearer s3cret"),
+                         ("wake_up", {"tags": "kv_cache"}, None, "Bearer s3cret")]
+        calls.clear()
+        fail_reload["on"] = True
+        with pytest.raises(RolloutError, match="collective_rpc answered 500"):
+            roll_out(lin, "v1", cfg, attempt=2)
+        assert [c[0] for c in calls] == ["sleep", "wake_up", "collective_rpc", "wake_up"]
+    assert [(r["status"], r["attempt"]) for r in lin.rollouts("v1")] == [("live", 1), ("failed", 2)]
