@@ -169,7 +169,9 @@ def roll_out(lineage: Lineage, version: str, cfg: Any, run_id: str | None = None
     except Exception as exc:  # recorded whatever it was, then raised for the retry
         record("failed", f"{type(exc).__name__}: {exc}" if not isinstance(exc, RolloutError) else str(exc))
         log.error("rollout of %s to %s (%s) failed, attempt %d: %s", version, target, cfg.kind, attempt, exc)
-        raise exc if isinstance(exc, RolloutError) else RolloutError(str(exc)) from exc
+        if isinstance(exc, RolloutError):
+            raise
+        raise RolloutError(f"{type(exc).__name__}: {exc}") from exc
     log.info("rollout: %s is live on %s (%s)", version, target, cfg.kind)
     return record("live", detail)
 
