@@ -77,6 +77,7 @@ class ServingVersion:
         self.version: str | None = None
         self.tokenizer: Any = None
         self._tokenizer_from: Path | None = None
+        self._lineage: Any = None
 
     def current(self) -> tuple[str | None, Any]:
         from lib.generate import registry_signature
@@ -100,7 +101,9 @@ class ServingVersion:
         from lib.lineage import Lineage
         from lib.serving.rollout import live_version
 
-        lineage = Lineage(self.db, lock_timeout_s=2.0)
+        if self._lineage is None:  # opened once: opening checks (and may write) the schema
+            self._lineage = Lineage(self.db, lock_timeout_s=2.0)
+        lineage = self._lineage
         version = live_version(lineage)
         if version != self.version:
             log.info("upstream serves %s (lineage)", version)
