@@ -364,10 +364,16 @@ def test_a_failing_rollout_is_retried_recorded_and_leaves_the_promotion(stack, p
                                                 "serve.rollout.retry_delay_s=0"])
 
     @flow(name="rollout-test")
-    def night_end():
+    def night_end(cfg):
         return roll_out_after_promotion(cfg, "v1", "night-2")
 
-    state = night_end(return_state=True)
+    # the default, kind none: nobody is told, recorded as such
+    off = night_end(load_config(preset="tiny", overrides=[f"workspace.root={ws.root}"]))
+    assert off["status"] == "skipped" and [r["status"] for r in lin.rollouts("v1")] == ["skipped"]
+    with lin.transaction() as con:
+        con.execute("DELETE FROM rollouts")
+
+    state = night_end(cfg, return_state=True)
     assert state.is_completed()  # a failed push never fails the night
     result = state.result()
     assert result["status"] == "promoted, not live" and "exited with status 3" in result["detail"]
