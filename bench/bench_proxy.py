@@ -10,7 +10,7 @@
 - Prints p50/p99 latency and requests/s of both and the ratios proxied / direct; the goal is
   p50 ratio <= 1.05. Exits 1 if a capture is missing.
 
-    .venv/bin/python bench/bench_proxy.py --clients 8 --rounds 3 --seconds 8 --max-tokens 16 [--stream]
+    .venv/bin/python bench/bench_proxy.py --clients 8 --rounds 4 --seconds 8 --max-tokens 16 [--stream] [--durability flush]
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--stream", action="store_true", help="streamed answers (server-sent events), latency to the last byte")
+    ap.add_argument("--durability", choices=["fsync", "flush"], default="fsync", help="the proxy's buffer.durability")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
@@ -125,7 +126,8 @@ def main() -> int:
     lin = Lineage(px_ws.lineage_db)
     lin.record_version("v0", up_ws.checkpoint("v0"), status="accepted", storage="full")
     lin.set_alias("champion", "v0", actor="bootstrap")
-    proxy = start(["proxy", "--upstream", f"http://127.0.0.1:{up_port}", "-w", str(px_ws.root), *common], px_port, tmp / "proxy.log")
+    proxy = start(["proxy", "--upstream", f"http://127.0.0.1:{up_port}", "-w", str(px_ws.root), *common,
+                   "--set", f"buffer.durability={args.durability}"], px_port, tmp / "proxy.log")
     direct, proxied, failures = [], [], 0
     try:
         round_of(f"http://127.0.0.1:{px_port}", args.clients, 2.0, args.max_tokens, args.stream)  # warm-up (both paths)
@@ -149,7 +151,7 @@ def main() -> int:
     seconds = args.rounds * args.seconds
     d, p = stats(direct, seconds), stats(proxied, seconds)
     print(f"\n{args.clients} clients, {args.rounds} x {args.seconds:g} s per side, max_tokens {args.max_tokens}, "
-          f"{'streamed' if args.stream else 'not streamed'}")
+          f"{'streamed' if args.stream else 'not streamed'}, proxy buffer.durability={args.durability}")
     print(f"{'':10s} {'p50 ms':>8s} {'p99 ms':>8s} {'req/s':>8s} {'n':>6s}")
     for name, s in (("direct", d), ("proxied", p)):
         print(f"{name:10s} {s['p50_ms']:8.1f} {s['p99_ms']:8.1f} {s['rps']:8.1f} {s['n']:6d}")
