@@ -108,19 +108,23 @@ def register(app: typer.Typer) -> None:
            as_json: JsonOpt = False) -> None:
         """List every version with its parent, status, aliases and old-data bits per byte (and the
         folders failed runs left, with their size)."""
+        from lib.serving.rollout import live_status
+
         lin, ws = open_lineage(config, preset, set_, workspace)
         rows = lin.versions()
+        live = live_status(lin)
         for row in rows:
             row["metrics"] = lin.metrics(row["version"], row["run_id"] or "")
             row["inputs"] = len(lin.run_inputs(row["run_id"])) if row["run_id"] else 0
+            row["serving"] = live.get(row["version"], "")
         if as_json:
             return echo_json(rows)
         table = Table(title=f"versions in {lin.db_path}")
-        for col in ("version", "parent", "status", "aliases", "created", "run", "buffer files", "old_val bpb"):
+        for col in ("version", "parent", "status", "aliases", "created", "run", "buffer files", "old_val bpb", "serving"):
             table.add_column(col)
         for r in rows:
             table.add_row(r["version"], r["parent"] or "", r["status"], ", ".join(r["aliases"]), str(r["created_at"])[:19],
-                          r["run_id"] or "", str(r["inputs"]), _fmt(r["metrics"].get("old_val", {}).get("bpb")))
+                          r["run_id"] or "", str(r["inputs"]), _fmt(r["metrics"].get("old_val", {}).get("bpb")), r["serving"])
         console().print(table)
         from lib.registry.runs import failed_run_folders
 
@@ -243,13 +247,29 @@ def register(app: typer.Typer) -> None:
                      config: ConfigOpt = None, preset: PresetOpt = "default", set_: SetOpt = None, workspace: WorkspaceOpt = None,
                      wait: WaitOpt = False, as_json: JsonOpt = False) -> None:
         """Move the champion back to its parent (recorded)."""
+        from lib.buffer.capture import answers_by_version
         from lib.registry.promotion import rollback
+        from lib.serving.rollout import RolloutError, roll_out
 
         cfg, ws = resolve_config(config, preset, set_, workspace)
         lin = lineage_of(ws)
         with night_lock(cfg, ws, "consolidate rollback", wait):
             out = rollback(lin, reason, requeue=requeue)
+        # what the rolled-back model wrote by day: captured answers stamped with its version
+        files = [(ws.root / b.path).resolve() for b in lin.buffer_files() if b.status != "quarantined"]  # root / absolute = absolute
+        files += [p.resolve() for p in sorted(ws.buffers.glob("buffer_*.parquet"))]
+        out["answered_by_rolled_back"] = answers_by_version([p for p in dict.fromkeys(files) if p.is_file()], out["from"])
+        if cfg.serve.rollout.kind != "none":  # the engine still serves the version left: push the parent
+            try:
+                out["rollout"] = roll_out(lin, out["to"], cfg.serve.rollout)
+            except RolloutError as exc:
+                out["rollout"] = {"status": "failed", "detail": str(exc)}
         if as_json:
             return echo_json(out)
         typer.echo(f"champion: {out['from']} -> {out['to']}" + (f"; {len(out['requeued'])} buffer files pending again" if requeue else ""))
+        answered = out["answered_by_rolled_back"]
+        typer.echo(f"captured answers written by {out['from']}: {sum(answered.values())} records in {len(answered)} buffer files"
+                   + "".join(f"\n  {path}: {n}" for path, n in answered.items()))
+        if "rollout" in out:
+            typer.echo(f"rollout of {out['to']}: {out['rollout']['status']}: {out['rollout']['detail']}")
 

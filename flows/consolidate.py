@@ -3,7 +3,8 @@
 ingest → exact dedup → near dedup → length filter and concatenation → fastText filters
 (flows/curation.py) → knowledge injection (fact set + augmented forms, lib/knowledge) → tokenize (a task per input file) → manifest (lib.data.sampling, lib.data.manifest) → train (torchrun,
 inline or on the GPU deployment) → record → evaluate → gate and promote → store (dedup index,
-delta, optimizer-state pruning).
+delta, optimizer-state pruning) → rollout (an accepted champion pushed to the serving engine,
+`serve.rollout`; a failed push leaves it "promoted, not live", never undoes the promotion).
 
 - One parameter, the `ConsolidationConfig`: the UI form shows the sections a night reads, under a
   preset select (lib.config.run_form).
@@ -58,12 +59,13 @@ from lib.workspace import RunDir, Workspace
 from tasks.data import commit_dedup_index, plan_tokenization, prepare_data, resolve_tokenizer, tokenize_file
 from tasks.evaluation import evaluate_versions, gate_and_promote, record_candidate, remember_night, store_candidate
 from tasks.knowledge import inject_knowledge_task
+from tasks.serving import roll_out_after_promotion
 from lib.evaluation.evaluate import eval_budget_note
 from lib.knowledge.inject import knowledge_sources, knowledge_tokens, sized_steps
 
 # The run form: the sections a night reads (the architecture comes from the champion, so no `model`).
 NightlyConfig = run_form("workspace", "buffer", "curation", "knowledge", "sampling", "tokenizer", "training", "checkpoints",
-                         "eval", "gate", "orchestration")
+                         "eval", "gate", "serve", "orchestration")
 
 
 @flow(name="nightly-consolidation", log_prints=True)
@@ -156,6 +158,9 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
             commit_dedup_index(cfg, str(run.path))
             result["memory"] = remember_night(cfg, version)
         result["storage"] = store_candidate(cfg, version)
+    if result["gate"]["passed"]:
+        with clock.stage("rollout"):  # a failed push is retried, recorded, reported: the promotion stands
+            result["rollout"] = roll_out_after_promotion(cfg, version, run.run_id)
     result.update(version=version, status=result["gate"]["status"], final_metrics=trained["final_metrics"])
     return result
 
@@ -200,6 +205,8 @@ def finish_decided_nights(cfg: ConsolidationConfig, book: RunBook) -> list[str]:
             commit_dedup_index(cfg, str(book.ws.run(night["run_id"]).path))
             remember_night(cfg, night["version"])
         store_candidate(cfg, night["version"])
+        if night["version_status"] == "accepted" and not book.lineage.rollouts(night["version"]):
+            roll_out_after_promotion(cfg, night["version"], night["run_id"])  # skipped if no longer the champion
 
     return finish_decided(book, after_gate)
 

@@ -1,7 +1,7 @@
 """One typed tree for every knob of the nightly consolidation pipeline.
 
 - `ConsolidationConfig` is the root; each stage reads its own section (buffer, curation,
-  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, capture, orchestration,
+  sampling, tokenizer, model, training, checkpoints, eval, gate, serve, capture, proxy, orchestration,
   workspace).
 - Defaults are the conservative ones (a tenth new data, a tenth of the original LR): new_data_ratio 0.1, lr_scale 0.1, warmup 0.1,
   warmdown 0.5, 1000 iterations of 524,288 tokens, forgetting gate at +2% bits per byte.
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, W
 
 
 from lib.config_sections import (  # noqa: F401 (the sections are part of lib.config's interface)
-    _Section, WorkspaceConfig, BufferConfig, CurationConfig, SourceConfig, SamplingConfig, TokenizerConfig, ModelConfig, TrainingConfig, CheckpointConfig, EvalConfig, KnowledgeConfig, GateConfig, ServeConfig, CaptureConfig, OrchestrationConfig,
+    _Section, WorkspaceConfig, BufferConfig, CurationConfig, SourceConfig, SamplingConfig, TokenizerConfig, ModelConfig, TrainingConfig, CheckpointConfig, EvalConfig, KnowledgeConfig, GateConfig, ServeConfig, RolloutConfig, ProxyConfig, CaptureConfig, OrchestrationConfig,
 )
 
 
@@ -52,6 +52,7 @@ class ConsolidationConfig(_Section):
     gate: GateConfig = Field(default_factory=GateConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
     capture: CaptureConfig = Field(default_factory=CaptureConfig)
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
     @model_validator(mode="before")

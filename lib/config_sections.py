@@ -272,6 +272,26 @@ class GateConfig(_Section):
     max_fact_forgetting: float = Field(0.10, ge=0, le=1, description="Largest allowed fall, in absolute points of accuracy, of any earlier night's fact probes below what the version that learnt them answered the night it was trained (0.10: 10 points).")
 
 
+class RolloutConfig(_Section):
+    kind: Literal["none", "command", "sglang", "vllm"] = Field("none", description="How a new champion reaches the engine that serves it after a promotion. none: nobody is told (the engine keeps its model until someone restarts it; `consolidate serve` follows the champion on its own); command: run `command` with the champion's folder; sglang: POST <url>/update_weights_from_disk; vllm: POST <url>/sleep, /wake_up?tags=weights, /collective_rpc reload_weights, /wake_up (needs --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1; reload from disk has open bugs, so a restart command is the safe choice).")
+    command: str | None = Field(None, description="kind=command: the command line run after a promotion, split like a shell would (no shell: write `sh -c '...'` for pipes). {path} and {version} are replaced by the champion's folder and version id; without either, the folder is appended as the last argument. Also in its environment: CONSOLIDATE_CHAMPION_PATH, CONSOLIDATE_CHAMPION_VERSION. Exit status 0 means live.")
+    url: str | None = Field(None, description="kind=sglang or vllm: the engine's base URL, e.g. http://127.0.0.1:30000 (no /v1).")
+    token: SecretStr | None = Field(None, description="Bearer token sent to the engine's admin endpoints (kind=sglang or vllm); none: no Authorization header.")
+    timeout_s: float = Field(600.0, gt=0, description="Longest one push may take (a command's run time, or each HTTP call to the engine, model load included).")
+    retries: int = Field(2, ge=0, le=20, description="Further attempts after a failed push (each recorded in lineage); the promotion stands either way.")
+    retry_delay_s: float = Field(10.0, ge=0, description="Seconds between attempts of a failed push.")
+
+
+class ProxyConfig(_Section):
+    upstream: str | None = Field(None, description="Base URL of the OpenAI-compatible server the capture proxy forwards to (vLLM, SGLang, `consolidate serve`, ...), e.g. http://127.0.0.1:8000 (with or without /v1).")
+    upstream_token: SecretStr | None = Field(None, description="Bearer token the proxy sends upstream in place of the client's; none: the client's Authorization header is forwarded as it came.")
+    host: str = Field("127.0.0.1", description="Address the capture proxy listens on.")
+    port: int = Field(8001, ge=1, le=65535, description="Port of the capture proxy.")
+    timeout_s: float = Field(600.0, gt=0, description="Longest the proxy waits for the upstream (connect, or between two bytes of an answer) before answering 504.")
+    max_connections: int = Field(256, ge=1, description="Concurrent connections the proxy keeps open to the upstream.")
+    tokenizer: Path | None = Field(None, description="Folder of the served model's tokenizer, whose chat template renders captured chats; none: the tokenizer of the version lineage says is live (the champion), plain transcripts when the workspace has none.")
+
+
 class ServeConfig(_Section):
     host: str = Field("127.0.0.1", description="Address the inference server listens on.")
     port: int = Field(8000, ge=1, le=65535, description="Port of the inference server.")
@@ -285,6 +305,8 @@ class ServeConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Device the served model runs on; auto: CUDA when available, else CPU.")
     flush_interval_s: float | None = Field(300.0, gt=0, description="The server writes captured records to a parquet file at least this often (the nightly run reads only parquet files, not a live server's write-ahead log); none: only every buffer.flush_size records and at shutdown.")
     cpu_threads: int | None = Field(None, ge=1, description="Torch CPU threads of the serving process; none: torch's default (one per core). Small models answer faster with 1 (tiny preset: 16 tokens in 0.13 s with 1 thread vs 1.2 s with 2 on a busy 2-core machine).")
+    weight_updates: bool = Field(True, description="Accept SGLang's POST /update_weights_from_disk {\"model_path\": ...}: the server loads that checkpoint folder and serves it (instead of following the champion alias) until the next push or restart; guarded by serve.token. Off: 403.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="After a promotion: how the new champion is pushed to the engine that serves it, recorded in lineage.")
 
 
 class CaptureConfig(_Section):

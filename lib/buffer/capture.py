@@ -38,6 +38,9 @@
   so a record whose id was handed back survives a crash of the server; records are flushed to a
   parquet file every `buffer.flush_size` records and on shutdown.
 - `Capture` serialises calls with a lock: one buffer, many server threads.
+- A record's `source` names who captured it and which version answered (`capture_source`:
+  `serve:chat:v3`, `proxy:completions:v3:<upstream model>`; `source_version` reads it back;
+  `answers_by_version` counts a version's answers in buffer files, for a rollback).
 
 Trade-off: one document per exchange (not per turn) keeps a conversation's context together for
 training, at the cost of storing a long chat's early turns once per request when a client resends
@@ -52,6 +55,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping
+import pyarrow.parquet as pq
 
 from lib.buffer.store import Buffer
 from lib.serving import chat_format
@@ -206,6 +210,45 @@ class Capture:
             record_id = self.buffer.add(text, source=source)
             self.captured += 1
         return record_id
+
+
+def capture_source(origin: str, kind: str, version: str | None, model: str | None = None) -> str:
+    """The `source` of a captured record: who captured it, which endpoint, which version answered
+    and, behind the proxy, the upstream's model name: `serve:chat:v3`, `proxy:completions:v3:Qwen/Qwen2-0.5B`.
+    The version is what lets a night, or a rollback, tell which model wrote each answer."""
+    parts = [origin, kind, version or "unknown"]
+    if model:
+        parts.append(model[:256])
+    return ":".join(parts)
+
+
+def source_version(source: str | None) -> str | None:
+    """The serving version a record's `source` names (`capture_source`; `chat:v3` from
+    `consolidate chat`), None for text that no served model wrote (`consolidate buffer add`)."""
+    if not source:
+        return None
+    parts = source.split(":", 3)
+    if parts[0] in ("serve", "proxy") and len(parts) >= 3:
+        return None if parts[2] == "unknown" else parts[2]
+    if parts[0] == "chat" and len(parts) == 2:
+        return parts[1]
+    return None
+
+
+def answers_by_version(paths: Iterable[str | Path], version: str) -> dict[str, int]:
+    """How many records of each buffer file in `paths` were answered by `version` (files with
+    none are left out): reads only the `source` column."""
+    out: dict[str, int] = {}
+    for path in paths:
+        try:
+            sources = pq.read_table(path, columns=["source"]).column("source").to_pylist()
+        except (OSError, KeyError, ValueError) as exc:  # a moved or quarantined file: say so, count the rest
+            log.warning("cannot read the sources of %s: %s", path, exc)
+            continue
+        n = sum(1 for s in sources if source_version(s) == version)
+        if n:
+            out[str(path)] = n
+    return out
 
 
 def open_capture(workspace: Any, cfg: Any, special_tokens: Iterable[str] = ()) -> Capture:

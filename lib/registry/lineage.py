@@ -51,7 +51,7 @@ from lib.registry.records import BufferFile, LineageError, _relative_paths, now,
 from lib.registry.run_records import RunRecords
 from lib.registry.version_records import VersionRecords
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # MIGRATIONS[i] upgrades a file at schema version i to i + 1. Version 0 is an empty file.
 MIGRATIONS: list[list[str]] = [
@@ -177,6 +177,19 @@ MIGRATIONS: list[list[str]] = [
             correct BIGINT NOT NULL,            -- of them answered (the answer ranked first)
             recorded_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (run_id, version, night, doc_id)
+        )""",
+    ],
+    [  # 5 -> 6: what went live on the serving engine (lib/serving/rollout.py)
+        """CREATE TABLE rollouts (
+            version VARCHAR NOT NULL,           -- the champion pushed (or not) to the serving engine
+            kind VARCHAR NOT NULL,              -- none | command | sglang | vllm (serve.rollout.kind)
+            target VARCHAR,                     -- the engine's URL, or the command line
+            status VARCHAR NOT NULL,            -- live | failed | skipped
+            detail VARCHAR,                     -- the engine's answer, or why not live
+            attempt INTEGER NOT NULL,           -- 1, 2, ... (a failed push is retried)
+            run_id VARCHAR,                     -- the night (or '' for a push by hand)
+            started_at TIMESTAMPTZ NOT NULL,
+            finished_at TIMESTAMPTZ NOT NULL
         )""",
     ],
 ]

@@ -7,6 +7,7 @@ A mixin of `Lineage` (lib/registry/lineage.py: the file, the schema, the connect
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +263,25 @@ class VersionRecords:
             "metrics": metric_diff,
             "inputs": {"only_a": sorted(ia - ib), "only_b": sorted(ib - ia), "both": len(ia & ib)},
         }
+
+    # -- rollouts (what went live on the serving engine) -------------------------------------
+    def record_rollout(self, version: str, kind: str, target: str | None, status: str, detail: str | None,
+                       attempt: int, run_id: str | None, started_at: datetime) -> None:
+        """One push of `version` to the serving engine: live, failed (with why) or skipped."""
+        if status not in ("live", "failed", "skipped"):
+            raise ValueError(f"rollout status must be live, failed or skipped, got {status!r}")
+        with self.transaction() as con:
+            con.execute("INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [version, kind, target, status, detail, attempt, run_id or "", started_at, now()])
+
+    def rollouts(self, version: str | None = None) -> list[dict[str, Any]]:
+        """Every push attempt, oldest first (of `version` only, if given)."""
+        cols = ("version", "kind", "target", "status", "detail", "attempt", "run_id", "started_at", "finished_at")
+        query = f"SELECT {', '.join(cols)} FROM rollouts"
+        params: list[Any] = []
+        if version is not None:
+            query += " WHERE version = ?"
+            params.append(version)
+        with self.reading() as con:
+            rows = con.execute(query + " ORDER BY finished_at, attempt", params).fetchall()
+        return [dict(zip(cols, r)) for r in rows]

@@ -32,6 +32,7 @@ cost of a scheduler this project does not need for a nightly-consolidation demo.
 from __future__ import annotations
 
 # torch and transformers are imported inside functions: importing this module must not cost their ~6 s
+import json
 import logging
 import threading
 import time
@@ -280,6 +281,19 @@ def load_version(path: str | Path, version: str, device: str = "auto", cpu_threa
     return LoadedModel(version, folder, model, tokenizer, device)
 
 
+def registry_signature(db: str | Path) -> tuple:
+    """mtime and size of the registry file and its WAL: any committed write changes them,
+    a read does not. A stat costs ~20 µs, a DuckDB connection ~70 ms on the 2-core machine."""
+    out = []
+    for path in (Path(db), Path(f"{db}.wal")):
+        try:
+            st = path.stat()
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
+
+
 class Champion:
     """Serves whatever `champion` points at; `current()` reloads when the alias has moved."""
 
@@ -295,21 +309,26 @@ class Champion:
         self.reloads = 0
         self.failed_loads = 0
         self._seen: tuple | None = None
+        self.pinned_from: Path | None = None  # set by `pin`: a pushed folder, served whatever the alias says
+
+    def pin(self, path: str | Path, version: str | None = None) -> LoadedModel:
+        """Load the checkpoint folder `path` and serve it from the next request on, no longer
+        following the alias (SGLang's /update_weights_from_disk). `version` defaults to the
+        folder's meta.json version, else its name. The old model answers until the new one is loaded."""
+        folder = Path(path)
+        if version is None:
+            meta = folder / "meta.json"
+            version = (json.loads(meta.read_text(encoding="utf-8")).get("version") if meta.is_file() else None) or folder.name
+        loaded = load_version(folder, version, self.device, self.cpu_threads)
+        with self._reload_lock:
+            self.reloads += self._loaded is not None
+            self._loaded, self.pinned_from = loaded, folder
+        log.info("serving %s from %s (pushed; the %r alias is no longer followed until a restart)", version, folder, self.alias)
+        return loaded
 
     def _signature(self) -> tuple | None:
-        """mtime and size of the registry file and its WAL: any committed write changes them,
-        a read does not. A stat costs ~20 µs, a DuckDB connection ~70 ms on the 2-core machine."""
         db = getattr(self.lineage, "db_path", None)
-        if db is None:
-            return None
-        out = []
-        for path in (Path(db), Path(f"{db}.wal")):
-            try:
-                st = path.stat()
-                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
-            except FileNotFoundError:
-                out.append(None)
-        return tuple(out)
+        return None if db is None else registry_signature(db)
 
     def _target(self) -> tuple[str, Path]:
         version = self.lineage.alias(self.alias)
@@ -322,7 +341,7 @@ class Champion:
 
     def current(self) -> LoadedModel:
         loaded = self._loaded
-        if loaded is not None and time.monotonic() - self._checked_at < self.reload_interval_s:
+        if loaded is not None and (self.pinned_from is not None or time.monotonic() - self._checked_at < self.reload_interval_s):
             return loaded
         # Only one thread checks (and loads); the others keep answering with the current model
         # instead of queueing behind a lineage lock or a multi-second model load.
@@ -330,7 +349,7 @@ class Champion:
             return loaded
         try:
             loaded = self._loaded
-            if loaded is not None and time.monotonic() - self._checked_at < self.reload_interval_s:
+            if loaded is not None and (self.pinned_from is not None or time.monotonic() - self._checked_at < self.reload_interval_s):
                 return loaded
             signature = self._signature()
             if loaded is not None and signature is not None and signature == self._seen:

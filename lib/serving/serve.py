@@ -4,7 +4,11 @@
   `/v1/chat/completions`, `/v1/models` (enough for the official `openai` client) and `/health`.
   The `model` field of a request is accepted and ignored: the champion answers, and the response's
   `model` and `system_fingerprint` name the version that did.
-- Every request passes, in order: bearer-token check (`serve.token`, constant-time compare, 401),
+- `POST /update_weights_from_disk {"model_path": ...}` is SGLang's weight push (what
+  `serve.rollout.kind=sglang` sends, so the push path is tested against a real server): the folder
+  is loaded and served from the next request on, the champion alias no longer followed until a
+  restart (`Champion.pin`); `GET /get_model_info` names the folder served.
+- Every request passes (`Intake`, shared with the capture proxy, lib/serving/proxy.py), in order: bearer-token check (`serve.token`, constant-time compare, 401),
   body size (`serve.max_request_bytes`, refused from Content-Length before reading, or while
   streaming the body in, 413), JSON (400; also for JSON nested too deep to parse and for text
   with lone surrogates, `"\\ud800"`, which no tokenizer takes), schema (422), limits (`max_tokens` over
@@ -17,7 +21,8 @@
 - After a successful generation the exchange goes through `lib.buffer.capture.Capture` into the memory
   buffer (write-ahead logged before the response is sent) unless the request opted out with
   `"capture": false` in the body (`extra_body` in the openai client) or a header `X-Capture: off`.
-  The record id comes back in the `X-Capture-Id` response header. The buffer is flushed every
+  The record id comes back in the `X-Capture-Id` response header; its `source` names the version
+  that answered (`serve:chat:v3`, lib.buffer.capture.capture_source). The buffer is flushed every
   `serve.flush_interval_s` (the nightly run reads parquet files, not a live server's log) and
   on shutdown.
 - The champion is re-read from lineage every `serve.reload_interval_s`; a promotion (or rollback)
@@ -53,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from lib.buffer.capture import CHAT_STOPS, Capture, message_text, open_capture  # noqa: F401 (CHAT_STOPS: re-exported)
+from lib.buffer.capture import CHAT_STOPS, Capture, capture_source, message_text, open_capture  # noqa: F401 (CHAT_STOPS: re-exported)
 from lib.registry.lineage import Lineage
 from lib.serving.generate import Champion, Completion, LoadedModel, NoChampionError
 
@@ -129,10 +134,67 @@ def _check_unicode(data: Any) -> None:
             stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
 
 
-def _capture_flag(request_flag: bool, header: str | None) -> bool:
+def capture_flag(request_flag: bool, header: str | None) -> bool:
+    """The per-request opt-out: `"capture": false` in the body or a header `X-Capture: off`."""
     if header is not None and header.strip().lower() in ("0", "off", "false", "no"):
         return False
     return request_flag
+
+
+def check_max_tokens(requested: int | None, limit: int) -> None:
+    if requested is not None and requested > limit:
+        raise APIError(400, f"max_tokens {requested} exceeds this server's limit serve.max_new_tokens={limit}", param="max_tokens", code="max_tokens_too_large")
+
+
+class Intake:
+    """What every request passes before anything else looks at it, in `consolidate serve` and in
+    the capture proxy alike: the bearer token (`serve.token`, constant-time compare, 401), the
+    body size (`serve.max_request_bytes`, from Content-Length before reading and while reading,
+    413), JSON (400, also when nested too deep to parse), lone surrogates (400)."""
+
+    def __init__(self, serve_cfg: Any):
+        token = serve_cfg.token
+        self._token = token.get_secret_value().encode() if token is not None else None
+        self.limit = serve_cfg.max_request_bytes
+
+    def check_auth(self, header: str | None) -> None:
+        if self._token is None:
+            return
+        scheme, _, given = (header or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            raise APIError(401, "missing or wrong bearer token: send 'Authorization: Bearer <serve.token>'", type="authentication_error", code="invalid_api_key")
+
+    async def read_body(self, request: Request) -> bytes:
+        """The raw body, after the token and size checks."""
+        self.check_auth(request.headers.get("authorization"))
+        limit = self.limit
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise APIError(413, f"request body of {declared} bytes exceeds serve.max_request_bytes={limit}", code="request_too_large")
+        chunks, size = [], 0
+        async for chunk in request.stream():  # chunked bodies carry no length: count as they come
+            size += len(chunk)
+            if size > limit:
+                raise APIError(413, f"request body exceeds serve.max_request_bytes={limit}", code="request_too_large")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def parse(body: bytes) -> dict[str, Any]:
+        """The body as a JSON object whose strings are all valid Unicode."""
+        try:
+            data = json.loads(body or b"null")
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise APIError(400, f"request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise APIError(400, "request body nests JSON too deeply to parse", code="json_too_deep") from None
+        if not isinstance(data, dict):
+            raise APIError(400, "request body must be a JSON object")
+        _check_unicode(data)
+        return data
+
+    async def read_json(self, request: Request) -> dict[str, Any]:
+        return self.parse(await self.read_body(request))
 
 
 @dataclasses.dataclass
@@ -178,21 +240,15 @@ class Server:
         self.champion = champion
         self._capture = capture
         self._policy_version: str | None = None
-        token = cfg.serve.token
-        self._token = token.get_secret_value().encode() if token is not None else None
+        self.intake = Intake(cfg.serve)
 
     # -- checks ------------------------------------------------------------------------------
     def check_auth(self, header: str | None) -> None:
-        if self._token is None:
-            return
-        scheme, _, given = (header or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
-            raise APIError(401, "missing or wrong bearer token: send 'Authorization: Bearer <serve.token>'", type="authentication_error", code="invalid_api_key")
+        self.intake.check_auth(header)
 
     def max_tokens(self, requested: int | None, default: int, loaded: LoadedModel, prompt_len: int) -> int:
         limit = self.cfg.serve.max_new_tokens
-        if requested is not None and requested > limit:
-            raise APIError(400, f"max_tokens {requested} exceeds this server's limit serve.max_new_tokens={limit}", param="max_tokens", code="max_tokens_too_large")
+        check_max_tokens(requested, limit)
         room = loaded.context_length - prompt_len
         if room < 1:
             raise APIError(400, f"prompt of {prompt_len} tokens fills the model's context of {loaded.context_length} tokens", param="messages", code="context_length_exceeded")
@@ -258,10 +314,10 @@ class Server:
         if job.kind == "chat":
             return hook.capture_conversation(
                 job.messages + [{"role": "assistant", "content": text}],
-                {"capture": job.capture_on, "source": f"serve:chat:{job.loaded.version}"},
+                {"capture": job.capture_on, "source": capture_source("serve", "chat", job.loaded.version)},
                 tokenizer=job.loaded.tokenizer,
             )
-        return hook.capture(job.prompt, text, {"capture": job.capture_on, "source": f"serve:completions:{job.loaded.version}"})
+        return hook.capture(job.prompt, text, {"capture": job.capture_on, "source": capture_source("serve", "completions", job.loaded.version)})
 
     def run(self, job: "Job") -> tuple[dict, str | None]:
         out = job.loaded.complete(job.prompt, job.max_tokens, prompt_ids=job.ids, stop=job.stops, **job.sampling())
@@ -321,6 +377,16 @@ class Server:
             log.info("capture closed: %d records captured, %d skipped", self._capture.captured, self._capture.skipped)
 
 
+def validated(model: type[BaseModel], data: dict[str, Any]) -> BaseModel:
+    """`data` as `model`, or a 422 naming the first field that is wrong."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        raise APIError(422, f"{param}: {err['msg']}", param=param, code="invalid_value") from None
+
+
 def _usage(out: Any) -> dict[str, int]:
     return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens, "total_tokens": out.prompt_tokens + out.completion_tokens}
 
@@ -371,32 +437,7 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
         return JSONResponse(APIError(500, f"internal server error ({type(exc).__name__}); see the server log", type="server_error").body(), status_code=500)
 
     async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
-        server.check_auth(request.headers.get("authorization"))
-        limit = server.cfg.serve.max_request_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise APIError(413, f"request body of {declared} bytes exceeds serve.max_request_bytes={limit}", code="request_too_large")
-        chunks, size = [], 0
-        async for chunk in request.stream():  # chunked bodies carry no length: count as they come
-            size += len(chunk)
-            if size > limit:
-                raise APIError(413, f"request body exceeds serve.max_request_bytes={limit}", code="request_too_large")
-            chunks.append(chunk)
-        try:
-            data = json.loads(b"".join(chunks) or b"null")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise APIError(400, f"request body is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise APIError(400, "request body nests JSON too deeply to parse", code="json_too_deep") from None
-        if not isinstance(data, dict):
-            raise APIError(400, "request body must be a JSON object")
-        _check_unicode(data)
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            param = ".".join(str(p) for p in err["loc"]) or None
-            raise APIError(422, f"{param}: {err['msg']}", param=param, code="invalid_value") from None
+        return validated(model, await server.intake.read_json(request))
 
     async def call(fn, *args) -> Any:
         try:
@@ -410,7 +451,7 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
 
     async def answer(request: Request, model: type[_Request], prepare) -> Any:
         req = await read_json(request, model)
-        job = await call(prepare, req, _capture_flag(req.capture, request.headers.get("x-capture")))
+        job = await call(prepare, req, capture_flag(req.capture, request.headers.get("x-capture")))
         if req.stream:  # errors found before the first byte are ordinary 4xx responses
             return StreamingResponse(server.stream(job), media_type="text/event-stream")
         return respond(*await call(server.run, job))
@@ -431,6 +472,29 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
     @app.get("/health")
     async def health():
         return {"status": "ok", "version": server.champion.version}
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request):
+        """SGLang's weight push (what `serve.rollout.kind=sglang` calls): load the checkpoint
+        folder `model_path` and serve it from the next request on."""
+        data = await server.intake.read_json(request)
+        if not server.cfg.serve.weight_updates:
+            raise APIError(403, "weight updates are off on this server (serve.weight_updates=false)", type="permission_error")
+        path = data.get("model_path")
+        if not isinstance(path, str) or not path:
+            raise APIError(400, "model_path: give the checkpoint folder to load, as a string", param="model_path")
+        try:
+            loaded = await run_in_threadpool(server.champion.pin, path)
+        except (OSError, ValueError) as exc:  # no such folder, not a checkpoint, unreadable weights
+            return JSONResponse({"success": False, "message": f"{path}: {exc}"}, status_code=400)
+        return {"success": True, "message": f"serving {loaded.version} from {loaded.folder}", "num_paused_requests": 0}
+
+    @app.get("/get_model_info")
+    async def get_model_info(request: Request):
+        """SGLang's description of what is served (the folder a push loaded, or the champion's)."""
+        server.check_auth(request.headers.get("authorization"))
+        loaded = await call(server.loaded)
+        return {"model_path": str(loaded.folder), "tokenizer_path": str(loaded.folder), "is_generation": True, "version": loaded.version}
 
     return app
 

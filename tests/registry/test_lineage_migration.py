@@ -57,7 +57,7 @@ def test_a_schema3_registry_of_a_moved_workspace_migrates_once_with_a_backup(tmp
     original_bytes = (new / "lineage.duckdb").read_bytes()
 
     lin = Lineage(new / "lineage.duckdb")
-    assert lin.schema_version() == SCHEMA_VERSION == 5  # 3 -> 4 rewrote the paths, 4 -> 5 added fact_recall
+    assert lin.schema_version() == SCHEMA_VERSION == 6  # 3 -> 4 rewrote the paths, 4 -> 5 added fact_recall, 5 -> 6 rollouts
     backup = new / "lineage.duckdb.v3.bak"
     assert backup.read_bytes() == original_bytes, "the old registry is kept as it was"
 
@@ -92,7 +92,7 @@ def test_a_schema3_registry_of_a_moved_workspace_migrates_once_with_a_backup(tmp
     assert not list(new.glob("lineage.duckdb.v4*"))
     con = duckdb.connect(str(new / "lineage.duckdb"), read_only=True)
     try:
-        assert [v for (v,) in con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()] == [1, 2, 3, 4, 5]
+        assert [v for (v,) in con.execute("SELECT version FROM schema_version ORDER BY version").fetchall()] == [1, 2, 3, 4, 5, 6]
     finally:
         con.close()
     assert len(before) > 0
