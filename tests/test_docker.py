@@ -129,7 +129,9 @@ def test_each_deployment_sends_parameters_its_flow_accepts_at_a_size_its_pool_ru
         cfg = build_config(d["parameters"]["cfg"])
         assert cfg.workspace.root == tmp_path, d["name"]
         on_gpu = cfg.orchestration.train_deployment == "train/train"
-        expected = load_config(preset="default" if on_gpu else "tiny", overrides=[f"workspace.root={tmp_path}"])
+        # the GPU deployment names its device: `cuda` fails loudly where CUDA is missing, never trains on CPU
+        gpu = ["training.device=cuda"] if on_gpu else []
+        expected = load_config(preset="default" if on_gpu else "tiny", overrides=[f"workspace.root={tmp_path}", *gpu])
         assert cfg.training == expected.training and cfg.model == expected.model, d["name"]
         assert on_gpu == (d["name"] == "nightly-gpu"), d["name"]
 
