@@ -44,7 +44,8 @@ import pyarrow.parquet as pq
 from lib.buffer.store import Buffer
 from lib.buffer.records import InvalidRecordError, content_hash, validate_text
 from lib.files import atomic_path, write_json
-from lib.registry.lineage import Lineage, portable_path
+from lib.registry.lineage import Lineage
+from lib.registry.records import portable_path
 from lib.workspace import Workspace
 
 

@@ -87,7 +87,8 @@ from lib.curation.text import TextBuffer, normalize_texts
 from lib.curation.textfilters import Doc, declared_kind, detect_kinds, length_filter, line_features
 from lib.faults import fault_point
 from lib.files import atomic_path, write_json
-from lib.registry.lineage import Lineage, portable_tree
+from lib.registry.lineage import Lineage
+from lib.registry.records import portable_tree
 from lib.workspace import RunDir, Workspace
 
 log = logging.getLogger(__name__)

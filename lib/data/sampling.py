@@ -37,7 +37,8 @@ from lib.data.memory import MEMORY_NIGHT, replay_weights
 from lib.data.prepared import PreparedData
 from lib.data.token_cache import tokenize_sources, tokenize_tasks
 from lib.data.tokenizer import load_tokenizer
-from lib.registry.lineage import Lineage, portable_tree
+from lib.registry.lineage import Lineage
+from lib.registry.records import portable_tree
 from lib.serving.chat_format import template_markers
 from lib.workspace import check_name
 

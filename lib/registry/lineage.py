@@ -47,7 +47,7 @@ import shutil
 from lib.files import atomic_path, file_hash
 from lib.registry.buffer_records import BufferRecords
 from lib.registry.memory_records import MemoryRecords
-from lib.registry.records import BufferFile, LineageError, _relative_paths, now, portable_path, portable_tree, version_dict  # noqa: F401 (portable_tree: re-exported)
+from lib.registry.records import BufferFile, LineageError, _relative_paths, now, portable_path, version_dict
 from lib.registry.run_records import RunRecords
 from lib.registry.version_records import VersionRecords
 

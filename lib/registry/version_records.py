@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 
 from lib.registry.records import (
-    VERSION_COLS, LineageError, portable_tree, decisions_of, flatten, metrics_of, now, run_inputs_of, run_row, to_json, version_dict,
+    VERSION_COLS, LineageError, portable_tree, decisions_of, flatten, metrics_of, now, run_inputs_of, run_row, to_json,
 )
 
 

@@ -42,16 +42,17 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 import dataclasses
 import httpx
 import uvicorn
 
 from lib.buffer.capture import Capture, capture_source, message_text, open_capture
-from lib.serving.serve import APIError, ChatRequest, CompletionRequest, Intake, capture_flag, check_max_tokens
+from lib.serving.serve import (
+    APIError, ChatRequest, CompletionRequest, Intake, capture_flag, check_max_tokens, install_error_handlers,
+)
 from lib.registry.lineage import Lineage
 from lib.serving import chat_format
 from lib.serving.generate import registry_signature
@@ -334,18 +335,7 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
     app = FastAPI(title="consolidation capture proxy", lifespan=lifespan)
     app.state.proxy = proxy
 
-    @app.exception_handler(APIError)
-    async def _api_error(request, exc: APIError):
-        return JSONResponse(exc.body(), status_code=exc.status)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request, exc: StarletteHTTPException):
-        return JSONResponse(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").body(), status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def _internal_error(request, exc: Exception):
-        log.exception("internal error on %s %s", request.method, request.url.path)
-        return JSONResponse(APIError(500, f"internal proxy error ({type(exc).__name__}); see the proxy log", type="server_error").body(), status_code=500)
+    install_error_handlers(app, "proxy")
 
     async def forward(request: Request, path: str):
         body = await proxy.intake.read_body(request)

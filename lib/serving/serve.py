@@ -391,6 +391,22 @@ def _usage(out: Any) -> dict[str, int]:
     return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens, "total_tokens": out.prompt_tokens + out.completion_tokens}
 
 
+def install_error_handlers(app: FastAPI, what: str) -> None:
+    """Errors in OpenAI's shape (server and capture proxy); a bug is logged, never sent to the client."""
+    @app.exception_handler(APIError)
+    async def _api_error(request, exc: APIError):
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request, exc: StarletteHTTPException):
+        return JSONResponse(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request, exc: Exception):
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return JSONResponse(APIError(500, f"internal {what} error ({type(exc).__name__}); see the {what} log", type="server_error").body(), status_code=500)
+
+
 def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, capture: Capture | None = None, preload: bool = True):
     """The FastAPI app serving `workspace`'s champion with `cfg.serve`'s policy and limits."""
     server = Server(workspace, cfg, champion=champion, capture=capture)
@@ -423,18 +439,7 @@ def create_app(workspace: Any, cfg: Any, *, champion: Champion | None = None, ca
     app = FastAPI(title="consolidation inference server", lifespan=lifespan)
     app.state.server = server
 
-    @app.exception_handler(APIError)
-    async def _api_error(request, exc: APIError):
-        return JSONResponse(exc.body(), status_code=exc.status)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request, exc: StarletteHTTPException):  # 404 / 405 in OpenAI's shape too
-        return JSONResponse(APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").body(), status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def _internal_error(request, exc: Exception):  # a bug: logged with its traceback, not sent to the client
-        log.exception("internal error on %s %s", request.method, request.url.path)
-        return JSONResponse(APIError(500, f"internal server error ({type(exc).__name__}); see the server log", type="server_error").body(), status_code=500)
+    install_error_handlers(app, "server")
 
     async def read_json(request: Request, model: type[BaseModel]) -> BaseModel:
         return validated(model, await server.intake.read_json(request))

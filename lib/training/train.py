@@ -71,7 +71,7 @@ from lib.training.schedule import lr_at
 from lib.training.setup import Run, apply_optimizer_flags, default_loader, set_up
 from lib.training.throughput import Meter, model_flops_per_token, peak_flops
 from lib.workspace import RunDir
-from lib.registry.lineage import portable_tree
+from lib.registry.records import portable_tree
 
 log = logging.getLogger("lib.training.train")
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import duckdb
 
 from lib.config import load_config
-from lib.registry.lineage import MIGRATIONS, SCHEMA_VERSION, Lineage, portable_path
+from lib.registry.lineage import MIGRATIONS, SCHEMA_VERSION, Lineage
+from lib.registry.records import portable_path
 from lib.training.preflight import preflight
 
 
