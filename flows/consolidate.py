@@ -61,7 +61,7 @@ from tasks.evaluation import evaluate_versions, gate_and_promote, record_candida
 from tasks.knowledge import inject_knowledge_task
 from tasks.serving import roll_out_after_promotion
 from lib.evaluation.evaluate import eval_budget_note
-from lib.knowledge.inject import knowledge_sources, knowledge_tokens, sized_steps
+from lib.knowledge.inject import corpus_share, knowledge_sources, knowledge_tokens, night_plan
 
 # The run form: the sections a night reads (the architecture comes from the champion, so no `model`).
 NightlyConfig = run_form("workspace", "buffer", "curation", "knowledge", "sampling", "tokenizer", "training", "checkpoints",
@@ -125,9 +125,10 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
     if cfg.knowledge.enabled:
         with clock.stage("knowledge"):
             result["knowledge"] = inject_knowledge_task(cfg, str(run.path), champion_dir)
-        sources = knowledge_sources(sources, run.path, cfg.knowledge)
-        steps, note = sized_steps(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge,
-                                  knowledge_tokens(run.path, tokenizer_dir))
+        steps, share, note = night_plan(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge,
+                                        knowledge_tokens(run.path, tokenizer_dir), corpus_share(sources))
+        sources = knowledge_sources(sources, run.path, cfg.knowledge, share)
+        result["knowledge"]["share"] = round(share, 4)
         if note:
             book.log.info(note)
             cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"num_iterations": steps})})

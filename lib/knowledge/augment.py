@@ -67,18 +67,18 @@ def explicit_names(text: str, entity: str | None) -> list[str]:
 
 
 def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_share: float, rng: random.Random) -> list[str]:
-    """One text per trained form: each fact rendered in that form with its answer, in a shuffled
-    order; a fact's held-out forms are skipped."""
+    """Question-and-answer texts: text j renders every fact once, in its j-th trained form (each
+    fact's trained forms rotated from an offset its id picks), pairs in a shuffled order. So the
+    first few texts, all a `forms_per_document` cap may keep, already train every form on some
+    facts and every fact in several forms; a fact's held-out forms are never rendered."""
+    trained = [split_forms(f.id, forms, heldout_share)[0] for f in facts]
+    offsets = [int(hashlib.sha256(f.id.encode()).hexdigest()[:8], 16) for f in facts]
     texts = []
-    for k, form in enumerate(forms):
-        lines = []
-        for f in facts:
-            trained, _ = split_forms(f.id, forms, heldout_share)
-            if k in trained:
-                lines.append(f"{form.render(f.subject, f.relation, f.kind)} {f.answer}")
-        if lines:
-            rng.shuffle(lines)
-            texts.append("\n\n".join(lines))
+    for j in range(max((len(t) for t in trained), default=0)):
+        lines = [f"{forms[t[(o + j) % len(t)]].render(f.subject, f.relation, f.kind)} {f.answer}"
+                 for f, t, o in zip(facts, trained, offsets)]
+        rng.shuffle(lines)
+        texts.append("\n\n".join(lines))
     return texts
 
 

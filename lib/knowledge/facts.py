@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
-from lib.knowledge.forms import QUESTION_FORMS, split_forms
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, base_verb, split_forms
 
 
 @dataclass(frozen=True)
@@ -263,6 +263,32 @@ def _resolve(relation: str, person: str | None) -> str:
     return re.sub(r"\b(?:him|her|his)\b", sub, relation)
 
 
+_WHERE_CLAUSE = re.compile(r",? (?:where|when) (?:he|she|they) ", re.IGNORECASE)
+
+
+def last_clause(relation: str) -> str:
+    """The relation's own clause, without the clauses chained before it: "studied music theory
+    and later worked for" → "later worked for"; "was built by X Yards and launched in" → "was
+    launched in" (the auxiliary carried over); "grew up in Oslo, where she was born in" → "was
+    born in". Unchanged when the tail does not start with a verb."""
+    m = None
+    for m in _WHERE_CLAUSE.finditer(relation):
+        pass
+    if m is not None and m.end() < len(relation):
+        return relation[m.end():]
+    head, sep, tail = relation.rpartition(" and ")
+    words = tail.split()
+    verbs = [w for w in words if w.lower() not in ADVERBS]
+    if not sep or not verbs or not verbs[0][:1].islower():
+        return relation
+    if verbs[0] in AUXILIARIES:
+        return tail
+    if base_verb(verbs[0]) is None:
+        return relation
+    aux = head.split()[0] if head.split() and head.split()[0] in AUXILIARIES else ""
+    return f"{aux} {tail}".strip() if aux and verbs[0].endswith("ed") else tail
+
+
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
     """Facts of one document, and its main entity (the first named sentence subject)."""
     found: list[_Found] = []
@@ -324,7 +350,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             relation = " ".join(sentence[subj_end : a.start].split())
             if not relation or len(relation.split()) > max_relation_words or relation[-1:] in ",;:(":
                 continue
-            relation = _resolve((subj_form + " " + relation).strip(), main)
+            relation = _resolve((subj_form + " " + last_clause(relation)).strip(), main)
             found.append(_Found(-1, subject, relation, a.text, a.kind, n))
     return found, main
 

@@ -21,33 +21,107 @@ question word ("what year", "what date", "how many", "whom", "what").
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
 WH = {"year": "what year", "date": "what date", "number": "what number", "name": "whom", "proper": "what"}
 NOUN = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name"}
 
+AUXILIARIES = {"was", "is", "were", "are", "has", "had", "have", "will", "would", "can", "could"}
+_PREPS = {"in", "at", "for", "by", "from", "to", "with", "on", "of", "near", "into", "under", "as", "about", "after",
+          "before", "since", "during", "through", "over", "behind", "beside", "across"}
+ADVERBS = {"still", "later", "first", "then", "also", "now", "once", "soon", "eventually", "finally", "always", "never"}
+_IRREGULAR = {
+    "grew": "grow", "took": "take", "spent": "spend", "left": "leave", "went": "go", "made": "make", "became": "become",
+    "wrote": "write", "built": "build", "led": "lead", "won": "win", "taught": "teach", "met": "meet", "bought": "buy",
+    "sold": "sell", "found": "find", "gave": "give", "began": "begin", "ran": "run", "came": "come", "held": "hold",
+    "read": "read", "knew": "know", "saw": "see", "chose": "choose", "drew": "draw", "flew": "fly", "fell": "fall",
+    "kept": "keep", "lost": "lose", "paid": "pay", "said": "say", "sent": "send", "told": "tell", "brought": "bring",
+    "thought": "think", "fought": "fight", "sang": "sing", "sat": "sit", "stood": "stand", "swam": "swim", "wore": "wear",
+}
+
 
 def _cue(subject: str, relation: str) -> str:
     return subject + ("" if relation.startswith(("'s", "’s")) else " ") + relation
 
 
+def base_verb(word: str) -> tuple[str, str] | None:
+    """("work", "did") for "worked", ("live", "does") for "lives": the do-support a question needs;
+    None when the word does not look like a finite verb."""
+    w = word.lower()
+    if w in _IRREGULAR:
+        return _IRREGULAR[w], "did"
+    if len(w) > 4 and w.endswith("ied"):
+        return w[:-3] + "y", "did"
+    if len(w) > 3 and w.endswith("ed"):
+        stem = w[:-2]
+        if len(stem) > 2 and stem[-1] == stem[-2] and stem[-1] not in "lsz":
+            stem = stem[:-1]                        # stopped → stop
+        elif stem[-1] in "vcgzu" or (stem[-1] in "sr" and stem[-2] in "aeiou" and stem[-3:-2] not in ("e", "o")):
+            stem += "e"                             # lived → live, managed → manage, retired → retire
+        return stem, "did"
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y", "does"                 # carries → carry
+    if len(w) > 3 and w.endswith("es") and w[:-2].endswith(("s", "x", "ch", "sh", "z")):
+        return w[:-2], "does"
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return w[:-1], "does"
+    return None
+
+
+def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -> str | None:
+    """The relation turned into a wh-question, the way people ask: "was born in" → "In what year
+    was X born?" (strand=False) or "What year was X born in?" (strand=True); "worked for" → "For
+    whom did X work?". Generic: an auxiliary or a do-support verb, a trailing preposition, leading
+    adverbs; None when the relation is not of that shape (a possessive, no verb)."""
+    words = relation.split()
+    if not words or relation.startswith(("'s", "’s")):
+        return None
+    adverbs = []
+    while words and words[0].lower() in ADVERBS:
+        adverbs.append(words.pop(0))
+    if not words:
+        return None
+    if words[0].lower() in AUXILIARIES:
+        aux, rest = words[0].lower(), words[1:]
+    else:
+        base = base_verb(words[0])
+        if base is None:
+            return None
+        aux, rest = base[1], [base[0]] + words[1:]
+    prep = rest.pop() if len(rest) > 1 and rest[-1].lower() in _PREPS else None
+    wh = "who" if strand and kind == "name" else WH.get(kind, "what")
+    body = " ".join([aux, subject] + adverbs + rest)
+    if prep and not strand:
+        return f"{prep.capitalize()} {wh} {body}?"
+    return f"{wh[:1].upper() + wh[1:]} {body}{' ' + prep if prep else ''}?"
+
+
 @dataclass(frozen=True)
 class QuestionForm:
     name: str
-    template: str       # {cue} {subject} {relation} {wh} {noun}
+    template: str       # {cue} {subject} {relation} {wh} {noun}; for kind "front"/"strand": {question}
     probe: bool = True  # a question a fact may be asked in; False: a cloze form, trained only
+    fallback: str = ""  # template when the relation cannot be inverted (inverted forms only)
 
     def render(self, subject: str, relation: str, kind: str) -> str:
-        return self.template.format(cue=_cue(subject, relation), subject=subject, relation=relation,
-                                    wh=WH.get(kind, "what"), noun=NOUN.get(kind, "name"))
+        values = dict(cue=_cue(subject, relation), subject=subject, relation=relation,
+                      wh=WH.get(kind, "what"), noun=NOUN.get(kind, "name"))
+        if "{question}" in self.template:
+            question = inverted_question(subject, relation, kind, strand=self.name == "strand")
+            if question is None:
+                return self.fallback.format(**values)
+            values["question"] = question
+        return self.template.format(**values)
 
 
 QUESTION_FORMS: tuple[QuestionForm, ...] = (
     QuestionForm("echo", "Question: {cue} {wh}?\nAnswer:"),
     QuestionForm("which", "Q: According to what we know, {cue} which {noun}?\nA:"),
     QuestionForm("blank", "Fill in the blank: {cue} ____.\nAnswer:"),
+    QuestionForm("front", "Question: {question}\nAnswer:", fallback="Question: Tell me, {cue} {wh}?\nAnswer:"),
+    QuestionForm("strand", "Q: {question}\nA:", fallback="Q: About {subject}: {cue} {wh}?\nA:"),
+    QuestionForm("ask", "Someone asked: {cue} {wh}? The answer:"),
     QuestionForm("about", "A fact about {subject}: {cue}", probe=False),
     QuestionForm("recall", "Do you remember {subject}? {cue}", probe=False),
     QuestionForm("note", "Note on {subject}.\n{cue}", probe=False),
@@ -55,13 +129,13 @@ QUESTION_FORMS: tuple[QuestionForm, ...] = (
 
 
 def split_forms(fact_id: str, forms: Sequence[QuestionForm], heldout_share: float) -> tuple[list[int], list[int]]:
-    """(trained, held-out) form indices for one fact: ceil(share × question forms) of the question
+    """(trained, held-out) form indices for one fact: share × question forms, rounded, of the question
     forms held out (≥ 1, and ≥ 1 question form still trained), picked by the fact id's hash so
     the split is stable night after night; cloze forms are always trained."""
     questions = [i for i, f in enumerate(forms) if f.probe]
     if len(questions) < 2:
         raise ValueError(f"question forms: need at least 2 with probe=True (one trained, one held out), got {len(questions)}")
-    k = min(len(questions) - 1, max(1, math.ceil(heldout_share * len(questions))))
+    k = min(len(questions) - 1, max(1, round(heldout_share * len(questions))))
     start = int(hashlib.sha256(fact_id.encode()).hexdigest()[:8], 16) % len(questions)
     held = [questions[(start + j) % len(questions)] for j in range(k)]
     return [i for i in range(len(forms)) if i not in held], held

@@ -13,8 +13,8 @@ from bench.fact_sets import records
 from lib.config import KnowledgeConfig, SamplingConfig, SourceConfig
 from lib.knowledge.augment import augment_documents, explicit_names
 from lib.knowledge.facts import extract_facts, read_facts
-from lib.knowledge.forms import QUESTION_FORMS, split_forms
-from lib.knowledge.inject import KNOWLEDGE_SOURCE, facts_file, inject_knowledge, knowledge_sources, trained_documents
+from lib.knowledge.forms import QUESTION_FORMS, inverted_question, split_forms
+from lib.knowledge.inject import KNOWLEDGE_SOURCE, facts_file, inject_knowledge, knowledge_sources, night_plan, trained_documents
 
 
 def _facts(texts):
@@ -69,6 +69,19 @@ def test_pronouns_resolve_to_the_named_entity_and_kinds_are_typed():
     # distractors of the same kind: a year is never offered a city
     for it in items:
         assert all(d.isdigit() == it.answer.isdigit() for d in it.distractors), it
+
+
+def test_a_relation_is_its_own_clause_not_the_clauses_chained_before_it():
+    text = ("Pell Dorrance studied botany and later worked for Amsel Brothers. "
+            "The Orla Wind was built by Kettle & Maw Yards and launched in 1931.")
+    ruth = "Ruth Varga grew up in Elmsby, where she was born in 1966. She sold the mill and ten boats to Ivo Sarn."
+    t = _triples(_facts([text, ruth, "Joss Ebbing worked for Brill Tanneries in Harrow until 1950."]))
+    assert ("Pell Dorrance", "later worked for", "Amsel Brothers") in t
+    assert ("Orla Wind", "was launched in", "1931") in t          # the auxiliary carried over
+    assert ("Ruth Varga", "was born in", "1966") in t
+    assert ("Ruth Varga", "grew up in", "Elmsby") in t
+    # "and" followed by a noun phrase is not a new clause: the relation stays whole
+    assert ("Ruth Varga", "sold the mill and ten boats to", "Ivo Sarn") in t
 
 
 def test_dates_are_one_answer():
@@ -246,16 +259,54 @@ def test_augmented_forms_are_their_own_manifest_source_and_never_held_out(tmp_pa
     assert not {f["augments"] for f in forms} & held
 
 
-def test_a_night_is_lengthened_until_each_form_is_seen_min_exposures_times():
-    from lib.knowledge.inject import sized_steps
-
+def test_a_night_gives_its_forms_the_share_they_need_and_is_lengthened_when_the_largest_is_not_enough():
     k = KnowledgeConfig(ratio=0.25, min_exposures=6, max_steps_factor=3)
-    assert sized_steps(200, 2048, k, 10_000) == (200, None)  # 200 × 2048 × 0.25 = 102k tokens: 10 exposures
-    steps, note = sized_steps(200, 2048, k, 100_000)  # needs 1,172 steps, capped at 600
-    assert steps == 600 and "capped by knowledge.max_steps_factor" in note and "100,000 tokens" in note
-    steps, note = sized_steps(200, 2048, k, 40_000)
+    # 200 × 2048 = 409,600 tokens; 10,000 tokens × 6 exposures need a share of 0.146: no more
+    steps, share, note = night_plan(200, 2048, k, 10_000, corpus=0.9)
+    assert steps == 200 and note is None and share == pytest.approx(60_000 / 409_600)
+    steps, share, note = night_plan(200, 2048, k, 100_000, corpus=0.9)  # needs 1,172 steps at 0.25, capped at 600
+    assert (steps, share) == (600, 0.25) and "capped by knowledge.max_steps_factor" in note and "100,000 tokens" in note
+    steps, share, note = night_plan(200, 2048, k, 40_000, corpus=0.9)
     assert steps == 469 and "469 steps instead of 200" in note
-    assert sized_steps(200, 2048, KnowledgeConfig(min_exposures=0), 10**9) == (200, None)
+    # the corpus replay keeps at least half its share: 0.3 of corpus allows 0.15, so the night is longer
+    steps, share, note = night_plan(200, 2048, k, 40_000, corpus=0.3)
+    assert share == 0.15 and steps == 600 and "capped at half the corpus replay's share" in note
+    assert night_plan(200, 2048, KnowledgeConfig(min_exposures=0, ratio=0.25), 10**9) == (200, 0.25, None)
+    assert night_plan(200, 2048, KnowledgeConfig(enabled=False), 10**5) == (200, 0.0, None)
+
+
+def test_questions_are_inverted_the_way_people_ask_for_any_relation_of_that_shape():
+    assert inverted_question("Mara Quillon", "was born in", "year", strand=False) == "In what year was Mara Quillon born?"
+    assert inverted_question("Mara Quillon", "later worked for", "proper", strand=True) == "What did Mara Quillon later work for?"
+    assert inverted_question("The Vela", "was built by", "name", strand=True) == "Who was The Vela built by?"
+    assert inverted_question("The Vela", "carries a crew of", "number", strand=False) == "Of what number does The Vela carry a crew?"
+    assert inverted_question("Ann Oru", "studied", "proper", strand=False) == "What did Ann Oru study?"
+    assert inverted_question("Ann Oru", "retired in", "year", strand=False) == "In what year did Ann Oru retire?"
+    # not of that shape: a possessive, no verb; the form then asks with its fallback, still a question
+    assert inverted_question("Ann Oru", "'s sister lives in", "proper", strand=False) is None
+    assert inverted_question("Ann Oru", "near", "proper", strand=False) is None
+    front = next(f for f in QUESTION_FORMS if f.name == "front")
+    assert front.render("Ann Oru", "'s sister lives in", "proper") == "Question: Tell me, Ann Oru's sister lives in what?\nAnswer:"
+
+
+def test_each_qa_text_asks_every_fact_once_and_the_first_texts_cover_every_trained_form():
+    recs = records("bio", 5, 12)
+    texts = [r.text for r in recs]
+    ids = [f"d{i}" for i in range(len(texts))]
+    items = extract_facts(texts, ids, heldout_share=0.34)
+    forms = augment_documents(ids, texts, items, forms_per_document=8)
+    rendered = {}
+    for a in forms:
+        if a.form != "qa":
+            continue
+        facts = [f for f in items if f.doc_id == a.augments]
+        assert len(a.text.split("\n\n")) == len(facts)  # every fact once
+        for f in facts:
+            for k, form in enumerate(QUESTION_FORMS):
+                if f"{form.render(f.subject, f.relation, f.kind)} {f.answer}" in a.text:
+                    rendered.setdefault(form.name, set()).add(f.id)
+                    assert k in split_forms(f.id, QUESTION_FORMS, 0.34)[0]
+    assert set(rendered) == {f.name for f in QUESTION_FORMS}, "every form is trained on some facts"
 
 
 def test_cli_knowledge_runs_the_stage_on_a_curated_run(tmp_path):
