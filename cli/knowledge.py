@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         run = ws.run(run_id)
         if not any(run.curated.glob("*.parquet")):
             raise ValueError(f"{run.curated} holds no curated documents; run `consolidate curate --run-id {run_id}` first")
-        stats = inject_knowledge(run.path, cfg.knowledge, cfg.sampling, earlier_facts(ws.runs, exclude=run.path))
+        stats = inject_knowledge(run.path, cfg.knowledge, cfg.sampling, earlier_facts(ws.runs, exclude=run.path), memory=ws.memory)
         if json_:
             typer.echo(json.dumps(stats, indent=1))
             return

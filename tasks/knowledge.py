@@ -19,7 +19,8 @@ def inject_knowledge_task(cfg: ConsolidationConfig, run_dir: str, champion_dir: 
     """Tonight's fact set and augmented forms (lib.knowledge.inject.inject_knowledge)."""
     ws = Workspace(cfg.workspace.root)
     with own_time():
-        stats = inject_knowledge(run_dir, cfg.knowledge, cfg.sampling, earlier_facts(ws.runs, exclude=run_dir), champion_dir)
+        stats = inject_knowledge(run_dir, cfg.knowledge, cfg.sampling, earlier_facts(ws.runs, exclude=run_dir), champion_dir,
+                                 memory=ws.memory)
     stage_logger().info("knowledge: %d facts from %d documents (%d held out), %d augmented texts %s in %.2f s",
                         stats["facts"], stats["documents"], stats["heldout_documents"], stats["augmented"], stats["forms"],
                         stats["seconds"])

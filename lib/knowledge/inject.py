@@ -42,6 +42,7 @@ from lib.files import atomic_path, write_json
 from lib.knowledge.augment import augment_documents
 from lib.knowledge.facts import FactItem, extract_facts, read_facts, write_facts
 from lib.config import SourceConfig
+from lib.data.memory import FACTS_FILE, MEMORY_NIGHT
 from lib.data.token_cache import _heldout_hash, heldout_cut
 from lib.data.tokenizer import load_tokenizer
 from lib.knowledge.writer import written_forms
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KNOWLEDGE_SOURCE = "knowledge"  # the augmented forms' source name in the manifest
+REHEARSAL_SOURCE = "rehearsal"  # earlier nights' question forms, re-derived from the memory
 
 
 def knowledge_dir(run_dir: str | Path) -> Path:
@@ -66,6 +68,10 @@ def facts_file(run_dir: str | Path) -> Path:
 
 def augmented_dir(run_dir: str | Path) -> Path:
     return knowledge_dir(run_dir) / "augmented"
+
+
+def rehearsal_dir(run_dir: str | Path) -> Path:
+    return knowledge_dir(run_dir) / "rehearsal"
 
 
 def curated_documents(curated: str | Path, prose_only: bool = False) -> tuple[list[str], list[str]]:
@@ -101,8 +107,47 @@ def earlier_facts(runs_root: str | Path, exclude: str | Path | None = None) -> l
     return out
 
 
+def memory_facts(memory_root: str | Path | None) -> tuple[list[str], list[str], list[FactItem]]:
+    """(ids, texts, fact items) of the memory's documents that gave facts: every accepted night
+    still in the memory (`<memory>/<version>/train/`, its `facts.jsonl`)."""
+    ids: list[str] = []
+    texts: list[str] = []
+    items: list[FactItem] = []
+    if memory_root is None:
+        return ids, texts, items
+    for night in sorted(Path(memory_root).glob(f"*/{MEMORY_NIGHT}")):
+        path = night.parent / FACTS_FILE
+        if not path.is_file():
+            continue
+        try:
+            facts = read_facts(path)
+        except (OSError, ValueError) as exc:
+            log.warning("memory fact set %s skipped: %s", path, exc)
+            continue
+        wanted = {f.doc_id for f in facts}
+        for i, t in zip(*curated_documents(night.parent / "train")):
+            if i in wanted:
+                ids.append(i)
+                texts.append(t)
+        items += facts
+    return ids, texts, items
+
+
+def _write_forms(folder: Path, forms) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.parquet"):
+        old.unlink()
+    if forms:
+        table = pa.table({"id": pa.array([f.id for f in forms], pa.string()), "text": pa.array([f.text for f in forms], pa.string()),
+                          "augments": pa.array([f.augments for f in forms], pa.string()),
+                          "form": pa.array([f.form for f in forms], pa.string())})
+        with atomic_path(folder / "forms.parquet") as tmp:
+            pq.write_table(table, tmp)
+
+
 def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling: "SamplingConfig",
-                     earlier: Sequence[FactItem] = (), champion_dir: str | Path | None = None) -> dict:
+                     earlier: Sequence[FactItem] = (), champion_dir: str | Path | None = None,
+                     memory: str | Path | None = None) -> dict:
     """Fact set and augmented forms of the run's curated documents (see the module docstring)."""
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
@@ -124,21 +169,22 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
         answers = {i: [f.answer for f in items if f.doc_id == i] for i in train_ids}
         written, dropped = written_forms(train_ids, train_texts, [answers[i] for i in train_ids], knowledge, champion_dir)
         forms += written
-    out = augmented_dir(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.parquet"):
-        old.unlink()
-    if forms:
-        table = pa.table({"id": pa.array([f.id for f in forms], pa.string()), "text": pa.array([f.text for f in forms], pa.string()),
-                          "augments": pa.array([f.augments for f in forms], pa.string()),
-                          "form": pa.array([f.form for f in forms], pa.string())})
-        with atomic_path(out / "forms.parquet") as tmp:
-            pq.write_table(table, tmp)
+    _write_forms(augmented_dir(run_dir), forms)
+    # rehearsal: the memory's facts in their trained question forms (their held-out forms never)
+    rehearsal = []
+    if knowledge.rehearsal_exposures > 0 and "qa" in knowledge.augmentations:
+        mem_ids, mem_texts, mem_items = memory_facts(memory)
+        tonight = {f.id for f in forms}
+        rehearsal = [a for a in augment_documents(mem_ids, mem_texts, mem_items, forms_per_document=knowledge.rehearsal_forms,
+                                                  kinds=("qa",), heldout_share=knowledge.heldout_share, seed=sampling.seed)
+                     if a.id not in tonight]
+    _write_forms(rehearsal_dir(run_dir), rehearsal)
     counts: dict[str, int] = {}
     for f in forms:
         counts[f.form] = counts.get(f.form, 0) + 1
     stats = {"documents": len(all_ids), "prose_documents": len(ids), "heldout_documents": heldout, "facts": len(items),
              "kinds": _count(i.kind for i in items), "augmented": len(forms), "forms": counts, "writer_dropped": dropped,
+             "rehearsal": len(rehearsal), "rehearsal_documents": len({a.augments for a in rehearsal}),
              "augmented_bytes": sum(len(f.text.encode("utf-8")) for f in forms),
              "original_bytes": sum(len(t.encode("utf-8")) for t in train_texts),
              "seconds": round(time.perf_counter() - t0, 3)}
@@ -154,24 +200,30 @@ def _count(values) -> dict[str, int]:
 
 
 def knowledge_sources(sources: list["SourceConfig"], run_dir: str | Path, knowledge: "KnowledgeConfig",
-                      share: float | None = None) -> list["SourceConfig"]:
+                      share: float | None = None, rehearsal: float = 0.0) -> list["SourceConfig"]:
     """`sources` with the run's augmented forms added at `share` of the tokens (default
-    `knowledge.ratio`; `night_plan` says how much a night needs), taken from the corpus replay's
-    weight; unchanged when injection is off or wrote nothing."""
+    `knowledge.ratio`; `night_plan` says how much a night needs) and the memory's rehearsal forms
+    at `rehearsal`, both taken from the corpus replay's weight; unchanged when injection is off or
+    wrote nothing."""
     share = knowledge.ratio if share is None else share
-    folder = augmented_dir(run_dir)
-    if not knowledge.enabled or share <= 0 or not any(folder.glob("*.parquet")):
+    if not knowledge.enabled:
+        return sources
+    add = [(name, folder, w) for name, folder, w in ((KNOWLEDGE_SOURCE, augmented_dir(run_dir), share),
+                                                      (REHEARSAL_SOURCE, rehearsal_dir(run_dir), rehearsal))
+           if w > 0 and any(folder.glob("*.parquet"))]
+    taken = sum(w for _, _, w in add)
+    if not add:
         return sources
     corpus = [s for s in sources if s.kind == "corpus"]
     out = []
     for s in sources:
         if corpus and s is corpus[0]:
-            if s.weight - share <= 1e-9:
-                raise ValueError(f"knowledge.ratio {share:.3g} leaves the corpus replay no share (it had {s.weight:.3g}); "
+            if s.weight - taken <= 1e-9:
+                raise ValueError(f"knowledge.ratio {taken:.3g} leaves the corpus replay no share (it had {s.weight:.3g}); "
                                  f"lower knowledge.ratio or sampling.new_data_ratio / memory_ratio")
-            s = s.model_copy(update={"weight": s.weight - share})
+            s = s.model_copy(update={"weight": s.weight - taken})
         out.append(s)
-    out.append(SourceConfig(name=KNOWLEDGE_SOURCE, path=folder, weight=share, kind="curated"))
+    out += [SourceConfig(name=name, path=folder, weight=w, kind="curated") for name, folder, w in add]
     return out
 
 
@@ -180,43 +232,52 @@ def corpus_share(sources: Sequence["SourceConfig"]) -> float:
     return next((s.weight for s in sources if s.kind == "corpus"), 0.0)
 
 
-def knowledge_tokens(run_dir: str | Path, tokenizer_dir: str | Path) -> int:
-    """Tokens of the run's augmented forms under the night's tokenizer (one separator each)."""
-    texts = [t for part in sorted(augmented_dir(run_dir).glob("*.parquet")) for t in pq.read_table(part, columns=["text"]).column("text").to_pylist()]
+def knowledge_tokens(run_dir: str | Path, tokenizer_dir: str | Path, folder: str = "augmented") -> int:
+    """Tokens of the run's augmented forms (`folder` "rehearsal": the memory's) under the night's
+    tokenizer (one separator each)."""
+    path = knowledge_dir(run_dir) / folder
+    texts = [t for part in sorted(path.glob("*.parquet")) for t in pq.read_table(part, columns=["text"]).column("text").to_pylist()]
     if not texts:
         return 0
     return sum(len(ids) + 1 for ids in load_tokenizer(tokenizer_dir).encode_batch(texts))
 
 
 def night_plan(num_iterations: int, total_batch_size: int, knowledge: "KnowledgeConfig", form_tokens: int,
-               corpus: float = 1.0) -> tuple[int, float, str | None]:
-    """(steps, share of the augmented forms, a note when the night changes) for a night whose
-    forms are `form_tokens` long: each form should be drawn `knowledge.min_exposures` times.
+               corpus: float = 1.0, rehearsal_tokens: int = 0) -> tuple[int, float, float, str | None]:
+    """(steps, share of tonight's forms, share of the rehearsal forms, a note when the night
+    changes). Tonight's forms (`form_tokens` long) should each be drawn `knowledge.min_exposures`
+    times, the memory's rehearsal forms `knowledge.rehearsal_exposures` times.
 
-    - The share is what that needs in `num_iterations` steps, at most `knowledge.ratio` and at
-      most half the corpus replay's share `corpus` (the corpus keeps the rest): a night with a few
-      facts spends a few tokens on them, not `ratio` of the night.
-    - When the largest share is not enough, the night is lengthened to reach the exposures, up to
-      `knowledge.max_steps_factor` × num_iterations, and the note says so.
+    - The shares are what that needs in `num_iterations` steps, together at most `knowledge.ratio`
+      and at most half the corpus replay's share `corpus` (the corpus keeps the rest): a night with
+      a few facts spends a few tokens on them. Rehearsal gets at most half of that.
+    - When the largest share is not enough, the night is lengthened, up to
+      `knowledge.max_steps_factor` × num_iterations, and the note says so; past the cap both get
+      fewer exposures.
     Measured on the tiny preset (docs/knowledge.md): ~28 exposures of each form at half the
     tokens make 92% of a night's facts answerable in a held-out question form."""
     top = min(knowledge.ratio, corpus / 2)
-    if not knowledge.enabled or top <= 0 or form_tokens <= 0:
-        return num_iterations, 0.0, None
+    if not knowledge.enabled or top <= 0 or form_tokens + rehearsal_tokens <= 0:
+        return num_iterations, 0.0, 0.0, None
     if knowledge.min_exposures <= 0:
-        return num_iterations, top, None
-    tokens = num_iterations * total_batch_size
-    need = knowledge.min_exposures * form_tokens
-    if need <= top * tokens:
-        return num_iterations, need / tokens, None
-    steps_needed = math.ceil(need / (top * total_batch_size))
+        return num_iterations, top, 0.0, None
+    batch = total_batch_size
+    need_new = knowledge.min_exposures * form_tokens
+    need_old = min(knowledge.rehearsal_exposures * rehearsal_tokens, need_new if form_tokens else float("inf"))
+    need = need_new + need_old
+    if need <= top * num_iterations * batch:
+        tokens = num_iterations * batch
+        return num_iterations, need_new / tokens, need_old / tokens, None
+    steps_needed = math.ceil(need / (top * batch))
     steps = min(steps_needed, int(knowledge.max_steps_factor * num_iterations))
-    exposures = top * steps * total_batch_size / form_tokens
+    share_new, share_old = top * need_new / need, top * need_old / need
+    exposures = share_new * steps * batch / form_tokens if form_tokens else 0.0
     capped = "" if top >= knowledge.ratio else f" (knowledge.ratio {knowledge.ratio:g} capped at half the corpus replay's share)"
-    note = (f"knowledge: {form_tokens:,} tokens of augmented forms need {steps_needed} steps for {knowledge.min_exposures:g} "
+    also = f" and {rehearsal_tokens:,} of the memory's rehearsal forms" if rehearsal_tokens else ""
+    note = (f"knowledge: {form_tokens:,} tokens of augmented forms{also} need {steps_needed} steps for {knowledge.min_exposures:g} "
             f"exposures each at a share of {top:.3g}{capped}; the night runs {steps} steps instead of {num_iterations} "
             f"(~{exposures:.1f} exposures{'; capped by knowledge.max_steps_factor' if steps < steps_needed else ''})")
-    return steps, top, note
+    return steps, share_new, share_old, note
 
 
 def read_stats(run_dir: str | Path) -> dict | None:

@@ -176,6 +176,46 @@ def test_inject_knowledge_cuts_heldout_before_augmenting(tmp_path):
         knowledge_sources(base, run, KnowledgeConfig(ratio=0.8))
 
 
+def test_a_later_night_rehearses_the_memorys_facts_in_trained_forms_only(tmp_path):
+    """Night 1's documents and facts in the memory: night 2 re-derives their question forms
+    (never a held-out one) as its own `rehearsal` source, beside tonight's forms."""
+    sampling = SamplingConfig(heldout_fraction=0.1, heldout_min_docs=2)
+    old = records("bio", 11, 10)
+    old_ids = [f"old{i}" for i in range(len(old))]
+    night1 = tmp_path / "night1"
+    (night1 / "curated").mkdir(parents=True)
+    pq.write_table(pa.table({"id": old_ids, "text": [r.text for r in old]}), night1 / "curated" / "docs-0.parquet")
+    inject_knowledge(night1, KnowledgeConfig(), sampling)
+    memory = tmp_path / "memory"
+    (memory / "v1" / "train").mkdir(parents=True)
+    (memory / "v1" / "train" / "docs-0.parquet").write_bytes((night1 / "curated" / "docs-0.parquet").read_bytes())
+    (memory / "v1" / "facts.jsonl").write_bytes(facts_file(night1).read_bytes())
+    (memory / "v1" / "night.json").write_text('{"version": "v1"}')
+    old_facts = read_facts(facts_file(night1))
+
+    new = records("bio", 12, 10)
+    run = tmp_path / "night2"
+    (run / "curated").mkdir(parents=True)
+    pq.write_table(pa.table({"id": [f"new{i}" for i in range(10)], "text": [r.text for r in new]}), run / "curated" / "docs-0.parquet")
+    stats = inject_knowledge(run, KnowledgeConfig(rehearsal_forms=2), sampling, memory=memory)
+    rehearsal = pq.read_table(run / "knowledge" / "rehearsal" / "forms.parquet").to_pylist()
+    assert stats["rehearsal"] == len(rehearsal) and stats["rehearsal_documents"] == len({f.doc_id for f in old_facts})
+    assert {r["form"] for r in rehearsal} == {"qa"} and {r["augments"] for r in rehearsal} <= set(old_ids)
+    text = "\n".join(r["text"] for r in rehearsal)
+    for f in old_facts:
+        assert f"{f.answer}" in text
+        assert f.question.rstrip() not in text, f"held-out question rehearsed: {f.question!r}"
+    assert len([r for r in rehearsal if r["augments"] == old_facts[0].doc_id]) == 2
+    base = [SourceConfig(name="stdlib", path=tmp_path, weight=0.75, kind="corpus"),
+            SourceConfig(name="new", path=run / "curated", weight=0.25, kind="buffer")]
+    mixed = knowledge_sources(base, run, KnowledgeConfig(), 0.2, 0.1)
+    assert [(s.name, round(s.weight, 3)) for s in mixed] == [
+        ("stdlib", 0.45), ("new", 0.25), (KNOWLEDGE_SOURCE, 0.2), ("rehearsal", 0.1)]
+    # off: nothing rehearsed
+    stats = inject_knowledge(run, KnowledgeConfig(rehearsal_exposures=0), sampling, memory=memory)
+    assert stats["rehearsal"] == 0 and not list((run / "knowledge" / "rehearsal").glob("*.parquet"))
+
+
 def test_endpoint_writer_keeps_only_paraphrases_that_repeat_every_answer(monkeypatch):
     """A real local OpenAI-style server: the key comes from the named environment variable, and
     a paraphrase that changes an answer is dropped."""
@@ -260,19 +300,25 @@ def test_augmented_forms_are_their_own_manifest_source_and_never_held_out(tmp_pa
 
 
 def test_a_night_gives_its_forms_the_share_they_need_and_is_lengthened_when_the_largest_is_not_enough():
-    k = KnowledgeConfig(ratio=0.25, min_exposures=6, max_steps_factor=3)
+    k = KnowledgeConfig(ratio=0.25, min_exposures=6, max_steps_factor=3, rehearsal_exposures=2)
     # 200 × 2048 = 409,600 tokens; 10,000 tokens × 6 exposures need a share of 0.146: no more
-    steps, share, note = night_plan(200, 2048, k, 10_000, corpus=0.9)
-    assert steps == 200 and note is None and share == pytest.approx(60_000 / 409_600)
-    steps, share, note = night_plan(200, 2048, k, 100_000, corpus=0.9)  # needs 1,172 steps at 0.25, capped at 600
+    steps, share, old, note = night_plan(200, 2048, k, 10_000, corpus=0.9)
+    assert steps == 200 and note is None and share == pytest.approx(60_000 / 409_600) and old == 0
+    steps, share, old, note = night_plan(200, 2048, k, 100_000, corpus=0.9)  # needs 1,172 steps at 0.25, capped at 600
     assert (steps, share) == (600, 0.25) and "capped by knowledge.max_steps_factor" in note and "100,000 tokens" in note
-    steps, share, note = night_plan(200, 2048, k, 40_000, corpus=0.9)
+    steps, share, old, note = night_plan(200, 2048, k, 40_000, corpus=0.9)
     assert steps == 469 and "469 steps instead of 200" in note
     # the corpus replay keeps at least half its share: 0.3 of corpus allows 0.15, so the night is longer
-    steps, share, note = night_plan(200, 2048, k, 40_000, corpus=0.3)
+    steps, share, old, note = night_plan(200, 2048, k, 40_000, corpus=0.3)
     assert share == 0.15 and steps == 600 and "capped at half the corpus replay's share" in note
-    assert night_plan(200, 2048, KnowledgeConfig(min_exposures=0, ratio=0.25), 10**9) == (200, 0.25, None)
-    assert night_plan(200, 2048, KnowledgeConfig(enabled=False), 10**5) == (200, 0.0, None)
+    assert night_plan(200, 2048, KnowledgeConfig(min_exposures=0, ratio=0.25), 10**9) == (200, 0.25, 0.0, None)
+    assert night_plan(200, 2048, KnowledgeConfig(enabled=False), 10**5) == (200, 0.0, 0.0, None)
+    # rehearsal: 20,000 tokens × 2 exposures beside tonight's 10,000 × 6 fit in 200 steps at 0.25
+    steps, share, old, note = night_plan(200, 2048, k, 10_000, corpus=0.9, rehearsal_tokens=20_000)
+    assert steps == 200 and old == pytest.approx(40_000 / 409_600) and share == pytest.approx(60_000 / 409_600)
+    # a large memory never takes more than tonight's own forms: at most half the knowledge share
+    steps, share, old, note = night_plan(200, 2048, k, 10_000, corpus=0.9, rehearsal_tokens=10**6)
+    assert old == pytest.approx(share) and share + old <= 0.25 + 1e-9 and "rehearsal forms" in note
 
 
 def test_questions_are_inverted_the_way_people_ask_for_any_relation_of_that_shape():
