@@ -49,7 +49,7 @@ from lib.knowledge.writer import written_forms
 from lib.workspace import RunDir
 
 if TYPE_CHECKING:
-    from lib.config import KnowledgeConfig, SamplingConfig, SourceConfig
+    from lib.config import KnowledgeConfig, SamplingConfig
 
 log = logging.getLogger(__name__)
 
