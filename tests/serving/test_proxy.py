@@ -457,3 +457,26 @@ def test_vllm_rollout_calls_sleep_reload_wake_in_order_and_never_leaves_it_aslee
             roll_out(lin, "v1", cfg, attempt=2)
         assert [c[0] for c in calls] == ["sleep", "wake_up", "collective_rpc", "wake_up"]
     assert [(r["status"], r["attempt"]) for r in lin.rollouts("v1")] == [("live", 1), ("failed", 2)]
+
+
+def test_exchange_answer_only_for_a_finished_answer():
+    """The writer thread parses what the loop relayed: a whole body, or SSE events up to [DONE]."""
+    from lib.serving.proxy import Exchange
+
+    def sse(*events: bytes) -> bytes:
+        return b"".join(b"data: " + e + b"\r\n\r\n" for e in events)
+
+    whole = Exchange("chat", {}, None)
+    whole.chunks = [b'{"model": "m", "choices": [{"message": {"content": "hi"}}]}']
+    assert whole.answer() == ("hi", "m")
+    pieces = [b'{"model": "m", "choices": [{"index": 0, "text": "a"}, {"index": 1, "text": "x"}]}', b'{"choices": [{"text": "b"}]}']
+    streamed = Exchange("completions", {}, None)
+    streamed.streamed, streamed.chunks = True, [sse(*pieces, b"[DONE]")[:7], sse(*pieces, b"[DONE]")[7:]]  # split mid-event
+    assert streamed.answer() == ("ab", "m")
+    for chunks in ([sse(*pieces)], [sse(pieces[0], b'{"error": {"message": "oom"}}', b"[DONE]")], [sse(b"not json", b"[DONE]")]):
+        cut = Exchange("completions", {}, None)
+        cut.streamed, cut.chunks = True, chunks
+        assert cut.answer() is None  # cut before [DONE], an error event, garbage
+    left = Exchange("completions", {}, None)
+    left.streamed, left.relayed, left.chunks = True, False, [sse(*pieces, b"[DONE]")]
+    assert left.answer() is None  # the client left mid-answer
