@@ -30,8 +30,8 @@ runs (vLLM, SGLang, `consolidate serve`, any OpenAI-compatible server), capturin
 Trade-off: capturing after the answer (not before, as `consolidate serve` does) keeps the buffer's
 ~1 ms fsync and the template off the response path, at the cost of the X-Capture-Id header (the
 record id is not known when the answer leaves). One writer fsyncs one record at a time, so
-captures keep up with ~350 answers/s (buffer.durability=fsync); past that the queue grows and
-drains behind the load. The proxy's own CPU is ~0.8 ms a request, capture included (aiohttp to
+captures keep up with ~350 answers/s (buffer.durability=fsync); past that the queue grows to
+`WRITER_BACKLOG` exchanges, then requests' tasks wait for the writer (backpressure, not loss). The proxy's own CPU is ~0.8 ms a request, capture included (aiohttp to
 the upstream, uvloop + httptools in uvicorn; it was ~2.5 ms with httpx and h11):
 bench/bench_proxy.py measures the whole overhead against the upstream direct.
 """
@@ -71,6 +71,10 @@ log = logging.getLogger(__name__)
 # hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself: never forwarded either way
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
        "transfer-encoding", "upgrade", "host", "content-length", "content-encoding", "accept-encoding", "x-capture"}
+
+
+# finished exchanges queued to the capture writer before a request's task waits for it (~3 s of fsyncs)
+WRITER_BACKLOG = 1024
 
 
 def upstream_base(url: str) -> str:
@@ -245,9 +249,14 @@ class CaptureProxy:
         self._writer = threading.Thread(target=self._write_loop, name="capture-writer", daemon=True)
         self._writer.start()
 
-    def submit(self, exchange: Exchange) -> None:
-        """Hand a finished exchange to the writer thread (on the loop: a queue put, ~1 µs)."""
+    async def submit(self, exchange: Exchange) -> None:
+        """Hand a finished exchange to the writer thread (on the loop: a queue put, ~1 µs). Past
+        `WRITER_BACKLOG` queued exchanges, the request's task waits for the writer to catch up
+        (its client was answered; a keep-alive client's next request waits): the backlog, and
+        the memory it holds, stay bounded when answers come faster than the buffer's fsync."""
         self._queue.put(exchange)
+        while self._queue.qsize() > WRITER_BACKLOG and self._writer is not None:
+            await asyncio.sleep(0.005)
 
     def stop_writer(self) -> None:
         """Blocks until every exchange submitted so far is captured."""
@@ -378,9 +387,6 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
 
     install_error_handlers(app, "proxy")
 
-    async def submit(exchange: Exchange) -> None:  # a coroutine: Starlette runs it on the loop, no thread hop
-        proxy.submit(exchange)
-
     async def forward(request: Request, path: str):
         body = await proxy.intake.read_body(request)
         data = proxy.intake.parse(body)  # before the engine: the same 400s as `consolidate serve`
@@ -405,7 +411,7 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
                 proxy.counts["upstream_errors"] += 1
                 return Response(content, status_code=response.status, headers=headers)
             exchange.chunks.append(content)
-            return Response(content, status_code=200, headers=headers, background=BackgroundTask(submit, exchange))
+            return Response(content, status_code=200, headers=headers, background=BackgroundTask(proxy.submit, exchange))
 
         exchange.streamed, exchange.relayed = True, False
 
@@ -427,7 +433,7 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
                     response.close()
 
         # captured only if the relay ran to its end: a client that left mid-answer cancels it first
-        return StreamingResponse(relay(), status_code=200, headers=headers, background=BackgroundTask(submit, exchange))
+        return StreamingResponse(relay(), status_code=200, headers=headers, background=BackgroundTask(proxy.submit, exchange))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):

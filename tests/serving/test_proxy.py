@@ -480,3 +480,36 @@ def test_exchange_answer_only_for_a_finished_answer():
     left = Exchange("completions", {}, None)
     left.streamed, left.relayed, left.chunks = True, False, [sse(*pieces, b"[DONE]")]
     assert left.answer() is None  # the client left mid-answer
+
+
+def test_the_capture_backlog_is_bounded(tmp_path, monkeypatch):
+    """Answers faster than the writer: past WRITER_BACKLOG queued exchanges the request's task
+    waits (its client already has the answer); nothing queued is dropped."""
+    import asyncio
+
+    from lib.config import load_config
+    from lib.serving import proxy as proxy_module
+
+    monkeypatch.setattr(proxy_module, "WRITER_BACKLOG", 2)
+    ws = Workspace(tmp_path / "ws").ensure()
+    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "serve.reload_interval_s=3600"])
+    proxy = proxy_module.CaptureProxy(ws, cfg, "http://127.0.0.1:1")
+
+    def exchange(i: int) -> proxy_module.Exchange:
+        ex = proxy_module.Exchange("completions", {"prompt": f"p{i}"}, None)
+        ex.chunks = [b'{"model": "m", "choices": [{"text": " t"}]}']
+        return ex
+
+    async def scenario() -> None:
+        proxy._writer = object()  # a writer that is busy elsewhere: nothing drains the queue yet
+        for i in range(2):
+            await asyncio.wait_for(proxy.submit(exchange(i)), 1)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(proxy.submit(exchange(2)), 0.1)  # the third waits (and is queued)
+        proxy._writer = None
+        proxy.start_writer()
+        await asyncio.wait_for(proxy.submit(exchange(3)), 10)
+
+    asyncio.run(scenario())
+    proxy.close()  # drains the writer's queue
+    assert proxy.counts["captured"] == 4
