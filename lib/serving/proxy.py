@@ -31,9 +31,11 @@ Trade-off: capturing after the answer (not before, as `consolidate serve` does) 
 ~1 ms fsync and the template off the response path, at the cost of the X-Capture-Id header (the
 record id is not known when the answer leaves). One writer fsyncs one record at a time, so
 captures keep up with ~350 answers/s (buffer.durability=fsync); past that the queue grows to
-`WRITER_BACKLOG` exchanges, then requests' tasks wait for the writer (backpressure, not loss). The proxy's own CPU is ~0.8 ms a request, capture included (aiohttp to
-the upstream, uvloop + httptools in uvicorn; it was ~2.5 ms with httpx and h11):
-bench/bench_proxy.py measures the whole overhead against the upstream direct.
+`WRITER_BACKLOG` exchanges, then requests' tasks wait for the writer (backpressure, not loss).
+The proxy's own CPU, capture included, is ~0.8-1.1 ms a request against an upstream that costs
+nothing (2.55 ms with httpx and uvicorn's h11 before aiohttp, uvloop and httptools), 2.4-3.7 ms
+on the loaded 2-core machine beside a CPU-bound upstream; bench/bench_proxy.py measures it and
+the latency against the upstream direct.
 """
 
 from __future__ import annotations
