@@ -4,7 +4,9 @@ runs (vLLM, SGLang, `consolidate serve`, any OpenAI-compatible server), capturin
 - `/v1/chat/completions`, `/v1/completions` and `/v1/models` are forwarded to `proxy.upstream`
   unchanged: the same body bytes (less our own `"capture"` field), the client's headers (less
   hop-by-hop ones and `X-Capture`), the upstream's status, headers and body back. A streamed
-  answer (`"stream": true`) is relayed chunk by chunk as the upstream sends it.
+  answer (`"stream": true`) is relayed chunk by chunk as the upstream sends it. One keep-alive
+  pool to the upstream; a request whose reused connection the upstream closed before answering
+  is sent once more (`resent` in /health).
 - Before forwarding, a request passes the same intake as `consolidate serve` (`lib.serving.serve.Intake`:
   bearer token, body size, JSON, lone surrogates; then `max_tokens` against
   `serve.max_new_tokens`), so a hostile body never reaches the engine.
@@ -77,6 +79,8 @@ HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", 
 
 # finished exchanges queued to the capture writer before a request's task waits for it (~3 s of fsyncs)
 WRITER_BACKLOG = 1024
+# seconds an idle upstream connection is kept for reuse: under uvicorn's 5 s keep-alive
+KEEPALIVE_S = 4.0
 
 
 def upstream_base(url: str) -> str:
@@ -211,7 +215,7 @@ class CaptureProxy:
         self._capture = capture
         self._capture_lock = threading.Lock()
         self._policy_tokenizer: Any = None
-        self.counts = {"forwarded": 0, "upstream_errors": 0, "captured": 0, "not_captured": 0, "capture_failed": 0}
+        self.counts = {"forwarded": 0, "resent": 0, "upstream_errors": 0, "captured": 0, "not_captured": 0, "capture_failed": 0}
         self.session: Any = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
@@ -222,7 +226,8 @@ class CaptureProxy:
         p = self.cfg.proxy
         # timeout_s bounds the connection (pool wait included) and each gap between two bytes, not the whole answer
         timeout = aiohttp.ClientTimeout(total=None, connect=p.timeout_s, sock_read=p.timeout_s)
-        connector = aiohttp.TCPConnector(limit=p.max_connections, limit_per_host=p.max_connections)
+        # idle connections closed before the engine's uvicorn closes them (its 5 s default, which vLLM and SGLang keep)
+        connector = aiohttp.TCPConnector(limit=p.max_connections, limit_per_host=p.max_connections, keepalive_timeout=KEEPALIVE_S)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False, trust_env=False,
                                              skip_auto_headers=("User-Agent", "Content-Type"))
 
@@ -396,10 +401,19 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
         if "capture" in data:  # our field, not the engine's: strict servers refuse unknown fields
             body = json.dumps({k: v for k, v in data.items() if k != "capture"}).encode()
         proxy.counts["forwarded"] += 1
-        try:
-            response = await proxy.session.post(proxy.urls[path], data=body, headers=proxy.headers_out(request.headers))
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise proxy.unreachable(exc) from None
+        headers_out = proxy.headers_out(request.headers)
+        for attempt in (1, 2):
+            try:
+                response = await proxy.session.post(proxy.urls[path], data=body, headers=headers_out)
+                break
+            except aiohttp.ServerDisconnectedError as exc:
+                # closed before any answer: a keep-alive connection the engine dropped as it was reused
+                # (a loaded loop sees its FIN late); sent once more, on another connection
+                if attempt == 2:
+                    raise proxy.unreachable(exc) from None
+                proxy.counts["resent"] += 1
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise proxy.unreachable(exc) from None
         headers = proxy.headers_back(response.headers)
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
         if response.status != 200 or not streamed:

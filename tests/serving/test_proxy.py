@@ -513,3 +513,46 @@ def test_the_capture_backlog_is_bounded(tmp_path, monkeypatch):
     asyncio.run(scenario())
     proxy.close()  # drains the writer's queue
     assert proxy.counts["captured"] == 4
+
+
+def test_a_keepalive_connection_the_upstream_dropped_is_sent_again(tmp_path):
+    """An engine that closes a kept-alive connection as the proxy reuses it (here: every second
+    request on a connection is dropped unanswered): the request goes out once more on a new
+    connection, and the client never sees the 502."""
+    import asyncio
+
+    from lib.config import load_config
+    from lib.serving.proxy import create_proxy_app
+    from lib.serving.serve import BackgroundServer
+
+    answer_body = b'{"model": "m", "choices": [{"index": 0, "text": " t", "finish_reason": "length"}]}'
+    port, ready = free_port(), threading.Event()
+
+    async def handle(reader, writer):
+        for _ in range(2):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            if _ == 1:
+                break  # the second request on this connection: dropped unanswered
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(answer_body) + answer_body)
+            await writer.drain()
+        writer.close()
+
+    def engine() -> None:
+        async def main():
+            server = await asyncio.start_server(handle, "127.0.0.1", port)
+            ready.set()
+            await server.serve_forever()
+        asyncio.run(main())
+
+    threading.Thread(target=engine, daemon=True).start()
+    assert ready.wait(10)
+    ws = Workspace(tmp_path / "ws").ensure()
+    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "serve.capture=false"])
+    with BackgroundServer(create_proxy_app(ws, cfg, f"http://127.0.0.1:{port}")) as srv:
+        for _ in range(3):
+            r = httpx.post(f"{srv.base_url}/v1/completions", json={"prompt": "p", "max_tokens": 2}, timeout=30)
+            assert r.status_code == 200 and r.json()["choices"][0]["text"] == " t"
+        health = httpx.get(f"{srv.base_url}/health").json()
+    assert health["resent"] >= 1 and health["upstream_errors"] == 0
