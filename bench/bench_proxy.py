@@ -86,10 +86,10 @@ def proxy_cpu(pid: int) -> dict[str, float]:
     return {"loop": loop, "other": total - loop}
 
 
-def round_of(base: str, clients: int, seconds: float, max_tokens: int, stream: bool) -> tuple[list[float], int]:
-    """Latencies (s, to the last byte) of every 200 and the count of failures."""
+def round_of(base: str, clients: int, seconds: float, max_tokens: int, stream: bool) -> tuple[list[float], list[str]]:
+    """Latencies (s, to the last byte) of every 200, and what each failure was."""
     latencies: list[float] = []
-    failures = [0]
+    failures: list[str] = []
     lock = threading.Lock()
     stop = time.monotonic() + seconds
 
@@ -98,23 +98,28 @@ def round_of(base: str, clients: int, seconds: float, max_tokens: int, stream: b
             i = 0
             while time.monotonic() < stop:
                 body = {"prompt": f"# client {k}, request {i}\ndef ", "max_tokens": max_tokens, "temperature": 0.8, "stream": stream}
+                i += 1
                 t0 = time.perf_counter()
-                with http.stream("POST", "/v1/completions", json=body) as r:
-                    r.read()
+                try:
+                    with http.stream("POST", "/v1/completions", json=body) as r:
+                        r.read()
+                except httpx.HTTPError as exc:
+                    with lock:
+                        failures.append(f"{type(exc).__name__}: {exc}")
+                    continue
                 dt = time.perf_counter() - t0
                 with lock:
                     if r.status_code == 200:
                         latencies.append(dt)
                     else:
-                        failures[0] += 1
-                i += 1
+                        failures.append(f"{r.status_code} {r.text[:300]}")
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return latencies, failures[0]
+    return latencies, failures
 
 
 def stats(latencies: list[float], seconds: float) -> dict[str, float]:
@@ -156,7 +161,7 @@ def measure(placement: str, args: argparse.Namespace, tmp: Path) -> dict:
     proxy = start(["proxy", "--upstream", f"http://127.0.0.1:{up_port}", "-w", str(px_ws.root), *common,
                    "--set", f"buffer.durability={args.durability}"], px_port, tmp / "proxy.log", px_cores)
     px_base = f"http://127.0.0.1:{px_port}"
-    direct, proxied, pairs, failures = [], [], [], 0
+    direct, proxied, pairs, failures = [], [], [], []
     load = [os.getloadavg()[0]]
     try:
         round_of(px_base, args.clients, 2.0, args.max_tokens, args.stream)  # warm-up (both paths)
@@ -167,7 +172,7 @@ def measure(placement: str, args: argparse.Namespace, tmp: Path) -> dict:
             for name, port, out in (("direct", up_port, direct), ("proxied", px_port, proxied)):
                 lat, failed = round_of(f"http://127.0.0.1:{port}", args.clients, args.seconds, args.max_tokens, args.stream)
                 out.extend(lat)
-                failures += failed
+                failures += [f"{name}: {f}" for f in failed]
                 p50[name] = statistics.median(lat)
             pairs.append(p50["proxied"] / p50["direct"])
             print(f"{placement} round {r + 1}: p50 direct {1000 * p50['direct']:.1f} ms, proxied {1000 * p50['proxied']:.1f} ms "
@@ -188,7 +193,7 @@ def measure(placement: str, args: argparse.Namespace, tmp: Path) -> dict:
             # CPU, not wall time: what the proxy costs whatever else the machine runs (it idles in direct rounds)
             "proxy_cpu_ms": {k: 1000 * cpu[k] / len(proxied) for k in ("loop", "other")},
             "upstream_cpu_ms": 1000 * cpu["upstream"] / (len(direct) + len(proxied)), "pairs": pairs,
-            "ok": captured == warm + len(proxied) and failures == 0, "captured": captured, "expected": warm + len(proxied),
+            "ok": captured == warm + len(proxied) and not failures, "captured": captured, "expected": warm + len(proxied),
             "failures": failures, "load": load}
 
 
@@ -223,7 +228,9 @@ def main() -> int:
         print(f"{res['placement']}: CPU per request: proxy {cpu['loop'] + cpu['other']:.2f} ms (event loop {cpu['loop']:.2f}, "
               f"capture writer and flushes {cpu['other']:.2f}), upstream {res['upstream_cpu_ms']:.2f} ms")
         print(f"{res['placement']}: capture {res['captured']} records for {res['expected']} proxied 200s (warm-up included); "
-              f"failures {res['failures']}: {'ok' if res['ok'] else 'MISSING'}")
+              f"failures {len(res['failures'])}: {'ok' if res['ok'] else 'MISSING' if res['captured'] != res['expected'] else 'FAILED'}")
+        for failure in res["failures"][:5]:
+            print(f"  {failure}")
     return 0 if all(res["ok"] for res in results) else 1
 
 
