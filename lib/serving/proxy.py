@@ -4,7 +4,9 @@ runs (vLLM, SGLang, `consolidate serve`, any OpenAI-compatible server), capturin
 - `/v1/chat/completions`, `/v1/completions` and `/v1/models` are forwarded to `proxy.upstream`
   unchanged: the same body bytes (less our own `"capture"` field), the client's headers (less
   hop-by-hop ones and `X-Capture`), the upstream's status, headers and body back. A streamed
-  answer (`"stream": true`) is relayed chunk by chunk as the upstream sends it.
+  answer (`"stream": true`) is relayed chunk by chunk as the upstream sends it. One keep-alive
+  pool to the upstream; a request whose reused connection the upstream closed before answering
+  is sent once more (`resent` in /health).
 - Before forwarding, a request passes the same intake as `consolidate serve` (`lib.serving.serve.Intake`:
   bearer token, body size, JSON, lone surrogates; then `max_tokens` against
   `serve.max_new_tokens`), so a hostile body never reaches the engine.
@@ -17,37 +19,47 @@ runs (vLLM, SGLang, `consolidate serve`, any OpenAI-compatible server), capturin
   `X-Capture: off`, `serve.capture=false`). Upstream errors (status >= 400, a stream's error
   event, a cut stream) are passed through and never captured; a request with `n` > 1 is
   forwarded and not captured (one record per exchange).
-- The capture runs after the response is sent (a background task on a worker thread), so the
-  client never waits for the buffer's fsync. A capture that fails (disk full, record too large)
-  is logged and counted (`/health`); the client already has its answer.
-- SIGTERM: uvicorn stops accepting, lets the requests in flight finish, their captures included,
-  then the buffer is flushed to parquet: nothing answered is lost. (A SIGKILL loses the captures
-  of the answers sent in the last few milliseconds; what reached the write-ahead log survives.)
+- The event loop only relays bytes: the request body is parsed once (the intake must), the
+  answer is kept as the raw bytes relayed, and a finished exchange is queued to one capture
+  writer thread, which validates the request, parses the answer (JSON or SSE events), renders
+  the chat template and writes the buffer. A capture that fails (disk full, record too large) is
+  logged and counted (`/health`); the client already has its answer.
+- SIGTERM: uvicorn stops accepting and lets the requests in flight finish; then the writer drains
+  its queue and the buffer is flushed to parquet: nothing answered is lost. (A SIGKILL loses the
+  captures still queued, those of the last few milliseconds' answers; what reached the
+  write-ahead log survives.)
 
 Trade-off: capturing after the answer (not before, as `consolidate serve` does) keeps the buffer's
-~1 ms fsync off the response path, at the cost of the X-Capture-Id header (the record id is not
-known when the answer leaves). Parsing the relayed SSE events to collect the answer costs ~10 µs
-per chunk; bench/bench_proxy.py measures the whole overhead against the upstream direct.
+~1 ms fsync and the template off the response path, at the cost of the X-Capture-Id header (the
+record id is not known when the answer leaves). One writer fsyncs one record at a time, so
+captures keep up with ~350 answers/s (buffer.durability=fsync); past that the queue grows to
+`WRITER_BACKLOG` exchanges, then requests' tasks wait for the writer (backpressure, not loss).
+The proxy's own CPU, capture included, is ~0.8-1.1 ms a request against an upstream that costs
+nothing (2.55 ms with httpx and uvicorn's h11 before aiohttp, uvloop and httptools), 2.4-3.7 ms
+on the loaded 2-core machine beside a CPU-bound upstream; bench/bench_proxy.py measures it and
+the latency against the upstream direct.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+import queue
 import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
-import dataclasses
-import httpx
-import uvicorn
+from yarl import URL  # aiohttp's own URL type: parsed once per path, not per request
 
 from lib.buffer.capture import Capture, capture_source, message_text, open_capture
 from lib.serving.serve import (
@@ -63,6 +75,12 @@ log = logging.getLogger(__name__)
 # hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself: never forwarded either way
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
        "transfer-encoding", "upgrade", "host", "content-length", "content-encoding", "accept-encoding", "x-capture"}
+
+
+# finished exchanges queued to the capture writer before a request's task waits for it (~3 s of fsyncs)
+WRITER_BACKLOG = 1024
+# seconds an idle upstream connection is kept for reuse: under uvicorn's 5 s keep-alive
+KEEPALIVE_S = 4.0
 
 
 def upstream_base(url: str) -> str:
@@ -128,67 +146,60 @@ class ServingVersion:
 
 
 class Exchange:
-    """What the proxy learns of one forwarded request: what to capture once it has finished."""
+    """What the proxy keeps of one forwarded request: the parsed request body and the answer's raw
+    bytes. Nothing here is parsed on the event loop: `answer()` runs in the capture writer thread."""
 
-    def __init__(self, kind: str, request: Any, capture_on: bool):
-        self.kind, self.request, self.capture_on = kind, request, capture_on
-        self.pieces: list[str] = []
-        self.model: str | None = None
-        self.done = False      # the upstream finished the answer ([DONE], or a whole JSON body)
+    def __init__(self, kind: str, data: dict[str, Any], capture_header: str | None):
+        self.kind, self.data, self.capture_header = kind, data, capture_header
+        self.chunks: list[bytes] = []  # the whole JSON body, or the relayed server-sent events
+        self.streamed = False
         self.relayed = True    # a stream: every chunk reached the client (False until the relay ends)
-        self.failed = False    # an error event inside a 200 stream
-        self._pending = b""
+        self.failed = False    # the upstream broke off, or its body was not an answer
 
-    def feed(self, chunk: bytes) -> None:
-        """Collect the answer from relayed server-sent events (split at blank lines)."""
-        self._pending += chunk
-        if b"\n\n" not in self._pending and b"\r\n\r\n" not in self._pending:
-            return
-        events = self._pending.replace(b"\r\n", b"\n").split(b"\n\n")
-        self._pending = events.pop()
-        for event in events:
+    def answer(self) -> tuple[str, str | None] | None:
+        """(the answer's text, the upstream's model name), or None when the answer did not finish
+        (a stream without `data: [DONE]`, an error event, a body that is not a completion)."""
+        if self.failed or not self.relayed:
+            return None
+        body = b"".join(self.chunks)
+        if not self.streamed:
+            return self._whole(body)
+        pieces: list[str] = []
+        model = None
+        for event in body.replace(b"\r\n", b"\n").split(b"\n\n"):
             for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    self._event(line[5:].strip())
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return "".join(pieces), model
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    return None
+                if not isinstance(chunk, dict) or "error" in chunk:
+                    return None
+                model = chunk.get("model") or model
+                for choice in chunk.get("choices") or []:
+                    if choice.get("index", 0) != 0:
+                        continue
+                    piece = (choice.get("delta") or {}).get("content") if self.kind == "chat" else choice.get("text")
+                    if isinstance(piece, str):
+                        pieces.append(piece)
+        return None  # no [DONE]: the stream was cut
 
-    def _event(self, data: bytes) -> None:
-        if data == b"[DONE]":
-            self.done = not self.failed
-            return
+    def _whole(self, body: bytes) -> tuple[str, str | None] | None:
         try:
-            chunk = json.loads(data)
-        except ValueError:
-            self.failed = True
-            return
-        if not isinstance(chunk, dict) or "error" in chunk:
-            self.failed = True
-            return
-        self.model = chunk.get("model") or self.model
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            piece = (choice.get("delta") or {}).get("content") if self.kind == "chat" else choice.get("text")
-            if isinstance(piece, str):
-                self.pieces.append(piece)
-
-    def answer_of(self, body: Any) -> None:
-        """Collect the answer from a whole (non-streamed) JSON response."""
-        try:
-            choice = body["choices"][0]
+            data = json.loads(body)
+            choice = data["choices"][0]
             text = choice["message"]["content"] if self.kind == "chat" else choice["text"]
-        except (KeyError, IndexError, TypeError):
-            self.failed = True
-            return
-        if not isinstance(text, str):
-            self.failed = True
-            return
-        self.model = body.get("model")
-        self.pieces = [text]
-        self.done = True
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+        return (text, data.get("model")) if isinstance(text, str) else None
 
 
 class CaptureProxy:
-    """State of one running proxy: the upstream client, the capture hook, the counters."""
+    """State of one running proxy: the upstream session, the capture writer, the counters."""
 
     def __init__(self, workspace: Any, cfg: Any, upstream: str | None = None, capture: Capture | None = None):
         upstream = upstream or cfg.proxy.upstream
@@ -198,19 +209,27 @@ class CaptureProxy:
             raise ValueError(f"--upstream {upstream!r}: give an http:// or https:// URL, e.g. http://127.0.0.1:8000")
         self.workspace, self.cfg = workspace, cfg
         self.upstream = upstream_base(upstream)
+        self.urls = {path: URL(self.upstream + path) for path in ("/v1/chat/completions", "/v1/completions", "/v1/models")}
         self.intake = Intake(cfg.serve)
         self.serving = ServingVersion(workspace, cfg.serve.reload_interval_s, cfg.proxy.tokenizer)
         self._capture = capture
         self._capture_lock = threading.Lock()
         self._policy_tokenizer: Any = None
-        self.counts = {"forwarded": 0, "upstream_errors": 0, "captured": 0, "not_captured": 0, "capture_failed": 0}
-        self.client: Any = None
+        self.counts = {"forwarded": 0, "resent": 0, "upstream_errors": 0, "captured": 0, "not_captured": 0, "capture_failed": 0}
+        self.session: Any = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
 
     # -- upstream ----------------------------------------------------------------------------
-    def open_client(self) -> None:
+    def open_session(self) -> None:
+        """One keep-alive session for every request (called on the running loop)."""
         p = self.cfg.proxy
-        limits = httpx.Limits(max_connections=p.max_connections, max_keepalive_connections=p.max_connections)
-        self.client = httpx.AsyncClient(base_url=self.upstream, timeout=httpx.Timeout(p.timeout_s), limits=limits, trust_env=False)
+        # timeout_s bounds the connection (pool wait included) and each gap between two bytes, not the whole answer
+        timeout = aiohttp.ClientTimeout(total=None, connect=p.timeout_s, sock_read=p.timeout_s)
+        # idle connections closed before the engine's uvicorn closes them (its 5 s default, which vLLM and SGLang keep)
+        connector = aiohttp.TCPConnector(limit=p.max_connections, limit_per_host=p.max_connections, keepalive_timeout=KEEPALIVE_S)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False, trust_env=False,
+                                             skip_auto_headers=("User-Agent", "Content-Type"))
 
     def headers_out(self, headers: Any) -> dict[str, str]:
         out = {k: v for k, v in headers.items() if k.lower() not in HOP}
@@ -218,7 +237,7 @@ class CaptureProxy:
         if token is not None:
             out = {k: v for k, v in out.items() if k.lower() != "authorization"}
             out["authorization"] = f"Bearer {token.get_secret_value()}"
-        out["accept-encoding"] = "identity"  # relayed byte for byte, and parsed on the way
+        out["accept-encoding"] = "identity"  # relayed byte for byte, and parsed for the capture
         return out
 
     @staticmethod
@@ -227,12 +246,36 @@ class CaptureProxy:
 
     def unreachable(self, exc: Exception) -> APIError:
         self.counts["upstream_errors"] += 1
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, TimeoutError):  # aiohttp's connect and read timeouts are TimeoutErrors
             return APIError(504, f"upstream {self.upstream} did not answer within proxy.timeout_s={self.cfg.proxy.timeout_s:g} s ({type(exc).__name__})",
                             type="server_error", code="upstream_timeout")
         return APIError(502, f"upstream {self.upstream} unreachable: {type(exc).__name__}: {exc}", type="server_error", code="upstream_unreachable")
 
     # -- capture -----------------------------------------------------------------------------
+    def start_writer(self) -> None:
+        self._writer = threading.Thread(target=self._write_loop, name="capture-writer", daemon=True)
+        self._writer.start()
+
+    async def submit(self, exchange: Exchange) -> None:
+        """Hand a finished exchange to the writer thread (on the loop: a queue put, ~1 µs). Past
+        `WRITER_BACKLOG` queued exchanges, the request's task waits for the writer to catch up
+        (its client was answered; a keep-alive client's next request waits): the backlog, and
+        the memory it holds, stay bounded when answers come faster than the buffer's fsync."""
+        self._queue.put(exchange)
+        while self._queue.qsize() > WRITER_BACKLOG and self._writer is not None:
+            await asyncio.sleep(0.005)
+
+    def stop_writer(self) -> None:
+        """Blocks until every exchange submitted so far is captured."""
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join()
+            self._writer = None
+
+    def _write_loop(self) -> None:
+        while (exchange := self._queue.get()) is not None:
+            self.capture(exchange)
+
     def hook(self, tokenizer: Any) -> Capture | None:
         if not self.cfg.serve.capture:
             return None
@@ -248,24 +291,30 @@ class CaptureProxy:
             return self._capture
 
     def _count(self, key: str) -> None:
-        with self._capture_lock:  # worker threads capture concurrently
+        with self._capture_lock:
             self.counts[key] += 1
 
     def capture(self, exchange: Exchange) -> str | None:
-        """Runs after the response was sent (a worker thread): the finished exchange into the
-        buffer. Never raises: a failure is logged and counted."""
-        if not exchange.done or exchange.failed or not exchange.relayed:
+        """Runs after the response was sent, in the writer thread: the request validated, the
+        answer parsed, the exchange rendered and written into the buffer. Never raises: a failure
+        is logged and counted."""
+        if not self.cfg.serve.capture:
             self._count("not_captured")
             return None
+        req = self.request_of(exchange)
+        answer = exchange.answer() if req is not None else None
+        if answer is None:
+            self._count("not_captured")
+            return None
+        text, model = answer
+        capture_on = capture_flag(req.capture, exchange.capture_header)
         try:
             version, tokenizer = self.serving.current()
             hook = self.hook(tokenizer)
-            if hook is None or not exchange.capture_on:
+            if hook is None or not capture_on:
                 self._count("not_captured")
                 return None
-            text = "".join(exchange.pieces)
-            req = exchange.request
-            meta = {"capture": exchange.capture_on, "source": capture_source("proxy", exchange.kind, version, exchange.model)}
+            meta = {"capture": capture_on, "source": capture_source("proxy", exchange.kind, version, model)}
             if exchange.kind == "chat":
                 messages = [{"role": m.role, "content": message_text(m.content)} for m in req.messages]
                 record = hook.capture_conversation(messages + [{"role": "assistant", "content": text.strip()}], meta, tokenizer=tokenizer)
@@ -278,26 +327,33 @@ class CaptureProxy:
         self._count("captured" if record else "not_captured")
         return record
 
-    def exchange_of(self, path: str, data: dict[str, Any], capture_header: str | None) -> Exchange | None:
-        """What to capture of this request, or None when it is not captured (the request is
-        forwarded whatever this says: the upstream decides what it accepts)."""
-        model = ChatRequest if path.endswith("chat/completions") else CompletionRequest
+    @staticmethod
+    def request_of(exchange: Exchange) -> Any:
+        """The request as `consolidate serve` reads it, or None for a shape not captured (tool
+        calls, images, a list of prompts, n > 1): those were forwarded all the same."""
+        model = ChatRequest if exchange.kind == "chat" else CompletionRequest
+        try:
+            req = model.model_validate(exchange.data)
+        except Exception:
+            return None
+        if req.n != 1 or (isinstance(getattr(req, "prompt", None), list) and len(req.prompt) != 1):
+            return None
+        return req
+
+    def exchange_of(self, path: str, data: dict[str, Any], capture_header: str | None) -> Exchange:
+        """What to keep of this request for the capture. Checks here only what must stop a request
+        before the engine (max_tokens); validating the request's shape is the writer's."""
         for field in ("max_tokens", "max_completion_tokens"):
             requested = data.get(field)
             if isinstance(requested, int) and not isinstance(requested, bool):
                 check_max_tokens(requested, self.cfg.serve.max_new_tokens)
-        try:
-            req = model.model_validate(data)
-        except Exception:  # a shape we do not capture (tool calls, images, a list of prompts): forwarded as is
-            return None
-        if req.n != 1 or (isinstance(getattr(req, "prompt", None), list) and len(req.prompt) != 1):
-            return None
-        return Exchange("chat" if model is ChatRequest else "completions", req, capture_flag(req.capture, capture_header))
+        return Exchange("chat" if path.endswith("chat/completions") else "completions", data, capture_header)
 
     def flush(self) -> Any:
         return self._capture.flush() if self._capture is not None else None
 
     def close(self) -> None:
+        self.stop_writer()
         if self._capture is not None:
             self._capture.close()
         log.info("proxy closed: %s", ", ".join(f"{k} {v}" for k, v in self.counts.items()))
@@ -319,7 +375,8 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
 
     @asynccontextmanager
     async def lifespan(app):
-        proxy.open_client()
+        proxy.open_session()
+        proxy.start_writer()
         version, _ = await run_in_threadpool(proxy.serving.current)  # the tokenizer loads now, not at the first answer
         log.info("forwarding to %s; captured answers are stamped %s", proxy.upstream, version or "unknown (no lineage in the workspace)")
         interval = cfg.serve.flush_interval_s
@@ -329,8 +386,8 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
         finally:
             if flusher is not None:
                 flusher.cancel()
-            await proxy.client.aclose()
-            await run_in_threadpool(proxy.close)
+            await proxy.session.close()
+            await run_in_threadpool(proxy.close)  # the writer drains its queue first
 
     app = FastAPI(title="consolidation capture proxy", lifespan=lifespan)
     app.state.proxy = proxy
@@ -339,59 +396,60 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
 
     async def forward(request: Request, path: str):
         body = await proxy.intake.read_body(request)
-        data = proxy.intake.parse(body)
+        data = proxy.intake.parse(body)  # before the engine: the same 400s as `consolidate serve`
         exchange = proxy.exchange_of(path, data, request.headers.get("x-capture"))
         if "capture" in data:  # our field, not the engine's: strict servers refuse unknown fields
-            data.pop("capture")
-            body = json.dumps(data).encode()
+            body = json.dumps({k: v for k, v in data.items() if k != "capture"}).encode()
         proxy.counts["forwarded"] += 1
-        upstream_request = proxy.client.build_request("POST", path, content=body, headers=proxy.headers_out(request.headers))
-        try:
-            response = await proxy.client.send(upstream_request, stream=True)
-        except httpx.HTTPError as exc:
-            raise proxy.unreachable(exc) from None
+        headers_out = proxy.headers_out(request.headers)
+        for attempt in (1, 2):
+            try:
+                response = await proxy.session.post(proxy.urls[path], data=body, headers=headers_out)
+                break
+            except aiohttp.ServerDisconnectedError as exc:
+                # closed before any answer: a keep-alive connection the engine dropped as it was reused
+                # (a loaded loop sees its FIN late); sent once more, on another connection
+                if attempt == 2:
+                    raise proxy.unreachable(exc) from None
+                proxy.counts["resent"] += 1
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise proxy.unreachable(exc) from None
         headers = proxy.headers_back(response.headers)
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-        if response.status_code != 200 or not streamed:
+        if response.status != 200 or not streamed:
             try:
-                content = await response.aread()
-            except httpx.HTTPError as exc:
+                content = await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 raise proxy.unreachable(exc) from None
             finally:
-                await response.aclose()
-            if response.status_code != 200:
+                response.release()
+            if response.status != 200:
                 proxy.counts["upstream_errors"] += 1
-                return Response(content, status_code=response.status_code, headers=headers)
-            if exchange is not None:
-                try:
-                    exchange.answer_of(json.loads(content))
-                except ValueError:
-                    exchange.failed = True
-            task = BackgroundTask(proxy.capture, exchange) if exchange is not None else None
-            return Response(content, status_code=200, headers=headers, background=task)
+                return Response(content, status_code=response.status, headers=headers)
+            exchange.chunks.append(content)
+            return Response(content, status_code=200, headers=headers, background=BackgroundTask(proxy.submit, exchange))
 
-        if exchange is not None:
-            exchange.relayed = False
+        exchange.streamed, exchange.relayed = True, False
 
         async def relay():
+            finished = False
             try:
-                async for chunk in response.aiter_raw():
-                    if exchange is not None:
-                        exchange.feed(chunk)
+                async for chunk in response.content.iter_any():
+                    exchange.chunks.append(chunk)
                     yield chunk
-                if exchange is not None:  # not reached when the client left (the relay is cancelled)
-                    exchange.relayed = True
-            except httpx.HTTPError as exc:  # the upstream broke off: the client sees the cut, nothing is captured
+                finished = exchange.relayed = True  # not reached when the client left (the relay is cancelled)
+            except (aiohttp.ClientError, TimeoutError) as exc:  # the upstream broke off: the client sees the cut, nothing is captured
                 log.warning("upstream stream of %s broke off: %s", path, exc)
                 proxy.counts["upstream_errors"] += 1
-                if exchange is not None:
-                    exchange.failed = True
+                exchange.failed = True
             finally:
-                await response.aclose()
+                if finished:
+                    response.release()
+                else:  # an unfinished answer: drop the connection, so the engine stops generating
+                    response.close()
 
         # captured only if the relay ran to its end: a client that left mid-answer cancels it first
-        task = BackgroundTask(proxy.capture, exchange) if exchange is not None else None
-        return StreamingResponse(relay(), status_code=200, headers=headers, background=task)
+        return StreamingResponse(relay(), status_code=200, headers=headers, background=BackgroundTask(proxy.submit, exchange))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -405,10 +463,11 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
     async def models(request: Request):
         proxy.intake.check_auth(request.headers.get("authorization"))
         try:
-            response = await proxy.client.get("/v1/models", headers=proxy.headers_out(request.headers))
-        except httpx.HTTPError as exc:
+            async with proxy.session.get(proxy.urls["/v1/models"], headers=proxy.headers_out(request.headers)) as response:
+                content = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise proxy.unreachable(exc) from None
-        return Response(response.content, status_code=response.status_code, headers=proxy.headers_back(response.headers))
+        return Response(content, status_code=response.status, headers=proxy.headers_back(response.headers))
 
     @app.get("/health")
     async def health():
@@ -418,7 +477,9 @@ def create_proxy_app(workspace: Any, cfg: Any, upstream: str | None = None, *, c
 
 
 def run(workspace: Any, cfg: Any, upstream: str | None = None, log_level: str = "info") -> None:
-    """Proxy in the foreground until interrupted (`consolidate proxy`); SIGTERM drains and flushes."""
+    """Proxy in the foreground until interrupted (`consolidate proxy`); SIGTERM drains and flushes.
+    uvloop and httptools (dependencies) are uvicorn's choice when installed: a third of the
+    proxy's CPU per request is the server's HTTP parsing and event loop."""
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     app = create_proxy_app(workspace, cfg, upstream)
     uvicorn.run(app, host=cfg.proxy.host, port=cfg.proxy.port, log_level=log_level, access_log=False)

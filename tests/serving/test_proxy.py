@@ -457,3 +457,102 @@ def test_vllm_rollout_calls_sleep_reload_wake_in_order_and_never_leaves_it_aslee
             roll_out(lin, "v1", cfg, attempt=2)
         assert [c[0] for c in calls] == ["sleep", "wake_up", "collective_rpc", "wake_up"]
     assert [(r["status"], r["attempt"]) for r in lin.rollouts("v1")] == [("live", 1), ("failed", 2)]
+
+
+def test_exchange_answer_only_for_a_finished_answer():
+    """The writer thread parses what the loop relayed: a whole body, or SSE events up to [DONE]."""
+    from lib.serving.proxy import Exchange
+
+    def sse(*events: bytes) -> bytes:
+        return b"".join(b"data: " + e + b"\r\n\r\n" for e in events)
+
+    whole = Exchange("chat", {}, None)
+    whole.chunks = [b'{"model": "m", "choices": [{"message": {"content": "hi"}}]}']
+    assert whole.answer() == ("hi", "m")
+    pieces = [b'{"model": "m", "choices": [{"index": 0, "text": "a"}, {"index": 1, "text": "x"}]}', b'{"choices": [{"text": "b"}]}']
+    streamed = Exchange("completions", {}, None)
+    streamed.streamed, streamed.chunks = True, [sse(*pieces, b"[DONE]")[:7], sse(*pieces, b"[DONE]")[7:]]  # split mid-event
+    assert streamed.answer() == ("ab", "m")
+    for chunks in ([sse(*pieces)], [sse(pieces[0], b'{"error": {"message": "oom"}}', b"[DONE]")], [sse(b"not json", b"[DONE]")]):
+        cut = Exchange("completions", {}, None)
+        cut.streamed, cut.chunks = True, chunks
+        assert cut.answer() is None  # cut before [DONE], an error event, garbage
+    left = Exchange("completions", {}, None)
+    left.streamed, left.relayed, left.chunks = True, False, [sse(*pieces, b"[DONE]")]
+    assert left.answer() is None  # the client left mid-answer
+
+
+def test_the_capture_backlog_is_bounded(tmp_path, monkeypatch):
+    """Answers faster than the writer: past WRITER_BACKLOG queued exchanges the request's task
+    waits (its client already has the answer); nothing queued is dropped."""
+    import asyncio
+
+    from lib.config import load_config
+    from lib.serving import proxy as proxy_module
+
+    monkeypatch.setattr(proxy_module, "WRITER_BACKLOG", 2)
+    ws = Workspace(tmp_path / "ws").ensure()
+    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "serve.reload_interval_s=3600"])
+    proxy = proxy_module.CaptureProxy(ws, cfg, "http://127.0.0.1:1")
+
+    def exchange(i: int) -> proxy_module.Exchange:
+        ex = proxy_module.Exchange("completions", {"prompt": f"p{i}"}, None)
+        ex.chunks = [b'{"model": "m", "choices": [{"text": " t"}]}']
+        return ex
+
+    async def scenario() -> None:
+        proxy._writer = object()  # a writer that is busy elsewhere: nothing drains the queue yet
+        for i in range(2):
+            await asyncio.wait_for(proxy.submit(exchange(i)), 1)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(proxy.submit(exchange(2)), 0.1)  # the third waits (and is queued)
+        proxy._writer = None
+        proxy.start_writer()
+        await asyncio.wait_for(proxy.submit(exchange(3)), 10)
+
+    asyncio.run(scenario())
+    proxy.close()  # drains the writer's queue
+    assert proxy.counts["captured"] == 4
+
+
+def test_a_keepalive_connection_the_upstream_dropped_is_sent_again(tmp_path):
+    """An engine that closes a kept-alive connection as the proxy reuses it (here: every second
+    request on a connection is dropped unanswered): the request goes out once more on a new
+    connection, and the client never sees the 502."""
+    import asyncio
+
+    from lib.config import load_config
+    from lib.serving.proxy import create_proxy_app
+    from lib.serving.serve import BackgroundServer
+
+    answer_body = b'{"model": "m", "choices": [{"index": 0, "text": " t", "finish_reason": "length"}]}'
+    port, ready = free_port(), threading.Event()
+
+    async def handle(reader, writer):
+        for _ in range(2):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            if _ == 1:
+                break  # the second request on this connection: dropped unanswered
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(answer_body) + answer_body)
+            await writer.drain()
+        writer.close()
+
+    def engine() -> None:
+        async def main():
+            server = await asyncio.start_server(handle, "127.0.0.1", port)
+            ready.set()
+            await server.serve_forever()
+        asyncio.run(main())
+
+    threading.Thread(target=engine, daemon=True).start()
+    assert ready.wait(10)
+    ws = Workspace(tmp_path / "ws").ensure()
+    cfg = load_config(preset="tiny", overrides=[f"workspace.root={ws.root}", "serve.capture=false"])
+    with BackgroundServer(create_proxy_app(ws, cfg, f"http://127.0.0.1:{port}")) as srv:
+        for _ in range(3):
+            r = httpx.post(f"{srv.base_url}/v1/completions", json={"prompt": "p", "max_tokens": 2}, timeout=30)
+            assert r.status_code == 200 and r.json()["choices"][0]["text"] == " t"
+        health = httpx.get(f"{srv.base_url}/health").json()
+    assert health["resent"] >= 1 and health["upstream_errors"] == 0
