@@ -25,6 +25,8 @@ SETS = [
     "checkpoints.keep_optimizer_states=0", "eval.max_docs=6", "curation.workers=1", "curation.languages=[]",
     # the gate is not under test here: a night must pass it to reach promotion and storage
     "gate.max_forgetting=10", "gate.min_acquisition=-10",
+    # nor is the night's length: exactly num_iterations steps, never lengthened for its facts' forms
+    "knowledge.min_exposures=0",
 ]
 
 
