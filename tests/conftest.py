@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -11,6 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 pytest.register_assert_rewrite("night_fixtures")  # a plugin the test modules also import from
+# test modules whose helpers other test modules import (tests/registry/test_adopt.py, test_lineage.py):
+# importable whichever files a run collects, in whatever order
+sys.path.insert(0, str(Path(__file__).resolve().parent / "registry"))
 
 
 @pytest.fixture()
