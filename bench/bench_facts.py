@@ -85,15 +85,13 @@ def bootstrap_v0(base: Path, args) -> None:
 
 
 def clone(src: Path, dst: Path):
-    """A copy of a workspace whose lineage points at the copy's own version folders; pending
+    """A copy of a workspace (self-contained: its lineage stores paths relative to it); pending
     buffer files of the source (a demo buffer) are left behind."""
     from lib.registry.lineage import Lineage
     from lib.workspace import Workspace
 
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns(".prefect"))
-    with Lineage(dst / "lineage.duckdb").transaction() as con:
-        con.execute("UPDATE versions SET path = replace(path, ?, ?)", [str(src), str(dst)])
     lin = Lineage(dst / "lineage.duckdb")
     registered = {b.path for b in lin.buffer_files()} if hasattr(lin, "buffer_files") else set()
     for f in (dst / "buffers").glob("*.parquet"):

@@ -125,9 +125,9 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
     if cfg.knowledge.enabled:
         with clock.stage("knowledge"):
             result["knowledge"] = inject_knowledge_task(cfg, str(run.path), champion_dir)
+        form_tokens, rehearsal_tokens = knowledge_tokens(run.path, tokenizer_dir)
         steps, share, rehearsal, note = night_plan(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge,
-                                                   knowledge_tokens(run.path, tokenizer_dir), corpus_share(sources),
-                                                   knowledge_tokens(run.path, tokenizer_dir, "rehearsal"))
+                                                   form_tokens, corpus_share(sources), rehearsal_tokens)
         sources = knowledge_sources(sources, run.path, cfg.knowledge, share, rehearsal)
         result["knowledge"].update(share=round(share, 4), rehearsal_share=round(rehearsal, 4))
         if note:

@@ -100,15 +100,16 @@ def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -
 @dataclass(frozen=True)
 class QuestionForm:
     name: str
-    template: str       # {cue} {subject} {relation} {wh} {noun}; for kind "front"/"strand": {question}
+    template: str       # {cue} {subject} {relation} {wh} {noun}; an inverted form: {question}
     probe: bool = True  # a question a fact may be asked in; False: a cloze form, trained only
+    invert: str = ""    # "front" / "strand": the relation inverted (inverted_question), preposition first / last
     fallback: str = ""  # template when the relation cannot be inverted (inverted forms only)
 
     def render(self, subject: str, relation: str, kind: str) -> str:
         values = dict(cue=_cue(subject, relation), subject=subject, relation=relation,
                       wh=WH.get(kind, "what"), noun=NOUN.get(kind, "name"))
-        if "{question}" in self.template:
-            question = inverted_question(subject, relation, kind, strand=self.name == "strand")
+        if self.invert:
+            question = inverted_question(subject, relation, kind, strand=self.invert == "strand")
             if question is None:
                 return self.fallback.format(**values)
             values["question"] = question
@@ -119,8 +120,8 @@ QUESTION_FORMS: tuple[QuestionForm, ...] = (
     QuestionForm("echo", "Question: {cue} {wh}?\nAnswer:"),
     QuestionForm("which", "Q: According to what we know, {cue} which {noun}?\nA:"),
     QuestionForm("blank", "Fill in the blank: {cue} ____.\nAnswer:"),
-    QuestionForm("front", "Question: {question}\nAnswer:", fallback="Question: Tell me, {cue} {wh}?\nAnswer:"),
-    QuestionForm("strand", "Q: {question}\nA:", fallback="Q: About {subject}: {cue} {wh}?\nA:"),
+    QuestionForm("front", "Question: {question}\nAnswer:", invert="front", fallback="Question: Tell me, {cue} {wh}?\nAnswer:"),
+    QuestionForm("strand", "Q: {question}\nA:", invert="strand", fallback="Q: About {subject}: {cue} {wh}?\nA:"),
     QuestionForm("ask", "Someone asked: {cue} {wh}? The answer:"),
     QuestionForm("about", "A fact about {subject}: {cue}", probe=False),
     QuestionForm("recall", "Do you remember {subject}? {cue}", probe=False),

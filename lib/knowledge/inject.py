@@ -232,14 +232,17 @@ def corpus_share(sources: Sequence["SourceConfig"]) -> float:
     return next((s.weight for s in sources if s.kind == "corpus"), 0.0)
 
 
-def knowledge_tokens(run_dir: str | Path, tokenizer_dir: str | Path, folder: str = "augmented") -> int:
-    """Tokens of the run's augmented forms (`folder` "rehearsal": the memory's) under the night's
-    tokenizer (one separator each)."""
-    path = knowledge_dir(run_dir) / folder
-    texts = [t for part in sorted(path.glob("*.parquet")) for t in pq.read_table(part, columns=["text"]).column("text").to_pylist()]
-    if not texts:
-        return 0
-    return sum(len(ids) + 1 for ids in load_tokenizer(tokenizer_dir).encode_batch(texts))
+def knowledge_tokens(run_dir: str | Path, tokenizer_dir: str | Path) -> tuple[int, int]:
+    """(tokens of tonight's augmented forms, tokens of the memory's rehearsal forms) under the
+    night's tokenizer, one separator each; the tokenizer is loaded once."""
+    folders = [augmented_dir(run_dir), rehearsal_dir(run_dir)]
+    texts = [[t for part in sorted(f.glob("*.parquet")) for t in pq.read_table(part, columns=["text"]).column("text").to_pylist()]
+             for f in folders]
+    if not any(texts):
+        return 0, 0
+    tokenizer = load_tokenizer(tokenizer_dir)
+    new, old = (sum(len(ids) + 1 for ids in tokenizer.encode_batch(t)) if t else 0 for t in texts)
+    return new, old
 
 
 def night_plan(num_iterations: int, total_batch_size: int, knowledge: "KnowledgeConfig", form_tokens: int,
