@@ -94,7 +94,8 @@ def run_trainer(work: Path, paths: dict[str, Path], args, compile_on: bool) -> d
     }))
     out, tdir = work / f"v1-{name}", work / f"t-{name}"
     cmd = torchrun_command(cfg, paths["data"], out, parent=paths["v0"], nproc_per_node=1, train_dir=tdir)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # keep a --target install's
+    env = {**os.environ, "PYTHONPATH": pythonpath, "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.perf_counter()
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if res.returncode != 0:

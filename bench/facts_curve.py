@@ -10,6 +10,9 @@ bench/bench_facts.py measures the chosen defaults through the real pipeline.
 
     PYTHONPATH=. python bench/facts_curve.py --model WS/checkpoints/v0 --corpus WS/corpora/stdlib \
         --fact-set bio --steps 200 --every 25 [--ratio-new 0.25 --ratio-knowledge 0.25 --no-inject]
+
+Any Hugging Face folder works as --model (a real pre-trained one: bench/gguf_to_hf.py); with
+--device cuda the weights train in fp32 under bf16 autocast, as the trainer does on a GPU.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def main() -> None:
     ap.add_argument("--no-inject", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: on cuda, fp32 master weights with bf16 autocast")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -76,8 +80,10 @@ def main() -> None:
     val_files = sorted((args.corpus / "val").glob("*.parquet"))
     val = [t for f in val_files for t in pq.read_table(f, columns=["text"]).column("text").to_pylist()][:40]
 
-    em = EvalModel.load(args.model, device="cpu", max_len=args.seq)
+    em = EvalModel.load(args.model, device=args.device, max_len=args.seq)
+    em.model.float()  # fp32 master weights, as the trainer keeps them
     model, tok = em.model, em.tokenizer
+    cuda = em.device.type == "cuda"
     enc = lambda ts: tok.encode_batch(list(ts))  # noqa: E731
     pools = {"new": enc(texts), "knowledge": enc(forms) if forms else [], "corpus": enc(rng.sample(corpus, min(2000, len(corpus))))}
     weights = {"new": args.ratio_new, "knowledge": 0.0 if args.no_inject else args.ratio_knowledge}
@@ -132,9 +138,10 @@ def main() -> None:
         lr = args.lr * min(1.0, step / warm) * (1.0 if step < 0.5 * args.steps else max(0.1, (args.steps - step) / (0.5 * args.steps)))
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = torch.tensor([row() for _ in range(args.batch)], dtype=torch.long)
-        logits = model(input_ids=batch[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
+        batch = torch.tensor([row() for _ in range(args.batch)], dtype=torch.long, device=em.device)
+        with torch.autocast(em.device.type, dtype=torch.bfloat16, enabled=cuda):
+            logits = model(input_ids=batch[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
