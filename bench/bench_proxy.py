@@ -55,7 +55,8 @@ def free_port() -> int:
 def start(args: list[str], port: int, log: Path, cores: set[int] | None = None) -> subprocess.Popen:
     """`python -m cli.main ARGS` ready once /health answers; pinned to `cores` from its first
     instruction (so torch sizes its thread pool to them)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # keep a --target install's
+    env = {**os.environ, "PYTHONPATH": pythonpath, "TOKENIZERS_PARALLELISM": "false"}
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args, "--port", str(port), "--log-level", "warning"],
                             cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, preexec_fn=pin)
