@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 from prefect import flow, unmapped
 
 from flows.curation import curate_into, pending_buffers
-from flows.runtime import StageClock, cached_stage, map_over, recorded_run
+from flows.runtime import StageClock, cached_stage, crash_orphans, map_over, recorded_run
 from flows.training import TrainRequest, run_training
 from lib.config import ConsolidationConfig, run_form
 from lib.data.corpus import with_replay_corpus
@@ -53,7 +53,7 @@ from lib.data.sampling import default_sources, token_budget
 from lib.evaluation.gate import RETRY_SUFFIX, rejected_for_forgetting, safer_settings
 from lib.faults import fault_point
 from lib.files import link_or_copy
-from lib.registry.runs import RunBook, champion_of, claim_version, finish_decided, trained_version
+from lib.registry.runs import RunBook, champion_of, claim_version, dead_nights, finish_decided, trained_version
 from lib.training.preflight import ensure_ready
 from lib.workspace import RunDir, Workspace
 from tasks.data import commit_dedup_index, plan_tokenization, prepare_data, resolve_tokenizer, tokenize_file
@@ -86,6 +86,9 @@ def _night(cfg: ConsolidationConfig, book: RunBook) -> dict[str, Any]:
     champion, champion_dir = champion_of(book.lineage)
     cfg = with_replay_corpus(book.ws, cfg)
     ensure_ready(cfg, champion_dir)  # fail in the first second, with the reason
+    # what a killed night left Running in the UI (its train subflow, its tasks): Crashed, before
+    # its lineage run is resumed or closed and its flow run id replaced
+    crash_orphans([(book.lineage.get_run(n["run_id"]) or {}).get("flow_run_id") for n in dead_nights(book.lineage)], book.log)
     finished = finish_decided_nights(cfg, book)
     run_id, resumed = book.night(champion)  # a night that died: same run id, same parent, same inputs
     if resumed is not None and run_id.endswith(RETRY_SUFFIX):  # the safer second attempt of a rejected night

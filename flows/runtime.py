@@ -125,6 +125,52 @@ def cached_stage(task, here: str, outputs: Callable[[dict[str, Any]], list[str]]
     return result
 
 
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
+
+
+def crash_orphans(flow_run_ids: list[str], log=None) -> list[str]:
+    """Mark as Crashed what dead nights left Running in Prefect: the flow run, its task runs and
+    its subflow runs (the `train` subflow and its task), recursively. A night killed outright
+    (SIGKILL, OOM) dies inside its one process; the worker marks the flow run Crashed, but the
+    subflow and tasks that ran in that process stay Running in the UI forever. Called under the
+    night lock, which no live night holds, so these runs are dead. Best effort: an API error is
+    logged, never fails the night. Returns the ids of the runs it marked."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterParentFlowRunId, TaskRunFilter, TaskRunFilterFlowRunId
+    from prefect.states import Crashed
+
+    marked: list[str] = []
+    todo, seen = [str(i) for i in flow_run_ids if i], set()
+    if not todo:
+        return marked
+    try:
+        with get_client(sync_client=True) as client:
+            while todo:
+                fid = todo.pop()
+                if fid in seen:
+                    continue
+                seen.add(fid)
+                message = f"left running by a night that died (flow run {fid}); marked by the night that found it dead"
+                for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fid]))):
+                    if run.state_type is not None and run.state_type.value not in FINAL_STATES:
+                        client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+                        marked.append(str(run.id))
+                for task in client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[fid]))):
+                    if task.state_type is not None and task.state_type.value not in FINAL_STATES:
+                        client.set_task_run_state(task.id, Crashed(message=message), force=True)
+                        marked.append(str(task.id))
+                children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[fid])))
+                todo.extend(str(c.id) for c in children)
+    except Exception as exc:  # noqa: BLE001 - bookkeeping of the UI; the night goes on
+        if log is not None:
+            log.warning("could not mark the runs a dead night left running as Crashed: %s", exc)
+        return marked
+    if marked and log is not None:
+        log.warning("marked %d flow and task run(s) a dead night left Running as Crashed", len(marked))
+    return marked
+
+
 def _stop_signals() -> tuple[type[BaseException], ...]:
     """Ways a run is stopped from outside rather than failing (besides Ctrl-C and SystemExit)."""
     return (TerminationSignal, TrainingStopped)

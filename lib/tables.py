@@ -63,6 +63,12 @@ def gate_table(decision: Any, title: str, reasons: bool = True) -> Table:
         if r["name"] == "benchmarks":  # a drop in points (fractions of an accuracy × 100), not a relative change
             measured = "n/a" if r.get("measured") is None else f"{100 * r['measured'] + 0.0:+.1f} points"
             limit = f"{100 * r['limit'] + 0.0:+.1f} points"
+        elif r["name"] == "fact_acquisition":  # a share of tonight's facts answered, not a change: "+10.42%" read as a gain
+            measured = "n/a" if r.get("measured") is None else f"{r['measured']:.1%} answered"
+            limit = f"at least {r['limit']:.1%}"
+        elif r["name"] == "fact_retention":  # the worst night's fall in accuracy points, not a relative change
+            measured = "n/a" if r.get("measured") is None else f"{-100 * r['measured'] + 0.0:+.1f} points"
+            limit = f"{-100 * r['limit'] + 0.0:+.1f} points"
         row = [r["name"], measured, limit, "pass" if r["passed"] else "FAIL"]
         table.rows.append(row + ([r["reason"]] if reasons else []))
     return table

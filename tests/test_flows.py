@@ -237,3 +237,40 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     second = again.result()
     assert second["version"] == "v2" and second["run_id"] != night["run_id"]
     assert ws.run(second["run_id"]).prepared.manifest.is_file() and list(ws.run(second["run_id"]).curated.glob("*.parquet"))
+
+
+def test_what_a_killed_night_left_running_is_marked_crashed(prefect_client):
+    """A night killed outright (SIGKILL) leaves its train subflow and their tasks Running in the
+    UI forever (the worker marks only the flow run it started); the night that finds it dead
+    marks them Crashed, and leaves finished runs alone."""
+    from prefect import flow, task
+    from prefect.client.schemas.objects import TaskRun  # noqa: F401 - the client's types
+    from prefect.states import Completed, Crashed, Running
+
+    from flows.runtime import crash_orphans
+
+    @flow(name="ux-dead-night")
+    def dead_night():
+        pass
+
+    @flow(name="ux-dead-train")
+    def dead_train():
+        pass
+
+    @task(name="ux-train")
+    def train_task():
+        pass
+
+    night = prefect_client.create_flow_run(dead_night, state=Crashed(message="Process exited with status code: -9"))
+    wrapper = prefect_client.create_task_run(train_task, flow_run_id=night.id, dynamic_key="0", state=Running())
+    done = prefect_client.create_task_run(train_task, flow_run_id=night.id, dynamic_key="1", state=Completed())
+    sub = prefect_client.create_flow_run(dead_train, parent_task_run_id=wrapper.id, state=Running())
+    inner = prefect_client.create_task_run(train_task, flow_run_id=sub.id, dynamic_key="2", state=Running())
+
+    marked = crash_orphans([str(night.id), None])
+    assert set(marked) == {str(wrapper.id), str(sub.id), str(inner.id)}
+    assert prefect_client.read_flow_run(sub.id).state_type.value == "CRASHED"
+    assert prefect_client.read_task_run(inner.id).state_type.value == "CRASHED"
+    assert prefect_client.read_task_run(wrapper.id).state_type.value == "CRASHED"
+    assert prefect_client.read_task_run(done.id).state_type.value == "COMPLETED"
+    assert crash_orphans([str(night.id)]) == []  # nothing left to mark

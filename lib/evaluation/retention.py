@@ -250,10 +250,13 @@ def retention_matrix(lineage, candidate: str | None = None, workspace=None) -> R
         if v not in remembered and not (v == candidate and _bpb(step["metrics"], NEW_HELDOUT) is not None):
             continue
         name = f"{RETENTION_PREFIX}{v}"
-        out.sets.append(name)
         after, before = _bpb(step["metrics"], NEW_HELDOUT), _bpb(step["parent_metrics"], NEW_HELDOUT)
-        out.references[name] = Reference(name, v, step["run_id"], after, before, _reference_note(workspace, step["run_id"]))
-        own[name] = {v: after, step["parent"]: before}
+        # a night that held no document out (fewer than sampling.heldout_min_docs) has no set to
+        # measure: no column, rather than one left blank in every row
+        if after is not None or any(_bpb(latest[x], name) is not None for x in out.versions):
+            out.sets.append(name)
+            out.references[name] = Reference(name, v, step["run_id"], after, before, _reference_note(workspace, step["run_id"]))
+            own[name] = {v: after, step["parent"]: before}
         learnt, was = _accuracy(step["metrics"], NEW_FACTS), _accuracy(step["parent_metrics"], NEW_FACTS)
         if learnt is not None:  # the night's documents gave fact probes: their column beside
             facts = f"{FACTS_PREFIX}{v}"

@@ -143,3 +143,18 @@ def test_the_eval_budget_note_names_the_caps():
     note = eval_budget_note({"train": 400.0, "evaluate": 120.0}, 0.25)
     assert note == ("evaluation took 120 s, 30% of the night's training (400 s), over eval.max_share 25%: lower eval.max_bytes "
                     "(text per set), eval.memory_sets (earlier nights checked) or eval.fact_max_items (fact probes per set)")
+
+
+def test_the_gate_table_shows_fact_rules_as_shares_and_points_not_as_relative_changes():
+    """The UI's gate-decision table: a recall of 10.4% read "+10.42%" beside the rules that show
+    a change, as if the night had gained 10 points (it answered as many facts as before)."""
+    from lib.tables import gate_table
+
+    gate = RegressionGate(GateConfig(min_fact_recall=0.0, max_fact_forgetting=0.1))
+    decision = gate.decide({**BPB_PARENT, "facts:new": facts(0.104), "facts:v1": facts(0.6)},
+                           {**BPB_CAND, "facts:new": facts(0.104), "facts:v1": facts(0.45)},
+                           fact_references={"facts:v1": (0.8, 0.1)})
+    rows = {row[0]: row[1:3] for row in gate_table(decision, "gate").rows}
+    assert rows["fact_acquisition"] == ["10.4% answered", "at least 0.0%"]
+    assert rows["fact_retention"] == ["-35.0 points", "-10.0 points"]
+    assert rows["forgetting"] == ["+0.00%", "+2.00%"]

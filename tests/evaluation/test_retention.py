@@ -209,3 +209,23 @@ def test_demo_prints_and_draws_the_matrix(workspace, nights):
                 "night": {"run_id": "night-4", "status": "rejected", "parent": "v3", "version": "v4", "timings": {}}}, matrix)
     text = out.getvalue()
     assert "2.6582 (+3.65%, 26% kept)" in text and f"retention:  {png}" in text
+
+
+def test_a_night_without_held_out_documents_has_no_empty_column(workspace):
+    """A night of fewer documents than sampling.heldout_min_docs holds none out (its gate
+    measured new_train): it is remembered, but nothing can ever be measured on its held-out
+    set, so it gets no `night:vK` column (the UI showed a blank column with v1 named in the
+    legend as the example), while the next night, which held some out, gets its own."""
+    from lib.evaluation.retention import retention_matrix
+
+    lin = Lineage(workspace.lineage_db)
+    lin.start_run("boot", kind="bootstrap")
+    lin.record_version("v0", workspace.checkpoint("v0"), run_id="boot", metrics={"v0": {"old_val": {"bpb": 2.3201}}})
+    promote(lin, "v0", "pre-trained base", actor="bootstrap")
+    assert _night(lin, workspace, "night-1", "v0", {"old_val": 2.3201, "new_train": 2.6903},
+                  {"old_val": 2.3179, "new_train": 2.5646}) == ("v1", "accepted")
+    assert _night(lin, workspace, "night-2", "v1", {"old_val": 2.3179, "new_heldout": 2.7100},
+                  {"old_val": 2.3150, "new_heldout": 2.6000}) == ("v2", "accepted")
+    m = retention_matrix(lin)
+    assert m.sets == ["old_val", "night:v2"]
+    assert "v2 on its own held-out documents" in m.legend()
