@@ -88,7 +88,8 @@ def _night(cfg: ConsolidationConfig, book: RunBook) -> dict[str, Any]:
     ensure_ready(cfg, champion_dir)  # fail in the first second, with the reason
     # what a killed night left Running in the UI (its train subflow, its tasks): Crashed, before
     # its lineage run is resumed or closed and its flow run id replaced
-    crash_orphans([(book.lineage.get_run(n["run_id"]) or {}).get("flow_run_id") for n in dead_nights(book.lineage)], book.log)
+    crash_orphans([(book.lineage.get_run(n["run_id"]) or {}).get("flow_run_id") for n in dead_nights(book.lineage)], book.log,
+                  current=book.flow_run_id)
     finished = finish_decided_nights(cfg, book)
     run_id, resumed = book.night(champion)  # a night that died: same run id, same parent, same inputs
     if resumed is not None and run_id.endswith(RETRY_SUFFIX):  # the safer second attempt of a rejected night

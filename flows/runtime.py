@@ -128,13 +128,15 @@ def cached_stage(task, here: str, outputs: Callable[[dict[str, Any]], list[str]]
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}
 
 
-def crash_orphans(flow_run_ids: list[str], log=None) -> list[str]:
+def crash_orphans(flow_run_ids: list[str], log=None, current: str | None = None) -> list[str]:
     """Mark as Crashed what dead nights left Running in Prefect: the flow run, its task runs and
     its subflow runs (the `train` subflow and its task), recursively. A night killed outright
     (SIGKILL, OOM) dies inside its one process; the worker marks the flow run Crashed, but the
     subflow and tasks that ran in that process stay Running in the UI forever. Called under the
-    night lock, which no live night holds, so these runs are dead. Best effort: an API error is
-    logged, never fails the night. Returns the ids of the runs it marked."""
+    night lock, which no live night holds, so these runs are dead. `current`, the flow run calling
+    (the same id when a user retries a crashed flow run from the UI), is never marked, nor are its
+    task runs; its dead subflows are. Best effort: an API error is logged, never fails the night.
+    Returns the ids of the runs it marked."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterParentFlowRunId, TaskRunFilter, TaskRunFilterFlowRunId
     from prefect.states import Crashed
@@ -151,6 +153,10 @@ def crash_orphans(flow_run_ids: list[str], log=None) -> list[str]:
                     continue
                 seen.add(fid)
                 message = f"left running by a night that died (flow run {fid}); marked by the night that found it dead"
+                if fid == (str(current) if current else None):
+                    todo.extend(str(c.id) for c in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                        parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[fid]))))
+                    continue
                 for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fid]))):
                     if run.state_type is not None and run.state_type.value not in FINAL_STATES:
                         client.set_flow_run_state(run.id, Crashed(message=message), force=True)

@@ -267,6 +267,13 @@ def test_what_a_killed_night_left_running_is_marked_crashed(prefect_client):
     sub = prefect_client.create_flow_run(dead_train, parent_task_run_id=wrapper.id, state=Running())
     inner = prefect_client.create_task_run(train_task, flow_run_id=sub.id, dynamic_key="2", state=Running())
 
+    # a user's retry of the crashed flow run runs under the same id: the night calling is never marked
+    retried = prefect_client.create_flow_run(dead_night, state=Running())
+    own = prefect_client.create_task_run(train_task, flow_run_id=retried.id, dynamic_key="3", state=Running())
+    assert crash_orphans([str(retried.id)], current=str(retried.id)) == []
+    assert prefect_client.read_flow_run(retried.id).state_type.value == "RUNNING"
+    assert prefect_client.read_task_run(own.id).state_type.value == "RUNNING"
+
     marked = crash_orphans([str(night.id), None])
     assert set(marked) == {str(wrapper.id), str(sub.id), str(inner.id)}
     assert prefect_client.read_flow_run(sub.id).state_type.value == "CRASHED"
