@@ -244,7 +244,6 @@ def test_what_a_killed_night_left_running_is_marked_crashed(prefect_client):
     UI forever (the worker marks only the flow run it started); the night that finds it dead
     marks them Crashed, and leaves finished runs alone."""
     from prefect import flow, task
-    from prefect.client.schemas.objects import TaskRun  # noqa: F401 - the client's types
     from prefect.states import Completed, Crashed, Running
 
     from flows.runtime import crash_orphans
