@@ -266,6 +266,32 @@ def _resolve(relation: str, person: str | None) -> str:
 _WHERE_CLAUSE = re.compile(r",? (?:where|when) (?:he|she|they) ", re.IGNORECASE)
 
 
+_RELATIVE = re.compile(r"^,? (?:who|which) (?P<relation>.+)$")
+_PREPOSITIONS = ("in", "on", "at", "by", "of", "from", "for", "to", "with", "under", "near", "into")
+
+
+def without_answers(relation: str, answers: Sequence[str]) -> str:
+    """The relation without the earlier answers its sentence states inside it, each with the
+    preposition before it: "was launched in 1979 from the yard of" → "was launched from the yard
+    of"; "worked for Brill Tanneries in Harrow until" → "worked until". Kept where the removal would
+    leave the relation ending in the preposition it took away ("was born in Oslo in" stays: "was
+    born in" is the relation of Oslo itself, and two answers of one subject must not share it)."""
+    words = relation.split()
+    last = words[-1] if words else ""
+    for answer in answers:
+        m = re.search(r"(?:^|\s)(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+" + re.escape(answer) + r"(?=[\s,;]|$)", relation)
+        if m and m.group("prep") != last:
+            relation = relation[: m.start()] + " " + relation[m.end():]
+    return re.sub(r"\s+,", ",", " ".join(relation.split()))
+
+
+def possessive(relation: str) -> str:
+    """A "whose" clause as the subject's own: "is a cargo ship whose home port is" → "'s home port
+    is" (the question then asks for the subject's home port, not for "a cargo ship whose ...")."""
+    head, sep, tail = relation.partition(" whose ")
+    return f"'s {tail}" if sep and tail and head.split()[:1] and head.split()[0] in ("is", "was") else relation
+
+
 def last_clause(relation: str) -> str:
     """The relation's own clause, without the clauses chained before it: "studied music theory
     and later worked for" → "later worked for"; "was built by X Yards and launched in" → "was
@@ -338,19 +364,32 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             lead_word = fronted.split()[0].lower() if fronted.split() else ""
             if lead_word in _PARTICIPLES or lead_word.endswith("ed"):
                 # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo)
-                for a in sorted(_value_spans(fronted) + _proper_spans(fronted, lowercase_words), key=lambda x: x.start):
-                    relation = " ".join(("was " + fronted[:1].lower() + fronted[1 : a.start]).split())
+                spans = sorted(_value_spans(fronted) + _proper_spans(fronted, lowercase_words), key=lambda x: x.start)
+                for k, a in enumerate(spans):
+                    relation = without_answers(" ".join(("was " + fronted[:1].lower() + fronted[1 : a.start]).split()),
+                                               [e.text for e in spans[:k]])
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
                             and a.text not in subject and subject not in a.text:
                         found.append(_Found(-1, subject, _resolve(relation, main), a.text, a.kind, n))
         answers = [p for p in propers if p.start >= subj_end] + [v for v in _value_spans(sentence) if v.start >= subj_end]
+        before: list[_Span] = []  # the answers earlier in this sentence
         for a in sorted(answers, key=lambda x: x.start):
+            earlier, before = list(before), before + [a]
             if a.text in subject or subject in a.text or any(part in subject.split() for part in a.text.split() if part[:1].isupper()):
                 continue  # never the subject (or part of its name) as its own answer
-            relation = " ".join(sentence[subj_end : a.start].split())
+            clause = _RELATIVE.match(sentence[earlier[-1].end : a.start]) if earlier and earlier[-1].kind == "proper" else None
+            if clause:
+                # "Its captain is Vera Lind, who commands a crew of 40": a fact of Vera Lind's
+                relation = " ".join(clause.group("relation").split())
+                if len(relation.split()) <= max_relation_words and relation[-1:] not in ",;:(" \
+                        and a.text not in earlier[-1].text and earlier[-1].text not in a.text:
+                    found.append(_Found(-1, earlier[-1].text, _resolve(relation, main), a.text, a.kind, n))
+                continue
+            relation = without_answers(" ".join(sentence[subj_end : a.start].split()), [e.text for e in earlier])
             if not relation or len(relation.split()) > max_relation_words or relation[-1:] in ",;:(":
                 continue
-            relation = _resolve((subj_form + " " + last_clause(relation)).strip(), main)
+            relation = last_clause(relation) if subj_form else possessive(last_clause(relation))
+            relation = _resolve((subj_form + " " + relation).strip(), main)
             found.append(_Found(-1, subject, relation, a.text, a.kind, n))
     return found, main
 

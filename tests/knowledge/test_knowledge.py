@@ -82,6 +82,25 @@ def test_a_relation_is_its_own_clause_not_the_clauses_chained_before_it():
     assert ("Ruth Varga", "grew up in", "Elmsby") in t
     # "and" followed by a noun phrase is not a new clause: the relation stays whole
     assert ("Ruth Varga", "sold the mill and ten boats to", "Ivo Sarn") in t
+    # an earlier answer inside the relation is not part of it, with its preposition
+    assert ("Joss Ebbing", "worked in", "Harrow") in t and ("Joss Ebbing", "worked until", "1950") in t
+
+
+def test_a_relation_never_carries_another_answer_and_a_who_clause_is_a_fact_of_its_own():
+    ship = ("The Vela Star is a cargo ship whose home port is Port Amsel. Its captain is Ona Brisk, who commands "
+            "a crew of 40 sailors.")
+    fronted = "Launched in 1931 from the yard of Kettle & Maw Yards, the Orla Wind sails out of Port Dune."
+    bio = "Vera Lind was born in Oslo in 1934. She later worked for Amsel Brothers."
+    other = "The Ona Gale was launched in 1950 and carries a crew of 12."  # "launched" in lower case; another number
+    t = _triples(_facts([ship, fronted, bio, other]))
+    assert ("Vela Star", "'s home port is", "Port Amsel") in t          # whose: the subject's own
+    assert ("Vela Star", "'s captain is", "Ona Brisk") in t
+    assert ("Ona Brisk", "commands a crew of", "40") in t                # who: a fact of the captain's
+    assert not any(r.endswith("who commands a crew of") for _, r, _ in t)
+    assert ("Orla Wind", "was launched from the yard of", "Kettle & Maw Yards") in t
+    assert ("Orla Wind", "was launched in", "1931") in t
+    # kept where removing it would give the city's own relation to the year as well
+    assert ("Vera Lind", "was born in", "Oslo") in t and ("Vera Lind", "was born in Oslo in", "1934") in t
 
 
 def test_dates_are_one_answer():
