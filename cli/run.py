@@ -124,12 +124,14 @@ def flow_session(ws, as_json: bool = False) -> Iterator[None]:
     the flows stop at their next stage boundary), the ephemeral API server stopped however the
     command ends, a busy workspace as exit code 75, a failure's cause (stage, OS error and path) as
     the last line (and as JSON with `as_json`)."""
-    from lib.interrupts import ctrl_c_recorded
+    from lib.interrupts import ctrl_c_deferred, ctrl_c_recorded
 
     prefect_environment(ws)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         with ctrl_c_recorded():  # after a Ctrl-C: KeyboardInterrupt, whatever the body did with it
+            with ctrl_c_deferred():  # every flow imports torch; a Ctrl-C inside its C++ init aborts the process
+                import torch  # noqa: F401
             _ephemeral_server()
             yield
     except KeyboardInterrupt as exc:

@@ -16,6 +16,9 @@ and some of those places drop it:
 - Whatever swallowed one, `stop_if_interrupted(where)` raises it again: the flows call it at every
   stage boundary (flows.runtime.StageClock) and before a run is closed as completed
   (lib.registry.runs.RunBook.session), so a night stops at the latest before its next stage.
+- `ctrl_c_deferred()` holds a first SIGINT until a block that must not be interrupted in its
+  middle is done: `import torch`, which the CLI does up front (a KeyboardInterrupt inside its C++
+  initialisation aborts the process).
 - An interrupt that surfaced as another exception is still a Ctrl-C (`interrupted()`): Prefect
   turns one that lands while a task run starts into `ValueError: Task run is not set`. The run
   is left running, resumable (RunBook), and the command exits 130 (`ctrl_c_recorded` ends as
@@ -44,6 +47,8 @@ class _State:
     installed = False
     received = 0  # SIGINTs recorded since `ctrl_c_recorded` was entered
     again: "_SignalAgain | None" = None
+    deferring = 0  # depth of `ctrl_c_deferred` blocks
+    held = False  # a SIGINT came inside one and was not raised yet
 
 
 _state = _State()
@@ -51,6 +56,9 @@ _state = _State()
 
 def _on_sigint(signum, frame) -> None:
     _state.received += 1
+    if _state.deferring and not _state.held:  # the first one waits for the end of the block
+        _state.held = True
+        return
     raise KeyboardInterrupt
 
 
@@ -114,6 +122,22 @@ def stop_if_interrupted(where: str = "") -> None:
 
 
 @contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Inside `ctrl_c_recorded`: a first SIGINT during the block is raised when the block is done,
+    not in its middle; a second one at once. For code a KeyboardInterrupt cannot interrupt
+    safely: `import torch` runs Python from C++ (`torch._C._c10d_init`), where one is turned into
+    std::terminate and the process aborts (SIGABRT) instead of exiting 130."""
+    _state.deferring += 1
+    try:
+        yield
+    finally:
+        _state.deferring -= 1
+        if not _state.deferring:
+            _state.held = False
+    stop_if_interrupted()
+
+
+@contextmanager
 def ctrl_c_recorded() -> Iterator[None]:
     """Record every SIGINT for `stop_if_interrupted`, and raise again one that a finalizer ate.
     After a SIGINT the block ends as KeyboardInterrupt however it ends: returned, or raised
@@ -135,7 +159,7 @@ def ctrl_c_recorded() -> Iterator[None]:
         raise
     finally:
         again, _state.again = _state.again, None
-        _state.installed, _state.received = False, 0
+        _state.installed, _state.received, _state.held = False, 0, False
         signal.signal(signal.SIGINT, previous)
         if sys.unraisablehook is _on_unraisable:  # unless someone replaced it since
             sys.unraisablehook = _previous_hook

@@ -12,7 +12,7 @@ import time
 import pytest
 import typer
 
-from lib.interrupts import ctrl_c_recorded, interrupted, stop_if_interrupted
+from lib.interrupts import ctrl_c_deferred, ctrl_c_recorded, interrupted, stop_if_interrupted
 
 
 class _CtrlCInFinalizer:
@@ -110,6 +110,27 @@ def test_an_error_a_ctrl_c_caused_is_the_ctrl_c(tmp_path):
     with pytest.raises(ValueError):  # without a SIGINT an error stays an error
         with ctrl_c_recorded():
             raise ValueError("a real failure")
+
+
+def test_a_deferred_ctrl_c_is_raised_after_the_block_and_a_second_one_at_once():
+    """`import torch` must not take a KeyboardInterrupt in its middle (inside its C++ init one
+    aborts the process): the first Ctrl-C waits for the end of the block, a second does not."""
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_recorded():
+            with ctrl_c_deferred():
+                signal.raise_signal(signal.SIGINT)
+                _a_few_bytecodes()
+                done.append("the block")
+            done.append("after the block")
+    assert done == ["the block"]
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_recorded():
+            with ctrl_c_deferred():
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
+                done.append("after the second")
+    assert done == ["the block"]
 
 
 def test_the_cli_exits_130_when_a_flow_returned_after_a_swallowed_ctrl_c(tmp_path, monkeypatch, capsys):
