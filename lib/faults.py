@@ -9,8 +9,8 @@ a stage.
   `CONSOLIDATION_FAULT=<name>:errno=<N>`: it raises `OSError(N)` with the point's path, as a
   read-only (30) or full (28) volume would, where a test cannot mount one.
   `CONSOLIDATION_FAULT=<name>:sigint=finalizer|swallowed`: the process Ctrl-C's itself and the
-  KeyboardInterrupt is lost, as one was in CI: raised inside a finalizer (`__del__`, where Python
-  only prints it), or caught by a library that goes on; then the point returns
+  KeyboardInterrupt is lost, as a night's was in CI: raised inside a finalizer (`__del__`, where
+  Python only prints it), or caught by a library that goes on; then the point returns
   (lib.interrupts must still stop the night). Call these points from the main thread.
 - The points sit where a kill leaves the most half-done state (tests/test_faults.py uses them):
   `night-lock` (the workspace's night lock just taken, nothing done: a night that holds still

@@ -594,11 +594,12 @@ def _cmdline(pid: int) -> list[str]:
 @pytest.mark.slow
 def test_a_lost_ctrl_c_still_stops_the_night(tmp_path, v0_workspace):
     """A Ctrl-C whose KeyboardInterrupt gets lost still stops the night, exit 130, resumable. CI
-    once saw a Ctrl-C'd night run to completion and exit 0: the SIGINT came during `import torch`
-    and Python raised it inside an asyncio transport's `__del__`, which drops it. lib.faults'
-    `sigint=` makes the process Ctrl-C itself and lose the interrupt at a point of its choosing
-    (while preparing the token shards): inside a finalizer (raised again at once), or caught by a
-    library (the stage it landed in finishes); either way training never starts."""
+    once saw a Ctrl-C'd night run to completion and exit 0; reproduced locally, the SIGINT came
+    during `import torch` and Python raised it inside an asyncio transport's `__del__`, which
+    drops it. lib.faults' `sigint=` makes the process Ctrl-C itself and lose the interrupt at a
+    point of its choosing (while preparing the token shards): inside a finalizer (raised again at
+    once), or caught by a library (the stage it landed in finishes); either way training never
+    starts."""
     from lib.buffer.store import Buffer
 
     ws = clone(v0_workspace, tmp_path / "ws")
