@@ -119,16 +119,25 @@ def _stop_on_sigterm(signum, frame):
 
 @contextmanager
 def flow_session(ws, as_json: bool = False) -> Iterator[None]:
-    """Run flows from the CLI: per-workspace Prefect home, SIGTERM as a clean exit, the ephemeral
-    API server stopped however the command ends, a busy workspace as exit code 75, a failure's
-    cause (stage, OS error and path) as the last line (and as JSON with `as_json`)."""
+    """Run flows from the CLI: per-workspace Prefect home, SIGTERM as a clean exit, Ctrl-C as exit
+    code 130 even where a finalizer or a library swallowed its KeyboardInterrupt (lib.interrupts:
+    the flows stop at their next stage boundary), the ephemeral API server stopped however the
+    command ends, a busy workspace as exit code 75, a failure's cause (stage, OS error and path) as
+    the last line (and as JSON with `as_json`)."""
+    from lib.interrupts import ctrl_c_deferred, ctrl_c_recorded
+
     prefect_environment(ws)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        _ephemeral_server()
-        yield
-    except KeyboardInterrupt:
-        typer.secho("interrupted: a night stopped this way is finished by the next `consolidate run`", fg=typer.colors.YELLOW, err=True)
+        with ctrl_c_recorded():  # after a Ctrl-C: KeyboardInterrupt, whatever the body did with it
+            with ctrl_c_deferred():  # every flow imports torch; a Ctrl-C inside its C++ init aborts the process
+                import torch  # noqa: F401
+            _ephemeral_server()
+            yield
+    except KeyboardInterrupt as exc:
+        how = f" ({exc})" if str(exc) else ""  # where a swallowed Ctrl-C was caught up with
+        typer.secho(f"interrupted{how}: a night stopped this way is finished by the next `consolidate run`",
+                    fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from None
     except SystemExit as exc:
         if exc.code == 128 + signal.SIGTERM:

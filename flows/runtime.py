@@ -8,7 +8,8 @@ the task runner of the per-shard stages, cached stages that reuse or refresh the
   completed, failed, or left running for the next trigger when stopped from outside.
 - Run ids are `<kind>-<UTC time>-<8 hex of the Prefect flow run id>` (lib.registry.runs.new_run_id):
   sortable by time, unique across workers, and traceable to the flow run in the UI.
-- `StageClock` times each stage on the flow's side (`seconds`, into lineage as runs.timings) and
+- `StageClock` enters no stage after a Ctrl-C, even one a library swallowed (lib.interrupts), and
+  times each stage on the flow's side (`seconds`, into lineage as runs.timings) and
   adds up the stage's own work (`own`: the lib calls its tasks wrap in `tasks.reporting.own_time`,
   Prefect's task overhead excluded); bench/bench_orchestration.py compares the flow's wall time
   with the sum of `own`.
@@ -36,6 +37,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import unmapped
 
+from lib.interrupts import stop_if_interrupted
 from lib.registry.runs import RunBook, new_run_id as run_id
 from lib.workspace import Workspace
 from tasks.cache_keys import on_workspace
@@ -59,6 +61,7 @@ class StageClock:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        stop_if_interrupted(f"stage {name}")  # a Ctrl-C a library swallowed stops the flow here
         t0 = time.perf_counter()
         try:
             with stage_ledger(self._own, name):

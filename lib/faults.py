@@ -8,6 +8,10 @@ a stage.
   exists, so a test can act while a night sits inside a stage (a second trigger arriving).
   `CONSOLIDATION_FAULT=<name>:errno=<N>`: it raises `OSError(N)` with the point's path, as a
   read-only (30) or full (28) volume would, where a test cannot mount one.
+  `CONSOLIDATION_FAULT=<name>:sigint=finalizer|swallowed`: the process Ctrl-C's itself and the
+  KeyboardInterrupt is lost, as a night's was in CI: raised inside a finalizer (`__del__`, where
+  Python only prints it), or caught by a library that goes on; then the point returns
+  (lib.interrupts must still stop the night). Call these points from the main thread.
 - The points sit where a kill leaves the most half-done state (tests/test_faults.py uses them):
   `night-lock` (the workspace's night lock just taken, nothing done: a night that holds still
   while a second trigger arrives), `curate` (bad files moved to quarantine, lineage not told yet), `tokenize` (token cache
@@ -44,9 +48,31 @@ def fault_point(name: str, path: str | os.PathLike | None = None) -> None:
     errno = os.environ[ENV].partition(":errno=")[2]
     if errno:
         raise OSError(int(errno), os.strerror(int(errno)), None if path is None else str(path))
+    lost = os.environ[ENV].partition(":sigint=")[2]
+    if lost:
+        _lose_a_ctrl_c(lost)
+        return
     hold = os.environ[ENV].partition(":hold=")[2]
     if not hold:
         os.kill(os.getpid(), signal.SIGKILL)
     Path(f"{hold}.reached").touch()
     while os.path.exists(hold):
         time.sleep(0.2)
+
+
+class _CtrlCInFinalizer:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)  # the handler runs here: its KeyboardInterrupt is "ignored"
+
+
+def _lose_a_ctrl_c(how: str) -> None:
+    """A SIGINT to this process whose KeyboardInterrupt does not come out of this call."""
+    if how == "finalizer":
+        _CtrlCInFinalizer()  # dropped at once, so its __del__ runs now
+    elif how == "swallowed":
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass  # as a library that catches BaseException does
+    else:
+        raise ValueError(f"{ENV}: sigint={how!r}, expected finalizer or swallowed")

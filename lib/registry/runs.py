@@ -14,7 +14,9 @@ place for every flow that writes a run (the night, the bootstrap).
   - returned: `completed`, with the version it set and each stage's seconds;
   - an error: `failed`;
   - stopped from outside (SIGTERM, Ctrl-C, the training time limit: the `stopped` exceptions)
-    while a resumable kind (`nightly`) runs: left `running`, so the next trigger resumes it.
+    while a resumable kind (`nightly`) runs: left `running`, so the next trigger resumes it. A
+    Ctrl-C that something swallowed or turned into another error (lib.interrupts) counts: the
+    run is stopped, not completed or failed.
 - Under the lock every night lineage still calls running is dead (`dead_nights`): its process
   ended without closing it. `resumable_night` picks the one to continue, else
   `failed_after_training` the last night if it failed with a snapshot on disk; `RunBook.night`
@@ -39,6 +41,7 @@ import shutil
 
 from lib.checkpoints.checkpoint import read_meta
 from lib.faults import fault_point
+from lib.interrupts import interrupted, stop_if_interrupted
 from lib.locks import WorkspaceLock
 from lib.registry.lineage import Lineage
 from lib.training import snapshot
@@ -233,6 +236,7 @@ class RunBook:
             fault_point("night-lock")  # the lock just taken, nothing done yet
             try:
                 yield self
+                stop_if_interrupted("closing the run")  # a Ctrl-C swallowed in the last stage: not completed
             except BaseException as exc:
                 self._close(exc)
                 raise
@@ -279,10 +283,12 @@ class RunBook:
         run = self.current
         if run is None:
             return
-        if exc is not None and isinstance(exc, self.stopped) and run.kind in RESUMABLE_KINDS:
+        # a Ctrl-C that surfaced as another error (lib.interrupts) stopped the run too
+        if exc is not None and (isinstance(exc, self.stopped) or interrupted()) and run.kind in RESUMABLE_KINDS:
             # stopped from outside: like a kill, the run stays `running` and the next trigger resumes it
             if self.log is not None:
-                self.log.warning("night %s stopped (%s); the next trigger resumes it", run.run_id, type(exc).__name__)
+                self.log.warning("night %s stopped (%s); the next trigger resumes it", run.run_id,
+                                 "Ctrl-C" if interrupted() else type(exc).__name__)
             self.current = None
             return
         self.finish("failed" if exc is not None else "completed")

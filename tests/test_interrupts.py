@@ -1,0 +1,157 @@
+"""Ctrl-C is never lost (lib.interrupts): a KeyboardInterrupt raised inside a finalizer is raised
+again after it, and one that something swallowed (or turned into another error) still stops the
+flow at its next stage boundary, leaves its night running (resumable), and makes the CLI exit 130. In-process, no Prefect server:
+the real `consolidate run` is tests/test_faults.py::test_a_lost_ctrl_c_still_stops_the_night."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+import pytest
+import typer
+
+from lib.interrupts import ctrl_c_deferred, ctrl_c_recorded, interrupted, stop_if_interrupted
+
+
+class _CtrlCInFinalizer:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)  # the handler's KeyboardInterrupt is raised inside __del__
+
+
+def _swallowed_ctrl_c() -> None:
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        pass  # a library that catches BaseException and goes on
+
+
+def _a_few_bytecodes() -> None:
+    for _ in range(3):  # a backward jump: where the main thread runs pending signal handlers
+        pass
+
+
+def test_python_loses_a_ctrl_c_raised_inside_a_finalizer():
+    """The failure itself, with Python's own handler: printed as "Exception ignored", then gone."""
+    seen = []
+    previous, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        _CtrlCInFinalizer()
+        _a_few_bytecodes()
+    finally:
+        sys.unraisablehook = previous
+    assert [u.exc_type for u in seen] == [KeyboardInterrupt]
+
+
+def test_a_ctrl_c_raised_inside_a_finalizer_is_raised_again_after_it():
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_recorded():
+            _CtrlCInFinalizer()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the helper thread signals within milliseconds
+                time.sleep(0.01)
+            reached.append("the end of the block")  # only if the interrupt stayed lost
+    assert not reached
+
+
+def test_a_swallowed_ctrl_c_stops_the_flow_at_its_next_stage():
+    from flows.runtime import StageClock
+
+    clock, ran = StageClock(), []
+    with pytest.raises(KeyboardInterrupt, match="before stage train"):
+        with ctrl_c_recorded():
+            with clock.stage("curate"):
+                _swallowed_ctrl_c()
+                ran.append("curate")  # the stage it landed in finishes
+            with clock.stage("train"):
+                ran.append("train")
+    assert ran == ["curate"] and list(clock.seconds) == ["curate"]
+
+
+def test_a_night_that_swallowed_a_ctrl_c_is_left_running_not_completed(tmp_path):
+    from lib.registry.lineage import Lineage
+    from lib.registry.runs import RunBook
+    from lib.workspace import Workspace
+
+    class Clock:
+        seconds: dict = {}
+
+    book = RunBook(Workspace(tmp_path / "ws").ensure())
+    with pytest.raises(KeyboardInterrupt, match="closing the run"):
+        with ctrl_c_recorded():
+            with book.session("test night", 0):
+                book.start("night-test", "nightly", Clock())
+                _swallowed_ctrl_c()  # in the last stage: the body returns as if nothing happened
+    assert Lineage(book.ws.lineage_db).get_run("night-test")["status"] == "running"  # the next trigger resumes it
+    assert not book.lock.held
+
+
+def test_an_error_a_ctrl_c_caused_is_the_ctrl_c(tmp_path):
+    """Prefect turns a Ctrl-C that lands while a task run starts into `ValueError: Task run is not
+    set`: after a SIGINT, any error ends the block as KeyboardInterrupt and leaves the night running."""
+    from lib.registry.lineage import Lineage
+    from lib.registry.runs import RunBook
+    from lib.workspace import Workspace
+
+    class Clock:
+        seconds: dict = {}
+
+    book = RunBook(Workspace(tmp_path / "ws").ensure())
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        with ctrl_c_recorded():
+            with book.session("test night", 0):
+                book.start("night-test", "nightly", Clock())
+                _swallowed_ctrl_c()
+                raise ValueError("Task run is not set")
+    assert isinstance(stopped.value.__cause__, ValueError)
+    assert Lineage(book.ws.lineage_db).get_run("night-test")["status"] == "running"
+    with pytest.raises(ValueError):  # without a SIGINT an error stays an error
+        with ctrl_c_recorded():
+            raise ValueError("a real failure")
+
+
+def test_a_deferred_ctrl_c_is_raised_after_the_block_and_a_second_one_at_once():
+    """`import torch` must not take a KeyboardInterrupt in its middle (inside its C++ init one
+    aborts the process): the first Ctrl-C waits for the end of the block, a second does not."""
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_recorded():
+            with ctrl_c_deferred():
+                signal.raise_signal(signal.SIGINT)
+                _a_few_bytecodes()
+                done.append("the block")
+            done.append("after the block")
+    assert done == ["the block"]
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_recorded():
+            with ctrl_c_deferred():
+                signal.raise_signal(signal.SIGINT)
+                signal.raise_signal(signal.SIGINT)
+                done.append("after the second")
+    assert done == ["the block"]
+
+
+def test_the_cli_exits_130_when_a_flow_returned_after_a_swallowed_ctrl_c(tmp_path, monkeypatch, capsys):
+    import cli.run
+
+    monkeypatch.setattr(cli.run, "prefect_environment", lambda ws: None)
+    monkeypatch.setattr(cli.run, "_ephemeral_server", lambda: None)
+    with pytest.raises(typer.Exit) as exit_:
+        with cli.run.flow_session(None):
+            _swallowed_ctrl_c()
+    assert exit_.value.exit_code == 130 and "interrupted" in capsys.readouterr().err
+
+
+def test_outside_ctrl_c_recorded_nothing_is_installed():
+    hook = sys.unraisablehook
+    with ctrl_c_recorded():
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        with ctrl_c_recorded():  # nested: the outer one stays in charge
+            pass
+        assert sys.unraisablehook is not hook
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and sys.unraisablehook is hook
+    _swallowed_ctrl_c()
+    assert not interrupted()
+    stop_if_interrupted("anything")  # never raises outside
