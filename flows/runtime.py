@@ -156,18 +156,15 @@ def crash_orphans(flow_run_ids: list[str], log=None, current: str | None = None)
                     continue
                 seen.add(fid)
                 message = f"left running by a night that died (flow run {fid}); marked by the night that found it dead"
-                if fid == (str(current) if current else None):
-                    todo.extend(str(c.id) for c in client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                        parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[fid]))))
-                    continue
-                for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fid]))):
-                    if run.state_type is not None and run.state_type.value not in FINAL_STATES:
-                        client.set_flow_run_state(run.id, Crashed(message=message), force=True)
-                        marked.append(str(run.id))
-                for task in client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[fid]))):
-                    if task.state_type is not None and task.state_type.value not in FINAL_STATES:
-                        client.set_task_run_state(task.id, Crashed(message=message), force=True)
-                        marked.append(str(task.id))
+                if fid != (str(current) if current else None):  # the caller and its tasks are alive
+                    for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fid]))):
+                        if run.state_type is not None and run.state_type.value not in FINAL_STATES:
+                            client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+                            marked.append(str(run.id))
+                    for task in client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[fid]))):
+                        if task.state_type is not None and task.state_type.value not in FINAL_STATES:
+                            client.set_task_run_state(task.id, Crashed(message=message), force=True)
+                            marked.append(str(task.id))
                 children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
                     parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[fid])))
                 todo.extend(str(c.id) for c in children)

@@ -44,12 +44,18 @@ def _night(lin: Lineage, ws, run_id: str, parent: str, before: dict[str, float],
     return version, status
 
 
-@pytest.fixture()
-def nights(workspace):
+def _bootstrapped(workspace) -> Lineage:
+    """A lineage whose champion is v0 (old_val 2.3201), as the bootstrap leaves it."""
     lin = Lineage(workspace.lineage_db)
     lin.start_run("boot", kind="bootstrap")
     lin.record_version("v0", workspace.checkpoint("v0"), run_id="boot", metrics={"v0": {"old_val": {"bpb": 2.3201}}})
     promote(lin, "v0", "pre-trained base", actor="bootstrap")
+    return lin
+
+
+@pytest.fixture()
+def nights(workspace):
+    lin = _bootstrapped(workspace)
     assert _night(lin, workspace, "night-1", "v0", {"old_val": 2.3201, "new_heldout": 2.6903},
                   {"old_val": 2.3179, "new_heldout": 2.5646}) == ("v1", "accepted")
     assert _night(lin, workspace, "night-2", "v1", {"old_val": 2.3179, "new_heldout": 2.7100, "night:v1": 2.5646},
@@ -218,10 +224,7 @@ def test_a_night_without_held_out_documents_has_no_empty_column(workspace):
     legend as the example), while the next night, which held some out, gets its own."""
     from lib.evaluation.retention import retention_matrix
 
-    lin = Lineage(workspace.lineage_db)
-    lin.start_run("boot", kind="bootstrap")
-    lin.record_version("v0", workspace.checkpoint("v0"), run_id="boot", metrics={"v0": {"old_val": {"bpb": 2.3201}}})
-    promote(lin, "v0", "pre-trained base", actor="bootstrap")
+    lin = _bootstrapped(workspace)
     assert _night(lin, workspace, "night-1", "v0", {"old_val": 2.3201, "new_train": 2.6903},
                   {"old_val": 2.3179, "new_train": 2.5646}) == ("v1", "accepted")
     assert _night(lin, workspace, "night-2", "v1", {"old_val": 2.3179, "new_heldout": 2.7100},
