@@ -28,6 +28,7 @@ WH = {"year": "what year", "date": "what date", "number": "what number", "name":
 NOUN = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name"}
 
 AUXILIARIES = {"was", "is", "were", "are", "has", "had", "have", "will", "would", "can", "could"}
+_COPULAS = {"is", "was", "are", "were"}
 _PREPS = {"in", "at", "for", "by", "from", "to", "with", "on", "of", "near", "into", "under", "as", "about", "after",
           "before", "since", "during", "through", "over", "behind", "beside", "across"}
 ADVERBS = {"still", "later", "first", "then", "also", "now", "once", "soon", "eventually", "finally", "always", "never"}
@@ -45,6 +46,27 @@ def _cue(subject: str, relation: str) -> str:
     return subject + ("" if relation.startswith(("'s", "’s")) else " ") + relation
 
 
+def _silent_e(stem: str) -> bool:
+    """Whether a past tense lost a silent e with its -d: "liv" (lived), "caus" (caused), "retir",
+    "locat", "decid", "nam"; not "work", "enter", "appear" (two vowels), "visit", "form"."""
+    if stem[-1] in "vcgzu":
+        return True                                 # lived, managed, argued
+    if stem[-1] == "s":
+        return len(stem) > 1 and stem[-2] in "aeiou"  # caused, used, released, closed
+    if len(stem) < 3:
+        return False
+    vowel, before = stem[-2], stem[-3]
+    if before in "aeiou":
+        return False                                # appeared, treated, joined, looked
+    if stem[-1] == "t":
+        return vowel in "aou"                       # located, executed, voted (not visited)
+    if stem[-1] in "rdnkblm":
+        return vowel in "aiou" and not (stem[-1] == "n" and vowel == "o")  # retired, decided, defined, named (not opened, questioned)
+    if stem[-1] == "p":
+        return vowel in "aiu"                       # escaped, wiped (not developed)
+    return False
+
+
 def base_verb(word: str) -> tuple[str, str] | None:
     """("work", "did") for "worked", ("live", "does") for "lives": the do-support a question needs;
     None when the word does not look like a finite verb."""
@@ -57,8 +79,10 @@ def base_verb(word: str) -> tuple[str, str] | None:
         stem = w[:-2]
         if len(stem) > 2 and stem[-1] == stem[-2] and stem[-1] not in "lsz":
             stem = stem[:-1]                        # stopped → stop
-        elif stem[-1] in "vcgzu" or (stem[-1] in "sr" and stem[-2] in "aeiou" and stem[-3:-2] not in ("e", "o")):
-            stem += "e"                             # lived → live, managed → manage, retired → retire
+        elif w.endswith("eed"):
+            stem = w[:-1]                           # agreed → agree
+        elif _silent_e(stem):
+            stem += "e"                             # lived → live, released → release, named → name
         return stem, "did"
     if len(w) > 4 and w.endswith("ies"):
         return w[:-3] + "y", "does"                 # carries → carry
@@ -67,6 +91,23 @@ def base_verb(word: str) -> tuple[str, str] | None:
     if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
         return w[:-1], "does"
     return None
+
+
+def wh_word(relation: str, kind: str) -> str:
+    """The question word of a kind; a name after a passive "by" is an agent, asked with "whom"
+    ("was built by" → "by whom"), whatever kind of name it is."""
+    if kind == "proper" and relation.split()[-1:] == ["by"]:
+        return "whom"
+    return WH.get(kind, "what")
+
+
+def question_relation(relation: str) -> str:
+    """The relation a wh-question is built on: without a trailing article ("won the" → "won"),
+    since "X won the what?" asks for a noun the answer already is."""
+    words = relation.split()
+    while len(words) > 1 and words[-1].lower() in ("the", "a", "an"):
+        words.pop()
+    return " ".join(words)
 
 
 def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -> str | None:
@@ -84,13 +125,17 @@ def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -
         return None
     if words[0].lower() in AUXILIARIES:
         aux, rest = words[0].lower(), words[1:]
+        if aux in _COPULAS and rest[:1] and rest[0].lower() in ("a", "an"):
+            return None  # "is a novel by": "By whom is X a novel?" is not how anyone asks
     else:
         base = base_verb(words[0])
         if base is None:
             return None
         aux, rest = base[1], [base[0]] + words[1:]
     prep = rest.pop() if len(rest) > 1 and rest[-1].lower() in _PREPS else None
-    wh = "who" if strand and kind == "name" else WH.get(kind, "what")
+    wh = wh_word(relation, kind)
+    if strand and wh == "whom":
+        wh = "who"
     body = " ".join([aux, subject] + adverbs + rest)
     if prep and not strand:
         return f"{prep.capitalize()} {wh} {body}?"
@@ -106,8 +151,10 @@ class QuestionForm:
     fallback: str = ""  # template when the relation cannot be inverted (inverted forms only)
 
     def render(self, subject: str, relation: str, kind: str) -> str:
+        if self.invert or "{wh}" in self.template or "{noun}" in self.template:
+            relation = question_relation(relation)  # a question; a blank or cloze keeps "won the ____"
         values = dict(cue=_cue(subject, relation), subject=subject, relation=relation,
-                      wh=WH.get(kind, "what"), noun=NOUN.get(kind, "name"))
+                      wh=wh_word(relation, kind), noun=NOUN.get(kind, "name"))
         if self.invert:
             question = inverted_question(subject, relation, kind, strand=self.invert == "strand")
             if question is None:

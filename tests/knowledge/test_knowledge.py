@@ -354,6 +354,33 @@ def test_questions_are_inverted_the_way_people_ask_for_any_relation_of_that_shap
     assert front.render("Ann Oru", "'s sister lives in", "proper") == "Question: Tell me, Ann Oru's sister lives in what?\nAnswer:"
 
 
+def test_question_forms_ask_in_english_for_verbs_agents_and_articles():
+    # the base form of a regular past tense: a silent e restored, none invented
+    from lib.knowledge.forms import base_verb
+
+    bases = {w: base_verb(w)[0] for w in ("released", "used", "retired", "located", "described", "named", "offered",
+                                          "entered", "appeared", "visited", "opened", "worked", "agreed", "stopped")}
+    assert bases == {"released": "release", "used": "use", "retired": "retire", "located": "locate",
+                     "described": "describe", "named": "name", "offered": "offer", "entered": "enter",
+                     "appeared": "appear", "visited": "visit", "opened": "open", "worked": "work", "agreed": "agree",
+                     "stopped": "stop"}
+    assert inverted_question("Tova Kiln", "released", "proper", strand=False) == "What did Tova Kiln release?"
+    # a name after a passive "by" is an agent: whom, not what
+    assert inverted_question("The Harl Bridge", "was designed by", "proper", strand=False) == "By whom was The Harl Bridge designed?"
+    assert inverted_question("The Harl Bridge", "was designed by", "proper", strand=True) == "Who was The Harl Bridge designed by?"
+    echo = next(f for f in QUESTION_FORMS if f.name == "echo")
+    assert echo.render("The Harl Bridge", "was designed by", "proper") == "Question: The Harl Bridge was designed by whom?\nAnswer:"
+    # a trailing article is not asked about ("won the what?"); a blank keeps it
+    assert echo.render("Osk Valley", "lies beside the", "proper") == "Question: Osk Valley lies beside what?\nAnswer:"
+    front = next(f for f in QUESTION_FORMS if f.name == "front")
+    assert front.render("Brenna Ott", "won the", "proper") == "Question: What did Brenna Ott win?\nAnswer:"
+    blank = next(f for f in QUESTION_FORMS if f.name == "blank")
+    assert blank.render("Brenna Ott", "won the", "proper") == "Fill in the blank: Brenna Ott won the ____.\nAnswer:"
+    # "is a <noun> by": a copula before a predicate noun is not inverted ("By whom is X a painting?")
+    assert inverted_question("Grey Morning", "is a painting by", "proper", strand=False) is None
+    assert front.render("Grey Morning", "is a painting by", "proper") == "Question: Tell me, Grey Morning is a painting by whom?\nAnswer:"
+
+
 def test_each_qa_text_asks_every_fact_once_and_the_first_texts_cover_every_trained_form():
     recs = records("bio", 5, 12)
     texts = [r.text for r in recs]
