@@ -206,13 +206,21 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
     out = []
     for r in spans:
         # a sentence-initial capital is only a name if the word is never written in lower case
-        while r and r[0][0] == words[0][0] and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words):
+        while r and r[0][0] == words[0][0] and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
+                                                or len(r) == 1 and _fronting_word(r[0][2])):
             r = r[1:]
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
         if r:
             out.append(_Span(r[0][0], r[-1][1], sentence[r[0][0] : r[-1][1]], "proper"))
     return out
+
+
+def _fronting_word(word: str) -> bool:
+    """A word that opens a fronted phrase, not a name, when it stands alone at a sentence start:
+    an adverb ("First described in 1782, ..."), a participle ("Written by ...", "Formed in ...")."""
+    w = word.lower()
+    return w in ADVERBS or w in _PARTICIPLES or (len(w) > 4 and w.endswith("ed"))
 
 
 def _value_spans(sentence: str) -> list[_Span]:
@@ -247,8 +255,12 @@ def _lowercase_words(texts: Sequence[str]) -> set[str]:
     return words
 
 
-def _resolve(relation: str, person: str | None) -> str:
-    """Object pronouns in a relation named in full: "hired her in" → "hired Mara Quillon in"."""
+def _resolve(relation: str, person: str | None, thing: str | None = None) -> str:
+    """Object pronouns in a relation named in full: "hired her in" → "hired Mara Quillon in"; with
+    `thing` (the entity before a newly named subject), "has been its mayor since" → "has been
+    Elmsby's mayor since"."""
+    if thing is not None:
+        relation = re.sub(r"\b(?:its|their)\b", thing + "'s", relation)
     if person is None:
         return relation
 
@@ -306,13 +318,54 @@ def last_clause(relation: str) -> str:
     words = tail.split()
     verbs = [w for w in words if w.lower() not in ADVERBS]
     if not sep or not verbs or not verbs[0][:1].islower():
-        return relation
+        return _listed_clause(relation)
     if verbs[0] in AUXILIARIES:
         return tail
     if base_verb(verbs[0]) is None:
-        return relation
+        return _listed_clause(relation)
     aux = head.split()[0] if head.split() and head.split()[0] in AUXILIARIES else ""
-    return f"{aux} {tail}".strip() if aux and verbs[0].endswith("ed") else tail
+    return f"{aux} {tail}".strip() if aux and (verbs[0].endswith("ed") or verbs[0] in _PARTICIPLES) else tail
+
+
+def _listed_clause(relation: str) -> str:
+    """The last of verb phrases listed with commas: "is deep red, has a melting point of" → "has
+    a melting point of"; "is a novel, published in" → "is published in" (a participle after a
+    copula takes the copula). A participle after any other verb describes that verb's object
+    ("carries a crew, led by") and the relation stays whole, as it does when nothing after the
+    comma is a verb."""
+    head, sep, tail = relation.rpartition(", ")
+    verbs = [w for w in tail.split() if w.lower() not in ADVERBS]
+    if not sep or not head or not verbs or not verbs[0][:1].islower():
+        return relation
+    if verbs[0] in AUXILIARIES:
+        return tail
+    base = base_verb(verbs[0])
+    if base is None:
+        return relation
+    if base[1] == "does":
+        return tail                                 # "has", "occurs in": a finite verb of its own
+    first = head.split()[0]
+    if first in ("is", "was", "are", "were"):
+        return f"{first} {tail}"
+    return relation
+
+
+_OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?P<noun>[A-Za-z]+) of $")
+_PARENTHETICAL = re.compile(r"^,\s+(?P<inner>(?P<lead>which|who|a|an|the|one)\b[^,]*?),\s+(?=[a-z])")
+_PRONOUN_CLAUSE = re.compile(r"(?:,? and|,? but|;)\s+(?P<pro>it|they|he|she)\s+(?=[a-z])|, (?:and|but) (?P<pos>its|their|his|her)\s+(?=[a-z])")
+_COPULA = {"is", "was", "are", "were"}
+
+
+def _pronoun_clause(relation: str) -> tuple[str, str] | None:
+    """("", "has a population of") for "'s mayor is X, and it has a population of"; ("'s", "current
+    mayor is") for "was granted a charter, and its current mayor is": a clause of its own whose
+    pronoun is the sentence's subject; None when the relation has none."""
+    m = None
+    for m in _PRONOUN_CLAUSE.finditer(relation):
+        pass
+    if m is None or m.end() >= len(relation):
+        return None
+    return ("'s" if m.group("pos") else ""), relation[m.end():]
 
 
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
@@ -326,8 +379,13 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             continue
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
-        propers = _proper_spans(sentence, lowercase_words)
+        values = _value_spans(sentence)
+        # a month inside a date ("on 8 May 1810") is part of that date, not a name of its own
+        propers = [p for p in _proper_spans(sentence, lowercase_words)
+                   if not any(v.kind == "date" and v.start <= p.start < v.end for v in values)]
         subject, subj_end, subj_form = None, 0, ""
+        previous = last  # the entity of the sentences before: what "its" means after a new name
+        role = ""  # "The singer is X": X is the last entity's singer
         if lead in _PRONOUNS:
             referent = main if lead in _GENDERED else (last or main)
             if referent is None:
@@ -336,6 +394,20 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             subj_form = "'s" if _PRONOUNS[lead] == "possessive" else ""
         elif propers and sentence[: propers[0].start].strip().lower() in ("", "the"):
             subject, subj_end, subj_form = propers[0].text, propers[0].end, ""
+            head, sep, owner = subject.partition(" of ")
+            if sep and " " not in head and owner in (main, last) and sentence[: propers[0].start].strip() == "":
+                # "Deposits of Goroantite are ...": the known entity's own, "Goroantite's deposits"
+                subject, subj_form = owner, "'s " + head.lower()
+            if main is None:
+                main = subject
+            last = subject
+        elif propers and _OF_HEAD.match(sentence[: propers[0].start]) and not sentence[propers[0].end :].startswith(("'s", "’s")):
+            # "The village of X lies ...": X itself when X is new; "The capital of X is ..." of a
+            # known X is X's capital
+            noun = _OF_HEAD.match(sentence[: propers[0].start]).group("noun").lower()
+            subject, subj_end = propers[0].text, propers[0].end
+            if subject in (main, last):
+                subj_form = "'s " + noun
             if main is None:
                 main = subject
             last = subject
@@ -346,6 +418,10 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main) \
                     and not any(p.start < len(words[0]) + len(words[1]) + 2 for p in propers):
                 subject, subj_end = (last or main), len(words[0]) + 1 + len(words[1])
+                if words[1].endswith(("'s", "’s")):
+                    subj_form = "'s"                   # "The group's second album ..."
+                elif words[2] in _COPULA:
+                    role = words[1]                    # "The singer is X": the entity's singer
         if subject is None:
             # a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."): the subject is the name
             # after ", " (or ", the ") followed by a lower-case word
@@ -354,6 +430,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 rest = sentence[p.end :].lstrip(" ")
                 if p.start > 0 and rest[:1].islower() and (before.endswith(", ") or before.endswith(", the ")):
                     subject, subj_end = p.text, p.end
+                    if subject.startswith("The ") and len(subject.split()) > 2:
+                        subject = subject[4:]          # ", The Ciefal Lanterns released": as named at a sentence start
                     fronted = before[: before.rindex(",")]
                     break
             if subject is None:
@@ -361,23 +439,41 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             if main is None:
                 main = subject
             last = subject
-            lead_word = fronted.split()[0].lower() if fronted.split() else ""
+            fronted_words = [w for w in fronted.split() if w.lower() not in ADVERBS]
+            lead_word = fronted_words[0].lower() if fronted_words else ""
             if lead_word in _PARTICIPLES or lead_word.endswith("ed"):
                 # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo)
-                spans = sorted(_value_spans(fronted) + _proper_spans(fronted, lowercase_words), key=lambda x: x.start)
+                spans = sorted([v for v in _value_spans(fronted)] +
+                               [p for p in _proper_spans(fronted, lowercase_words)
+                                if not any(v.kind == "date" and v.start <= p.start < v.end for v in _value_spans(fronted))],
+                               key=lambda x: x.start)
                 for k, a in enumerate(spans):
-                    relation = without_answers(" ".join(("was " + fronted[:1].lower() + fronted[1 : a.start]).split()),
-                                               [e.text for e in spans[:k]])
+                    relation = " ".join(("was " + fronted[:1].lower() + fronted[1 : a.start]).split())
+                    relation = without_answers(last_clause(relation), [e.text for e in spans[:k]])
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
                             and a.text not in subject and subject not in a.text:
                         found.append(_Found(-1, subject, _resolve(relation, main), a.text, a.kind, n))
-        answers = [p for p in propers if p.start >= subj_end] + [v for v in _value_spans(sentence) if v.start >= subj_end]
+        # "X, a maker of tiles based in Y, was ..." / "X, which is twinned with Y, has ...": the
+        # parenthesis states facts of X in its own words and is not part of the main clause's relation
+        paren = _PARENTHETICAL.match(sentence[subj_end:])
+        paren_end = subj_end + paren.end() if paren else subj_end
+        answers = [p for p in propers if p.start >= subj_end] + [v for v in values if v.start >= subj_end]
         before: list[_Span] = []  # the answers earlier in this sentence
+        apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
         for a in sorted(answers, key=lambda x: x.start):
             earlier, before = list(before), before + [a]
             if a.text in subject or subject in a.text or any(part in subject.split() for part in a.text.split() if part[:1].isupper()):
                 continue  # never the subject (or part of its name) as its own answer
             clause = _RELATIVE.match(sentence[earlier[-1].end : a.start]) if earlier and earlier[-1].kind == "proper" else None
+            if apposed is not None and a.start > apposed.end and sentence[apposed.end :].startswith(", "):
+                clause = re.match(r"^, (?P<relation>.+)$", sentence[apposed.end : a.start])
+                if clause:
+                    relation = last_clause(without_answers(" ".join(clause.group("relation").split()),
+                                                           [e.text for e in earlier if e.start > apposed.end]))
+                    if len(relation.split()) <= max_relation_words and relation[-1:] not in ",;:(" \
+                            and a.text not in apposed.text and apposed.text not in a.text:
+                        found.append(_Found(-1, apposed.text, _resolve(relation, main), a.text, a.kind, n))
+                continue
             if clause:
                 # "Its captain is Vera Lind, who commands a crew of 40": a fact of Vera Lind's
                 relation = " ".join(clause.group("relation").split())
@@ -385,11 +481,29 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                         and a.text not in earlier[-1].text and earlier[-1].text not in a.text:
                     found.append(_Found(-1, earlier[-1].text, _resolve(relation, main), a.text, a.kind, n))
                 continue
-            relation = without_answers(" ".join(sentence[subj_end : a.start].split()), [e.text for e in earlier])
+            form = subj_form
+            if paren and a.start < paren_end:
+                inner = sentence[subj_end + paren.start("inner") : a.start]
+                raw = inner.split(None, 1)[1] if paren.group("lead") in ("which", "who") else "is " + inner
+                earlier_here = [e.text for e in earlier if e.start >= subj_end]
+            else:
+                raw = sentence[paren_end : a.start]
+                earlier_here = [e.text for e in earlier if e.start >= paren_end]
+            relation = without_answers(" ".join(raw.split()), earlier_here)
+            if form == "'s" and a.kind == "proper" and relation.endswith(",") and sentence[a.end :].startswith(",") \
+                    and 0 < len(relation.split()) <= 3 and not set(relation.lower().split()) & (_COPULA | AUXILIARIES):
+                # "Their coach, Vera Lind, ...": the subject's coach is Vera Lind
+                relation, apposed = relation[:-1] + " is", a
             if not relation or len(relation.split()) > max_relation_words or relation[-1:] in ",;:(":
                 continue
-            relation = last_clause(relation) if subj_form else possessive(last_clause(relation))
-            relation = _resolve((subj_form + " " + relation).strip(), main)
+            own = _pronoun_clause(relation)
+            if own is not None:
+                form, relation = own
+            relation = last_clause(relation) if form else possessive(last_clause(relation))
+            if role and relation in _COPULA:
+                form, relation = "'s " + role, relation
+            thing = previous if previous and subject != previous and lead not in _PRONOUNS else None
+            relation = _resolve((form + " " + relation).strip(), main, thing)
             found.append(_Found(-1, subject, relation, a.text, a.kind, n))
     return found, main
 
@@ -433,21 +547,26 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             kept.append(f)
         items.extend(kept[:max_per_doc] if max_per_doc else kept)
     # distractor pools: same relation first (the answers a confusable question has), then same kind
+    # (a relation's last 3, 2, 1 words: "tiles based in", "based in", "in": the answers that follow
+    # the same words are of one sort, places after "in", agents after "by")
     by_relation: dict[tuple[str, str], list[str]] = defaultdict(list)
     by_kind: dict[str, list[str]] = defaultdict(list)
     for f in list(items) + [_Found(-1, e.subject, e.relation, e.answer, e.kind, -1) for e in earlier]:
-        for pool in (by_relation[(f.kind, _relation_key(f.relation))], by_kind[f.kind]):
+        pools = [by_relation[(f.kind, _relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]
+        for pool in pools:
             if f.answer not in pool:
                 pool.append(f.answer)
     out = []
     for f in items:
         fid = fact_id(f.subject, f.relation, f.answer)
         rng = random.Random(f"{seed}:{fid}")
-        same = [a for a in by_relation[(f.kind, _relation_key(f.relation))] if a != f.answer]
-        rest = [a for a in by_kind[f.kind] if a != f.answer and a not in same]
-        rng.shuffle(same)
-        rng.shuffle(rest)
-        distractors = tuple((same + rest)[:n_distractors])
+        tiers, taken = [], {f.answer}
+        for pool in [by_relation[(f.kind, _relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]:
+            tier = [a for a in pool if a not in taken]
+            taken.update(tier)
+            rng.shuffle(tier)
+            tiers.extend(tier)
+        distractors = tuple(tiers[:n_distractors])
         if not distractors:
             continue  # a fact with nothing to confuse it with is not multiple choice
         _, heldout = split_forms(fid, forms, heldout_share)
@@ -463,6 +582,6 @@ def join_cue(subject: str, relation: str) -> str:
     return subject + ("" if relation.startswith(("'s", "’s")) else " ") + relation
 
 
-def _relation_key(relation: str) -> str:
+def _relation_key(relation: str, words: int = 3) -> str:
     """The relation's last words in lower case: "was born in" and "she was born in" pool together."""
-    return " ".join(relation.lower().split()[-3:])
+    return " ".join(relation.lower().split()[-words:])

@@ -103,6 +103,50 @@ def test_a_relation_never_carries_another_answer_and_a_who_clause_is_a_fact_of_i
     assert ("Vera Lind", "was born in", "Oslo") in t and ("Vera Lind", "was born in Oslo in", "1934") in t
 
 
+def test_facts_of_other_sentence_shapes_keep_their_own_subject_and_clause():
+    """English constructions the two bench sets do not use, on any kind of entity."""
+    docs = [
+        # an appositive and a non-restrictive relative clause after the subject
+        "Harrow Looms, a weaver of silk scarves based in Quenby, was started by Ilse Marrow in 1902.",
+        "Pellwick, which lies on the Arn, has 4,200 residents. The parish was enclosed in 1790, and its vicar is Amos Tarr.",
+        # fronted adverb + participle, a fronted "Written by ... and ..." and a title with "The"
+        "First sighted in 1811, Varro Rock was charted by Edda Voss. The rock is grey, has a height of 90 metres, and lies off Kell Point.",
+        "Painted by Oren Sail and sold by Dunmore Rooms in 1911, The Grey Orchard hangs in Lisk.",
+        # a date with its month, "N of X" for a known X, a possessive role in apposition, "The N is X"
+        "Corla Tide was first seen on 9 June 1877 by Bram Oster. Traces of Corla Tide are kept in Ostmark.",
+        "The Lantern Choir is a choir from Heddon. Their conductor, Ysolde Brin, joined the choir on 3 April 1999. The pianist is Jory Kell.",
+        # "The N of X" introducing X; "its" after a newly named subject is the entity before
+        "The hamlet of Wrenby lies near the Tave. Odo Pratt has been its warden since 1961.",
+    ]
+    items = _facts(docs)
+    t = _triples(items)
+    assert ("Harrow Looms", "is a weaver of silk scarves based in", "Quenby") in t
+    assert ("Harrow Looms", "was started by", "Ilse Marrow") in t and ("Harrow Looms", "was started in", "1902") in t
+    assert ("Pellwick", "lies on the", "Arn") in t and ("Pellwick", "has", "4,200") in t
+    assert ("Pellwick", "'s vicar is", "Amos Tarr") in t                      # ", and its vicar is"
+    assert ("Varro Rock", "was first sighted in", "1811") in t and ("Varro Rock", "was charted by", "Edda Voss") in t
+    assert ("Varro Rock", "has a height of", "90") in t and ("Varro Rock", "lies off", "Kell Point") in t
+    assert ("Grey Orchard", "was painted by", "Oren Sail") in t and ("Grey Orchard", "was sold by", "Dunmore Rooms") in t
+    assert ("Grey Orchard", "hangs in", "Lisk") in t
+    assert ("Corla Tide", "was first seen on", "9 June 1877") in t and ("Corla Tide", "'s traces are kept in", "Ostmark") in t
+    assert ("Lantern Choir", "'s conductor is", "Ysolde Brin") in t and ("Ysolde Brin", "joined the choir on", "3 April 1999") in t
+    assert ("Lantern Choir", "'s pianist is", "Jory Kell") in t
+    assert ("Wrenby", "lies near the", "Tave") in t and ("Odo Pratt", "has been Wrenby's warden since", "1961") in t
+    # never: a fronting word or a month as a name, a parenthesis or another clause inside a relation
+    assert not {s for s, _, _ in t} & {"First", "Painted", "Traces of Corla Tide"}
+    assert not {"June", "April"} & {a for _, _, a in t}
+    assert not any(", " in r for _, r, _ in t), sorted(r for _, r, _ in t if ", " in r)
+
+
+def test_distractors_follow_the_words_before_the_answer_before_the_kind():
+    docs = ["Abel Thorn lives in Carrow. He works for Dunlin Mills.",
+            "Bea Skerry lives in Moravel. She works for Otter Freight.",
+            "Cas Wynne lives in Pollby. He works for Heron Glass."]
+    for it in _facts(docs):
+        if it.relation == "lives in":                    # the places first, then the employers
+            assert set(it.distractors[:2]) <= {"Carrow", "Moravel", "Pollby"}, it
+
+
 def test_dates_are_one_answer():
     items = _facts(["Vera Lind signed the treaty on 4 March 1921. She died on July 9, 1960.",
                     "Omar Vell signed the charter on 12 May 1930. He retired in 1961."])
