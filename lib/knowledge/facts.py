@@ -417,7 +417,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             words = sentence.split()
             if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main) \
                     and not any(p.start < len(words[0]) + len(words[1]) + 2 for p in propers):
-                subject, subj_end = (last or main), len(words[0]) + 1 + len(words[1])
+                subject, subj_end = (last or main), len(words[0]) + 1 + len(words[1].rstrip(",;:"))
                 if words[1].endswith(("'s", "’s")):
                     subj_form = "'s"                   # "The group's second album ..."
                 elif words[2] in _COPULA:

@@ -117,6 +117,8 @@ def test_facts_of_other_sentence_shapes_keep_their_own_subject_and_clause():
         "The Lantern Choir is a choir from Heddon. Their conductor, Ysolde Brin, joined the choir on 3 April 1999. The pianist is Jory Kell.",
         # "The N of X" introducing X; "its" after a newly named subject is the entity before
         "The hamlet of Wrenby lies near the Tave. Odo Pratt has been its warden since 1961.",
+        # a description subject followed by a parenthesis
+        "Ferro Bell is a bell in Ulme. The bell, which hangs in Saint Ama, was cast by Tomas Reed.",
     ]
     items = _facts(docs)
     t = _triples(items)
@@ -131,6 +133,7 @@ def test_facts_of_other_sentence_shapes_keep_their_own_subject_and_clause():
     assert ("Corla Tide", "was first seen on", "9 June 1877") in t and ("Corla Tide", "'s traces are kept in", "Ostmark") in t
     assert ("Lantern Choir", "'s conductor is", "Ysolde Brin") in t and ("Ysolde Brin", "joined the choir on", "3 April 1999") in t
     assert ("Lantern Choir", "'s pianist is", "Jory Kell") in t
+    assert ("Ferro Bell", "hangs in", "Saint Ama") in t and ("Ferro Bell", "was cast by", "Tomas Reed") in t
     assert ("Wrenby", "lies near the", "Tave") in t and ("Odo Pratt", "has been Wrenby's warden since", "1961") in t
     # never: a fronting word or a month as a name, a parenthesis or another clause inside a relation
     assert not {s for s, _, _ in t} & {"First", "Painted", "Traces of Corla Tide"}
