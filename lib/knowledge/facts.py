@@ -462,8 +462,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
         for a in sorted(answers, key=lambda x: x.start):
             earlier, before = list(before), before + [a]
-            if a.text in subject or subject in a.text or any(part in subject.split() for part in a.text.split() if part[:1].isupper()):
-                continue  # never the subject (or part of its name) as its own answer
+            names = [part for part in a.text.split() if part[:1].isupper()]
+            if a.text in subject or subject in a.text or names and all(part in subject.split() for part in names):
+                continue  # never the subject (or its name's words) as its own answer; "Peagesk House" of "Bolint House" is one
             clause = _RELATIVE.match(sentence[earlier[-1].end : a.start]) if earlier and earlier[-1].kind == "proper" else None
             if apposed is not None and a.start > apposed.end and sentence[apposed.end :].startswith(", "):
                 clause = re.match(r"^, (?P<relation>.+)$", sentence[apposed.end : a.start])

@@ -141,6 +141,16 @@ def test_facts_of_other_sentence_shapes_keep_their_own_subject_and_clause():
     assert not any(", " in r for _, r, _ in t), sorted(r for _, r, _ in t if ", " in r)
 
 
+def test_a_name_sharing_a_word_with_the_subject_is_still_an_answer():
+    docs = ["Orvel Mill was bought by Tansy Mill in 1911. It stands in Hask.",
+            "Dara Quent Ltd sold Quent Works in 1950 to Ilm Dara. Mill Orvel bought Orvel Mill in 1960."]
+    t = _triples(_facts(docs))
+    assert ("Orvel Mill", "was bought by", "Tansy Mill") in t
+    assert ("Dara Quent Ltd", "sold", "Quent Works") in t and ("Dara Quent Ltd", "sold Quent Works to", "Ilm Dara") in t
+    # still never the subject's name, a part of it, or its words in another order
+    assert not {a for s, _, a in t if s == "Mill Orvel"} & {"Orvel Mill", "Orvel", "Mill"}
+
+
 def test_distractors_follow_the_words_before_the_answer_before_the_kind():
     docs = ["Abel Thorn lives in Carrow. He works for Dunlin Mills.",
             "Bea Skerry lives in Moravel. She works for Otter Freight.",
