@@ -15,7 +15,8 @@ Extraction (`extract_facts`), rule-based, no model:
   by name connectors (of, de, van, &); a sentence-initial capital counts only if the texts never
   write that word in lower case ("After", "Born" do not);
 - the subject is the name that opens the sentence, a pronoun resolved (he/she/his/her → the
-  document's main entity, it/its/they and "The ship ..." → the last named one), or the name after
+  document's main entity, it/its/they → the last named one, "The novel ..." → the latest entity
+  typed "novel", else the object a verb last took, else the last named one), or the name after
   a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."); answers after it, with the
   words between as the relation (≤ 12 words), become items;
 - dropped: answers that are (part of) the subject, answers found in every document (≥ 3), facts
@@ -368,11 +369,100 @@ def _pronoun_clause(relation: str) -> tuple[str, str] | None:
     return ("'s" if m.group("pos") else ""), relation[m.end():]
 
 
+# -- what a definite description ("The novel ...") refers to -----------------------------------------
+_NOUN_STOP = set(_PREPOSITIONS) | {"whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
+                                   "since", "after", "before", "during"}
+_TYPED = re.compile(r"^(?:,\s+(?:which|who)\s+|\s+)(?:is|was|are|were)\s+(?:a|an|the)\s+(?P<rest>.*)$|^,\s+(?:a|an|the)\s+(?P<appos>.*)$")
+_ROLE_BEFORE = re.compile(r"(?:['’]s|\b(?:[Ii]ts|[Tt]heir|[Hh]is|[Hh]er|[Tt]he))\s+(?:[a-z]+\s+){0,2}?(?P<noun>[a-z]+)\s+(?:is|was|are|were)\s*$")
+
+
+def _head_noun(text: str) -> str | None:
+    """The head of the noun phrase that opens `text`: "small town on the River Hien" → "town",
+    "novel, published in" → "novel", "folk group led by" → "group"; None when it opens with no
+    lower-case word."""
+    head = None
+    for w in text.split():
+        bare = w.rstrip(",;:.")
+        if not bare.isalpha() or not bare.islower() or bare in _NOUN_STOP or bare in _PARTICIPLES \
+                or (head is not None and len(bare) > 4 and bare.endswith("ed")):
+            break
+        head = bare
+        if bare != w:
+            break
+    return head
+
+
+def _subject_type(rest: str) -> str | None:
+    """The noun the sentence types its subject with, from the text after the subject: " is a novel
+    by" → "novel", ", a maker of tiles" → "maker", ", which is a port" → "port"."""
+    m = _TYPED.match(rest)
+    if not m:
+        return None
+    return _head_noun(m.group("rest") if m.group("rest") is not None else m.group("appos"))
+
+
+def _object_role(sentence: str, span: _Span) -> tuple[str, str | None]:
+    """How a name after the subject is introduced: ("direct", None) right after a verb ("wrote The
+    Nuzel Road"); ("object", noun) after a common noun ("the novel X", "album, X,", "singer X"), a
+    role ("Its builder was X"), or before an apposition ("X, a novel by"); ("object", None) after a
+    preposition or anything else."""
+    before = sentence[: span.start]
+    role, noun = "object", None
+    m = re.search(r"(?:^|\s)(?P<w>[A-Za-z'’]+)(?P<comma>,?)\s*$", before)
+    if m and m.group("w").islower():
+        w = m.group("w")
+        if w in _COPULA:
+            r = _ROLE_BEFORE.search(before)
+            noun = r.group("noun") if r else None
+        elif w in _NOUN_STOP or w in ("the", "a", "an") or w in AUXILIARIES or w in ADVERBS:
+            pass
+        elif base_verb(w) is not None:
+            role = "direct" if not m.group("comma") else "object"
+        else:
+            noun = w
+    after = re.match(r",\s+(?:a|an|the)\s+(?P<rest>.*)$", sentence[span.end :])
+    if after and noun is None:
+        noun = _head_noun(after.group("rest"))
+    return role, noun
+
+
+def _agent_noun(noun: str) -> bool:
+    """A noun that names a person by what they do ("author", "singer", "pianist"): a description
+    with it may well be the person subject itself, so it is left to mean the last subject."""
+    return noun.endswith(("er", "or", "ist", "ian", "ess", "ant", "ent"))
+
+
+def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[str]], last: str,
+              persons: set[str]) -> str:
+    """What "The <noun>" refers to: the latest entity introduced with that noun ("a novel", "the
+    novel X", "X, a novel"); else, unless the noun names a person's role, the latest name a verb took
+    as its object since the last subject ("X wrote The Nuzel Road. The novel ..."), or, when the
+    last subject is a person, the latest untyped name after it; else the last subject."""
+    for name, _ in reversed(mentions):
+        if noun in types.get(name, ()):
+            return name
+    if _agent_noun(noun):
+        return last
+    k = max((i for i, (_, how) in enumerate(mentions) if how == "subject"), default=-1)
+    since = [(name, how) for name, how in mentions[k + 1 :] if name not in persons and not types.get(name)]
+    for name, how in reversed(since):
+        if how == "direct":
+            return name
+    if last in persons and since:
+        return since[-1][0]
+    return last
+
+
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
     """Facts of one document, and its main entity (the first named sentence subject)."""
     found: list[_Found] = []
     main: str | None = None
     last: str | None = None
+    # the names met so far, in order, and how ("subject", "direct" object of a verb, other "object"),
+    # with the nouns the text typed them with: what "The novel ..." refers to
+    mentions: list[tuple[str, str]] = []
+    types: dict[str, set[str]] = defaultdict(set)
+    gendered = any(w.lower() in _GENDERED for w in _WORD.findall(text))
     for n, (s, e) in enumerate(split_sentences(text)):
         sentence = text[s:e].strip()
         if _looks_like_code(sentence):
@@ -413,11 +503,18 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             last = subject
         fronted = ""
         if subject is None:
-            # "The ship is registered in ...": a definite description refers to the last entity
+            # "The ship is registered in ...": a definite description refers to the latest entity that
+            # fits it (`_referent`): one typed with that noun, else the object a verb just took, else
+            # the last entity
             words = sentence.split()
             if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main) \
                     and not any(p.start < len(words[0]) + len(words[1]) + 2 for p in propers):
-                subject, subj_end = (last or main), len(words[0]) + 1 + len(words[1].rstrip(",;:"))
+                noun = re.sub(r"['’]s$", "", words[1].rstrip(",;:"))
+                persons = {main} if gendered and main else set()
+                subject = _referent(noun, mentions, types, last or main, persons)
+                subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
+                types[subject].add(noun)
+                last = previous = subject
                 if words[1].endswith(("'s", "’s")):
                     subj_form = "'s"                   # "The group's second album ..."
                 elif words[2] in _COPULA:
@@ -453,6 +550,21 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
                             and a.text not in subject and subject not in a.text:
                         found.append(_Found(-1, subject, _resolve(relation, main), a.text, a.kind, n))
+        # the names of this sentence, for the descriptions of later ones
+        kind_noun = _subject_type(sentence[subj_end:])
+        if kind_noun:
+            types[subject].add(kind_noun)
+        of_head = _OF_HEAD.match(sentence[: propers[0].start]) if propers else None
+        if of_head and subject == propers[0].text and not subj_form:
+            types[subject].add(of_head.group("noun").lower())   # "The village of Wrenby lies ..."
+        mentions.append((subject, "subject"))
+        for p in propers:
+            if p.start >= subj_end and p.text not in subject and subject not in p.text:
+                how, noun = _object_role(sentence, p)
+                name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
+                mentions.append((name, how))
+                if noun:
+                    types[name].add(noun)
         # "X, a maker of tiles based in Y, was ..." / "X, which is twinned with Y, has ...": the
         # parenthesis states facts of X in its own words and is not part of the main clause's relation
         paren = _PARENTHETICAL.match(sentence[subj_end:])

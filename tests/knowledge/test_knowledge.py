@@ -151,6 +151,30 @@ def test_a_name_sharing_a_word_with_the_subject_is_still_an_answer():
     assert not {a for s, _, a in t if s == "Mill Orvel"} & {"Orvel Mill", "Orvel", "Mill"}
 
 
+def test_a_definite_description_refers_to_the_entity_that_fits_it():
+    """"The <noun>" is the latest entity typed with that noun, else the name a verb just took as
+    its object, else (after a person) the latest name; a person's role noun and "The ship" after
+    a role-filler stay with the last subject."""
+    docs = [
+        "Ilsa Varn wrote The Copper Orchard in 1932. The novel, which is set in Drevmoor, was published by Halden Press.",
+        "Tomas Reil is a painter from Gorsk. He bought Vell Manor in 1931. The house stands on the Irra. The painter died in Lusk.",
+        "The Orla Mill is a tannery on the Sask. Its owner, Pim Dorr, sold Hesk Farm in 1921. The tannery employs 40 people.",
+        "Mirta Holm wrote Gale Street in 1950. The author was born in Ennsk.",
+        "Asta Brin was born in Korsk in 1901. The town lies on the Vell. She later moved to Pell.",
+        "The Wend Star was launched in 1950. Its builder was Ask Yards. The ship sails from Port Olm with 12 sailors.",
+    ]
+    t = _triples(_facts(docs))
+    assert ("Copper Orchard", "is set in", "Drevmoor") in t and ("Copper Orchard", "was published by", "Halden Press") in t
+    assert ("Ilsa Varn", "wrote", "The Copper Orchard") in t
+    assert ("Vell Manor", "stands on the", "Irra") in t and ("Tomas Reil", "died in", "Lusk") in t
+    assert ("Orla Mill", "employs", "40") in t and ("Pim Dorr", "sold", "Hesk Farm") in t
+    assert ("Mirta Holm", "was born in", "Ennsk") in t
+    assert ("Korsk", "lies on the", "Vell") in t and ("Asta Brin", "later moved to", "Pell") in t
+    assert ("Wend Star", "sails from", "Port Olm") in t and ("Wend Star", "sails with", "12") in t
+    assert not {a for s, _, a in t if s in ("Ilsa Varn", "Hesk Farm", "Ask Yards", "Gale Street")} & {
+        "Drevmoor", "Halden Press", "40", "Port Olm", "Ennsk"}
+
+
 def test_distractors_follow_the_words_before_the_answer_before_the_kind():
     docs = ["Abel Thorn lives in Carrow. He works for Dunlin Mills.",
             "Bea Skerry lives in Moravel. She works for Otter Freight.",
