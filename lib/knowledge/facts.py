@@ -12,8 +12,9 @@ Extraction (`extract_facts`), rule-based, no model:
   breaks; a sentence that looks like code (brackets, `=`, `def `, `import `) is skipped, and so is
   a whole document whose lines are more than 20% code (a source file's docstrings);
 - candidate answers: dates (three formats), years, numbers, and runs of capitalised words joined
-  by name connectors (of, de, van, &); a sentence-initial capital counts only if the texts never
-  write that word in lower case ("After", "Born" do not);
+  by name connectors (of, de, van, &), a title with lower-case words whole where quotes or commas
+  close it ("album, Songs for the Harbour,"); a sentence-initial (or quote-initial) capital counts
+  only if the texts never write that word in lower case ("After", "Born" do not);
 - the subject is the name that opens the sentence, a pronoun resolved (he/she/his/her → the
   document's main entity, it/its/they → the last named one, "The novel ..." → the latest entity
   typed "novel", else the object a verb last took, else the last named one), or the name after
@@ -206,14 +207,46 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
     close()
     out = []
     for r in spans:
-        # a sentence-initial capital is only a name if the word is never written in lower case
-        while r and r[0][0] == words[0][0] and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
+        # a sentence-initial capital (also a quoted sentence's) is only a name if the word is never
+        # written in lower case
+        while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
                                                 or len(r) == 1 and _fronting_word(r[0][2])):
             r = r[1:]
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
         if r:
             out.append(_Span(r[0][0], r[-1][1], sentence[r[0][0] : r[-1][1]], "proper"))
+    return _titles(sentence, out)
+
+
+# short words a title may hold between its capitalised ones ("Letters from Geba", "Night at the Opera")
+_TITLE_WORDS = {"from", "in", "on", "at", "for", "to", "of", "the", "a", "an", "and", "with", "without", "under", "over"}
+_TITLE_GAP = re.compile(r"^ (?:from|in|on|at|for|to|of|the|with|without|under|over)(?: (?:the|a|an))? $")
+_QUOTED = re.compile(r"[\"“](?P<inner>[A-Z][^\"“”]{0,80}?)[\"”]")
+
+
+def _titles(sentence: str, spans: list[_Span]) -> list[_Span]:
+    """Names whose title holds lower-case words, read whole where the text marks where they end:
+    between quotes ('released "Night in Ceanam" in 2019'), or set off by commas after a common
+    noun ("Their debut album, Letters from Geba, was ..."). Not elsewhere: "wrote the novel Ulysses
+    in Paris" is a title and a place, which words alone cannot tell from "Night in Ceanam"."""
+    for m in _QUOTED.finditer(sentence):
+        inner = m.group("inner").rstrip(" ,.;:")
+        words = inner.split()
+        if len(words) <= 10 and all(w[:1].isupper() or w[:1].isdigit() or w in _TITLE_WORDS for w in words):
+            a, b = m.start("inner"), m.start("inner") + len(inner)
+            spans = [x for x in spans if x.end <= a or x.start >= b] + [_Span(a, b, inner, "proper")]
+    spans.sort(key=lambda x: x.start)
+    out: list[_Span] = []
+    for sp in spans:
+        prev = out[-1] if out else None
+        if prev is not None and _TITLE_GAP.match(sentence[prev.end : sp.start]) and not sp.text.startswith(MONTHS) \
+                and re.search(r"\b[a-z]+, $", sentence[: prev.start]) and sentence[sp.end :].startswith(","):
+            # "album, Letters from Geba,": one apposed title (a chain of them is merged step by step,
+            # so the test of the comma after is on the last part)
+            out[-1] = _Span(prev.start, sp.end, sentence[prev.start : sp.end], "proper")
+        else:
+            out.append(sp)
     return out
 
 
@@ -602,7 +635,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             else:
                 raw = sentence[paren_end : a.start]
                 earlier_here = [e.text for e in earlier if e.start >= paren_end]
-            relation = without_answers(" ".join(raw.split()), earlier_here)
+            relation = without_answers(" ".join(re.sub(r"[\"“”]", " ", raw).split()), earlier_here)  # a title's quotes are not words
             if form == "'s" and a.kind == "proper" and relation.endswith(",") and sentence[a.end :].startswith(",") \
                     and 0 < len(relation.split()) <= 3 and not set(relation.lower().split()) & (_COPULA | AUXILIARIES):
                 # "Their coach, Vera Lind, ...": the subject's coach is Vera Lind
