@@ -8,8 +8,11 @@ is `Buffer.add_many` of that night's records (bench/fact_sets.py: fictional peop
 `flows.consolidate.nightly_consolidation` (curate, knowledge injection, replay-mix, torchrun,
 evaluate, gate, remember, store). Configurations:
 
-  inject   knowledge injection on (lib/knowledge, its defaults), training.lr_scale=1.0
-  plain    knowledge.enabled=false: the night trains on the documents as captured, lr_scale 1.0
+  inject   knowledge injection on (lib/knowledge, its defaults)
+  plain    knowledge.enabled=false: the night trains on the documents as captured
+
+On the tiny preset both run at training.lr_scale=1.0; with `--preset default --v0 WS` (a real
+model adopted with `consolidate init`) at the defaults that model gets.
 
 The buffer holds the night's fact documents only, so the night's new-data share repeats each of
 them ~200 times beside its forms; in a buffer where they are a small part (the demo's), the forms
@@ -27,7 +30,7 @@ greedy exact match, mean rank, chance, old_val's change (the gate's forgetting f
 night's seconds (training, knowledge stage, evaluation, the fact scoring).
 
     PYTHONPATH=. python bench/bench_facts.py [--workdir DIR] [--v0 WORKSPACE] [--fact-set bio|other]
-        [--configs inject,plain] [--nights 4] [--people 24] [--set section.key=value ...]
+        [--configs inject,plain] [--nights 4] [--people 24] [--preset tiny|default] [--set section.key=value ...]
 
 The gate is permissive (every night accepted, as in bench_memory) so that forgetting is measured,
 not refused; old_val's change is printed against the +1% goal.
@@ -52,14 +55,16 @@ PERMISSIVE = ["gate.max_forgetting=10", "gate.max_memory_forgetting=10", "gate.m
 # the night's LR of the facts setting: the tiny preset's lr_scale 0.3 stores almost none of a night's
 # facts; 1.0 (3e-3) does, and costs the demo's code-heavy night 2.4% of old_val (docs/knowledge.md)
 FACTS_LR = ["training.lr_scale=1.0"]
-CONFIGS = {"inject": FACTS_LR, "plain": ["knowledge.enabled=false", *FACTS_LR]}
+CONFIGS = {"inject": [], "plain": ["knowledge.enabled=false"]}
 
 
 def config(ws_root: Path, args, *extra: str):
+    """The night's config: the preset (tiny: the facts LR and v0's pre-training length; default: a
+    model adopted with `consolidate init`, at its own defaults), the permissive gate, `--set`."""
     from lib.config import load_config
 
-    return load_config(preset="tiny", overrides=[f"workspace.root={ws_root}", f"model.pretrain_iterations={args.pretrain_steps}",
-                                                 *PERMISSIVE, *args.set, *extra])
+    own = [f"model.pretrain_iterations={args.pretrain_steps}", *FACTS_LR] if args.preset == "tiny" else []
+    return load_config(preset=args.preset, overrides=[f"workspace.root={ws_root}", *own, *PERMISSIVE, *args.set, *extra])
 
 
 def bootstrap_v0(base: Path, args) -> None:
@@ -192,7 +197,7 @@ def run_config(name: str, base: Path, work: Path, args) -> dict:
 
 
 def print_table(results: dict, args) -> None:
-    print(f"\nfact set {args.fact_set}, {args.people} records a night, tiny preset, CPU; accuracy = answer ranked first "
+    print(f"\nfact set {args.fact_set}, {args.people} records a night, {args.preset} preset{(', v0 from ' + str(args.v0)) if args.v0 else ''}, CPU; accuracy = answer ranked first "
           f"(before -> after), chance in brackets")
     head = f"{'config':8} {'night':>5} {'facts (held-out form)':>26} {'exact':>6} {'natural question':>24} {'old_val':>8} {'night s':>8} {'train s':>8} {'facts s':>8}"
     print(head)
@@ -217,6 +222,8 @@ def main() -> None:
     ap.add_argument("--nights", type=int, default=4)
     ap.add_argument("--people", type=int, default=24)
     ap.add_argument("--pretrain-steps", type=int, default=150)
+    ap.add_argument("--preset", default="tiny", choices=["tiny", "default"],
+                    help="default: for a --v0 workspace adopted with `consolidate init` (a real pre-trained model)")
     ap.add_argument("--set", action="append", default=[], help="section.key=value for every configuration")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -228,6 +235,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PREFECT_HOME", str(work / ".prefect"))
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")  # a loaded 2-core machine
+    if args.preset != "tiny" and args.v0 is None:
+        sys.exit("--preset default needs --v0: a workspace adopted with `consolidate init`")
     base = args.v0 or work / "v0"
     if args.v0 is None:
         bootstrap_v0(base, args)

@@ -93,6 +93,9 @@ PRESETS: dict[str, dict[str, Any]] = {
             "seq_len": 256, "lr_scale": 0.3, "snapshot_every": 50,
         },
         "eval": {"max_docs": 200, "batch_size": 8},
+        # a model pre-trained for minutes needs ~28 exposures of each form to answer its facts
+        # (a real pre-trained one ~5: the default), docs/knowledge.md
+        "knowledge": {"min_exposures": 28},
         "serve": {"cpu_threads": 1},
     },
 }
