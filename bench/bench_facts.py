@@ -4,7 +4,7 @@ in a phrasing it never trained on, and does it still answer them three nights la
 The real pipeline end to end, on the tiny preset and CPU: `flows.bootstrap.bootstrap` pre-trains v0
 (or `--v0 WORKSPACE` reuses one), each configuration is a copy of that workspace, and every night
 is `Buffer.add_many` of that night's records (bench/fact_sets.py: fictional people, or with
-`--fact-set other` ships: other attributes, other templates, never tuned on) followed by
+`--fact-set other` ships, `--fact-set rivers` rivers: other attributes, other templates) followed by
 `flows.consolidate.nightly_consolidation` (curate, knowledge injection, replay-mix, torchrun,
 evaluate, gate, remember, store). Configurations:
 
@@ -217,7 +217,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--v0", type=Path, default=None, help="a workspace whose champion is v0 (cloned, never changed)")
-    ap.add_argument("--fact-set", default="bio", choices=["bio", "other"])
+    ap.add_argument("--fact-set", default="bio", choices=["bio", "other", "rivers"])
     ap.add_argument("--configs", default="inject,plain")
     ap.add_argument("--nights", type=int, default=4)
     ap.add_argument("--people", type=int, default=24)

@@ -1,10 +1,12 @@
-"""Two fictional fact sets for bench/bench_facts.py and tests/test_knowledge.py: no model can know
+"""Three fictional fact sets for bench/bench_facts.py and tests/test_knowledge.py: no model can know
 them beforehand (names, places and numbers are generated), and they share no template.
 
 - `bio`: a person's biography: birth city, employer, field of study, birth year. One document per
   person, later sentences refer to the person by pronoun.
 - `other`: a ship's record (other attributes, other templates, "it" instead of he/she): home
   port, builder, captain, launch year, crew size.
+- `rivers`: a river's course (source hills, length in kilometres, the town at its mouth, a
+  tributary), written after the extraction rules and never tuned on.
 
 Each record also carries natural questions in a phrasing that no question form of
 lib/knowledge/forms.py produces ("Question: In which city was X born?\\nAnswer:"), each with the
@@ -74,8 +76,27 @@ SHIP_QUESTIONS = {
 }
 
 
+# Written on 2026-11-26 after the extraction rules of that day, and measured once as written: no
+# rule of lib/knowledge was changed for it (the check the issue asks for on a set never tuned on).
+RIVER_TEMPLATES = [
+    "The {river} rises in the {hills} and flows for {length} kilometres before it reaches the sea at {mouth}. "
+    "Its largest tributary is the {trib}.",
+    "From its source in the {hills}, the {river} runs {length} kilometres south to {mouth}, where it enters the sea. "
+    "The {trib} joins it halfway along its course.",
+    "At {length} kilometres, the {river} is one of the longer rivers of the region. It begins in the {hills}, "
+    "takes in the waters of the {trib}, and ends at {mouth}.",
+]
+RIVER_QUESTIONS = {
+    "hills": "Question: In which hills does the {river} have its source?\nAnswer:",
+    "length": "Question: How many kilometres long is the {river}?\nAnswer:",
+    "mouth": "Question: At which town does the {river} meet the sea?\nAnswer:",
+    "trib": "Question: Which river flows into the {river}?\nAnswer:",
+}
+FACT_SETS = ("bio", "other", "rivers")
+
+
 def records(fact_set: str, night: int, n: int, seed: int = 0) -> list[Record]:
-    """`n` records of `fact_set` ("bio" or "other") for night `night` (1-based): different people or
+    """`n` records of `fact_set` (one of FACT_SETS) for night `night` (1-based): different people or
     ships every night, the same ones for the same arguments."""
     rng = random.Random(f"{fact_set}:{seed}:{night}")
     taken: set[str] = set()
@@ -101,6 +122,15 @@ def records(fact_set: str, night: int, n: int, seed: int = 0) -> list[Record]:
             text = SHIP_TEMPLATES[i % len(SHIP_TEMPLATES)].format(**v)
             qs = {k: (q.format(**v), v[k]) for k, q in SHIP_QUESTIONS.items()}
             out.append(Record(v["ship"], text, qs))
+        elif fact_set == "rivers":
+            v = {"river": _unique(rng, lambda: _word(rng, 2) + " River", taken),
+                 "hills": _unique(rng, lambda: _word(rng, 2) + " " + rng.choice(["Hills", "Fells", "Mountains", "Moors"]), taken),
+                 "mouth": _unique(rng, lambda: _word(rng, 2) + rng.choice(["mouth", "haven", "port", "wick"]), taken),
+                 "trib": _unique(rng, lambda: _word(rng, 2) + " " + rng.choice(["Water", "Brook", "Beck"]), taken),
+                 "length": str(rng.randint(40, 900))}
+            text = RIVER_TEMPLATES[i % len(RIVER_TEMPLATES)].format(**v)
+            qs = {k: (q.format(**v), v[k]) for k, q in RIVER_QUESTIONS.items()}
+            out.append(Record(v["river"], text, qs))
         else:
-            raise ValueError(f"fact set must be bio or other, got {fact_set!r}")
+            raise ValueError(f"fact set must be one of {', '.join(FACT_SETS)}, got {fact_set!r}")
     return out
