@@ -309,10 +309,14 @@ def _resolve(relation: str, person: str | None, thing: str | None = None) -> str
     return re.sub(r"\b(?:him|her|his)\b", sub, relation)
 
 
-_WHERE_CLAUSE = re.compile(r",? (?:where|when) (?:he|she|they) ", re.IGNORECASE)
+# a subordinate clause whose pronoun is the sentence's subject: "grew up in Oslo, where she was born
+# in", "flows for 96 kilometres before it reaches the sea at"
+_WHERE_CLAUSE = re.compile(r",? (?:where|when|before|after|until|while|because|once) (?:he|she|they|it) ", re.IGNORECASE)
 
 
 _RELATIVE = re.compile(r"^,? (?:who|which) (?P<relation>.+)$")
+# a fronted phrase about the subject's own thing: "From its source in the", "Through her work at"
+_FRONTED_OWN = re.compile(r"^(?:[A-Z][a-z]+) (?:its|his|her|their) (?P<noun>[a-z]+(?: [a-z]+)?) (?P<prep>in|at|on|near|by|with|for|under)(?: (?P<art>the|a|an))? ")
 _PREPOSITIONS = ("in", "on", "at", "by", "of", "from", "for", "to", "with", "under", "near", "into")
 
 
@@ -321,11 +325,12 @@ def without_answers(relation: str, answers: Sequence[str]) -> str:
     preposition before it: "was launched in 1979 from the yard of" → "was launched from the yard
     of"; "worked for Brill Tanneries in Harrow until" → "worked until". Kept where the removal would
     leave the relation ending in the preposition it took away ("was born in Oslo in" stays: "was
-    born in" is the relation of Oslo itself, and two answers of one subject must not share it)."""
+    born in" is the relation of Oslo itself, and two answers of one subject must not share it). An
+    article between the preposition and the answer goes with them ("rises in the Oska Hills and")."""
     words = relation.split()
     last = words[-1] if words else ""
     for answer in answers:
-        m = re.search(r"(?:^|\s)(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+" + re.escape(answer) + r"(?=[\s,;]|$)", relation)
+        m = re.search(r"(?:^|\s)(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+(?:the\s+|a\s+|an\s+)?" + re.escape(answer) + r"(?=[\s,;]|$)", relation)
         if m and m.group("prep") != last:
             relation = relation[: m.start()] + " " + relation[m.end():]
     return re.sub(r"\s+,", ",", " ".join(relation.split()))
@@ -583,6 +588,13 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
                             and a.text not in subject and subject not in a.text:
                         found.append(_Found(-1, subject, _resolve(relation, main), a.text, a.kind, n))
+            own = _FRONTED_OWN.match(fronted)
+            if own and lead_word not in _PARTICIPLES:
+                # "From its source in the Oska Hills, X runs ..." → (X, 's source is in the, Oska Hills)
+                spans = [sp for sp in _proper_spans(fronted, lowercase_words) + _value_spans(fronted) if sp.start == own.end()]
+                if spans and spans[0].end == len(fronted.rstrip()) and spans[0].text not in subject and subject not in spans[0].text:
+                    relation = f"'s {own.group('noun')} is {own.group('prep')}{(' ' + own.group('art')) if own.group('art') else ''}"
+                    found.append(_Found(-1, subject, relation, spans[0].text, spans[0].kind, n))
         # the names of this sentence, for the descriptions of later ones
         kind_noun = _subject_type(sentence[subj_end:])
         if kind_noun:

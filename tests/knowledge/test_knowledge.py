@@ -194,6 +194,27 @@ def test_a_title_with_lower_case_words_is_one_answer_where_quotes_or_commas_clos
     assert not answers & {"Ulysses in Paris", "Oslo and Bergen", "Tovel in", "We", "Songs", "Harbour", "Girl", "Window"}
 
 
+def test_subordinate_clauses_listed_verbs_and_a_fronted_own_phrase_give_their_facts():
+    docs = [
+        # a subordinate clause whose pronoun is the subject; an article goes with the answer it precedes
+        "The Ostra Canal leaves the Harl Basin and runs for 40 miles until it joins the Vell Estuary.",
+        # verb phrases listed with commas and a final "and"
+        "The Brisk Line starts at Tamber Halt, passes the Kellin Viaduct, and terminates at Ruelford.",
+        # a fronted phrase about the subject's own thing
+        "From her workshop in Lessow, Ada Crane built organs for forty years.",
+        "Noor Veld grew up in Carrick, where she was born in 1941.",
+        "Ivo Pell grew up in Dunmore, where he was born in 1950.",  # a year of another kind to rank 1941 against
+    ]
+    t = _triples(_facts(docs))
+    assert ("Ostra Canal", "joins the", "Vell Estuary") in t
+    assert ("Ostra Canal", "leaves the", "Harl Basin") in t
+    assert ("Brisk Line", "terminates at", "Ruelford") in t and ("Brisk Line", "passes the", "Kellin Viaduct") in t
+    assert ("Brisk Line", "starts at", "Tamber Halt") in t
+    assert ("Ada Crane", "'s workshop is in", "Lessow") in t
+    assert ("Noor Veld", "was born in", "1941") in t                      # the he/she clause as before
+    assert not any("Harl Basin" in r or "Kellin Viaduct" in r for _, r, _ in t)  # no relation carries another answer
+
+
 def test_distractors_follow_the_words_before_the_answer_before_the_kind():
     docs = ["Abel Thorn lives in Carrow. He works for Dunlin Mills.",
             "Bea Skerry lives in Moravel. She works for Otter Freight.",
