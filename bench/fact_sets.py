@@ -6,7 +6,7 @@ them beforehand (names, places and numbers are generated), and they share no tem
 - `other`: a ship's record (other attributes, other templates, "it" instead of he/she): home
   port, builder, captain, launch year, crew size.
 - `rivers`: a river's course (source hills, length in kilometres, the town at its mouth, a
-  tributary), written after the extraction rules and never tuned on.
+  tributary), written after the extraction rules (see RIVER_TEMPLATES).
 
 Each record also carries natural questions in a phrasing that no question form of
 lib/knowledge/forms.py produces ("Question: In which city was X born?\\nAnswer:"), each with the
@@ -76,8 +76,10 @@ SHIP_QUESTIONS = {
 }
 
 
-# Written on 2026-11-26 after the extraction rules of that day, and measured once as written: no
-# rule of lib/knowledge was changed for it (the check the issue asks for on a set never tuned on).
+# Written on 2026-11-26 after the extraction rules of that day and measured as written (tiny preset,
+# one night: 48.8% in a held-out form, bio 81-89%): extraction found 43 of its 80 facts. The three
+# rules it showed missing were then added (subordinate clauses, listed verbs with "and", a fronted
+# "From its source in the X,"): since then it is a set tuned on, like the other two.
 RIVER_TEMPLATES = [
     "The {river} rises in the {hills} and flows for {length} kilometres before it reaches the sea at {mouth}. "
     "Its largest tributary is the {trib}.",
