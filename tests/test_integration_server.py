@@ -74,10 +74,7 @@ def server(tmp_path_factory):
            # level other test modules set for their in-process flows (tests/prefect_fixtures.py)
            "PREFECT_LOGGING_LEVEL": "INFO",
            # the scheduler looks for due schedules every 5 s instead of 60 (the test's short schedule)
-           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
-           # the workers ask for due runs every 2 s instead of 10: each of the test's ~10 flow runs
-           # would otherwise wait ~5 s on average to be picked up
-           "PREFECT_WORKER_QUERY_SECONDS": "2"}
+           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5"}
     env.pop("PREFECT_PROFILES_PATH", None)
     log = open(home / "server.log", "w")
     proc = subprocess.Popen([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
