@@ -32,7 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from lib.knowledge.facts import FactItem, _lowercase_words, document_facts, split_sentences
+from lib.knowledge.facts import FactItem, document_facts
+from lib.knowledge.spans import _lowercase_words, split_sentences
 from lib.knowledge.forms import QUESTION_FORMS, QuestionForm, split_forms
 
 _LEAD_PRONOUN = re.compile(r"^(He|She|They|It|His|Her|Their|Its)\b")

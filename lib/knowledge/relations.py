@@ -1,0 +1,213 @@
+"""How a fact's relation is cut from its sentence (lib/knowledge/facts.py uses it): the answer's own
+clause (`last_clause`, `without_answers`, `possessive`), pronouns named in full (`_resolve`), and
+what a definite description ("The novel ...") refers to (`_referent`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
+from lib.knowledge.spans import _PARTICIPLES, _Span
+
+
+def _resolve(relation: str, person: str | None, thing: str | None = None) -> str:
+    """Object pronouns in a relation named in full: "hired her in" → "hired Mara Quillon in"; with
+    `thing` (the entity before a newly named subject), "has been its mayor since" → "has been
+    Elmsby's mayor since"."""
+    if thing is not None:
+        relation = re.sub(r"\b(?:its|their)\b", thing + "'s", relation)
+    if person is None:
+        return relation
+
+    def sub(m):
+        w = m.group(0).lower()
+        if w in ("him", "her"):
+            return person
+        if w in ("his",):
+            return person + "'s"
+        return m.group(0)
+
+    return re.sub(r"\b(?:him|her|his)\b", sub, relation)
+
+
+# a subordinate clause whose pronoun is the sentence's subject: "grew up in Oslo, where she was born
+# in", "flows for 96 kilometres before it reaches the sea at"
+_WHERE_CLAUSE = re.compile(r",? (?:where|when|before|after|until|while|because|once) (?:he|she|they|it) ", re.IGNORECASE)
+
+
+_RELATIVE = re.compile(r"^,? (?:who|which) (?P<relation>.+)$")
+# a fronted phrase about the subject's own thing: "From its source in the", "Through her work at"
+_FRONTED_OWN = re.compile(r"^(?:[A-Z][a-z]+) (?:its|his|her|their) (?P<noun>[a-z]+(?: [a-z]+)?) (?P<prep>in|at|on|near|by|with|for|under)(?: (?P<art>the|a|an))? ")
+_PREPOSITIONS = ("in", "on", "at", "by", "of", "from", "for", "to", "with", "under", "near", "into")
+
+
+def without_answers(relation: str, answers: Sequence[str]) -> str:
+    """The relation without the earlier answers its sentence states inside it, each with the
+    preposition before it: "was launched in 1979 from the yard of" → "was launched from the yard
+    of"; "worked for Brill Tanneries in Harrow until" → "worked until". Kept where the removal would
+    leave the relation ending in the preposition it took away ("was born in Oslo in" stays: "was
+    born in" is the relation of Oslo itself, and two answers of one subject must not share it). An
+    article between the preposition and the answer goes with them ("rises in the Oska Hills and")."""
+    words = relation.split()
+    last = words[-1] if words else ""
+    for answer in answers:
+        m = re.search(r"(?:^|\s)(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+(?:the\s+|a\s+|an\s+)?" + re.escape(answer) + r"(?=[\s,;]|$)", relation)
+        if m and m.group("prep") != last:
+            relation = relation[: m.start()] + " " + relation[m.end():]
+    return re.sub(r"\s+,", ",", " ".join(relation.split()))
+
+
+def possessive(relation: str) -> str:
+    """A "whose" clause as the subject's own: "is a cargo ship whose home port is" → "'s home port
+    is" (the question then asks for the subject's home port, not for "a cargo ship whose ...")."""
+    head, sep, tail = relation.partition(" whose ")
+    return f"'s {tail}" if sep and tail and head.split()[:1] and head.split()[0] in ("is", "was") else relation
+
+
+def last_clause(relation: str) -> str:
+    """The relation's own clause, without the clauses chained before it: "studied music theory
+    and later worked for" → "later worked for"; "was built by X Yards and launched in" → "was
+    launched in" (the auxiliary carried over); "grew up in Oslo, where she was born in" → "was
+    born in". Unchanged when the tail does not start with a verb."""
+    m = None
+    for m in _WHERE_CLAUSE.finditer(relation):
+        pass
+    if m is not None and m.end() < len(relation):
+        return relation[m.end():]
+    head, sep, tail = relation.rpartition(" and ")
+    words = tail.split()
+    verbs = [w for w in words if w.lower() not in ADVERBS]
+    if not sep or not verbs or not verbs[0][:1].islower():
+        return _listed_clause(relation)
+    if verbs[0] in AUXILIARIES:
+        return tail
+    if base_verb(verbs[0]) is None:
+        return _listed_clause(relation)
+    aux = head.split()[0] if head.split() and head.split()[0] in AUXILIARIES else ""
+    return f"{aux} {tail}".strip() if aux and (verbs[0].endswith("ed") or verbs[0] in _PARTICIPLES) else tail
+
+
+def _listed_clause(relation: str) -> str:
+    """The last of verb phrases listed with commas: "is deep red, has a melting point of" → "has
+    a melting point of"; "is a novel, published in" → "is published in" (a participle after a
+    copula takes the copula). A participle after any other verb describes that verb's object
+    ("carries a crew, led by") and the relation stays whole, as it does when nothing after the
+    comma is a verb."""
+    head, sep, tail = relation.rpartition(", ")
+    verbs = [w for w in tail.split() if w.lower() not in ADVERBS]
+    if not sep or not head or not verbs or not verbs[0][:1].islower():
+        return relation
+    if verbs[0] in AUXILIARIES:
+        return tail
+    base = base_verb(verbs[0])
+    if base is None:
+        return relation
+    if base[1] == "does":
+        return tail                                 # "has", "occurs in": a finite verb of its own
+    first = head.split()[0]
+    if first in ("is", "was", "are", "were"):
+        return f"{first} {tail}"
+    return relation
+
+
+_OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?P<noun>[A-Za-z]+) of $")
+_PARENTHETICAL = re.compile(r"^,\s+(?P<inner>(?P<lead>which|who|a|an|the|one)\b[^,]*?),\s+(?=[a-z])")
+_PRONOUN_CLAUSE = re.compile(r"(?:,? and|,? but|;)\s+(?P<pro>it|they|he|she)\s+(?=[a-z])|, (?:and|but) (?P<pos>its|their|his|her)\s+(?=[a-z])")
+_COPULA = {"is", "was", "are", "were"}
+
+
+def _pronoun_clause(relation: str) -> tuple[str, str] | None:
+    """("", "has a population of") for "'s mayor is X, and it has a population of"; ("'s", "current
+    mayor is") for "was granted a charter, and its current mayor is": a clause of its own whose
+    pronoun is the sentence's subject; None when the relation has none."""
+    m = None
+    for m in _PRONOUN_CLAUSE.finditer(relation):
+        pass
+    if m is None or m.end() >= len(relation):
+        return None
+    return ("'s" if m.group("pos") else ""), relation[m.end():]
+
+
+# -- what a definite description ("The novel ...") refers to -----------------------------------------
+_NOUN_STOP = set(_PREPOSITIONS) | {"whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
+                                   "since", "after", "before", "during"}
+_TYPED = re.compile(r"^(?:,\s+(?:which|who)\s+|\s+)(?:is|was|are|were)\s+(?:a|an|the)\s+(?P<rest>.*)$|^,\s+(?:a|an|the)\s+(?P<appos>.*)$")
+_ROLE_BEFORE = re.compile(r"(?:['’]s|\b(?:[Ii]ts|[Tt]heir|[Hh]is|[Hh]er|[Tt]he))\s+(?:[a-z]+\s+){0,2}?(?P<noun>[a-z]+)\s+(?:is|was|are|were)\s*$")
+
+
+def _head_noun(text: str) -> str | None:
+    """The head of the noun phrase that opens `text`: "small town on the River Hien" → "town",
+    "novel, published in" → "novel", "folk group led by" → "group"; None when it opens with no
+    lower-case word."""
+    head = None
+    for w in text.split():
+        bare = w.rstrip(",;:.")
+        if not bare.isalpha() or not bare.islower() or bare in _NOUN_STOP or bare in _PARTICIPLES \
+                or (head is not None and len(bare) > 4 and bare.endswith("ed")):
+            break
+        head = bare
+        if bare != w:
+            break
+    return head
+
+
+def _subject_type(rest: str) -> str | None:
+    """The noun the sentence types its subject with, from the text after the subject: " is a novel
+    by" → "novel", ", a maker of tiles" → "maker", ", which is a port" → "port"."""
+    m = _TYPED.match(rest)
+    if not m:
+        return None
+    return _head_noun(m.group("rest") if m.group("rest") is not None else m.group("appos"))
+
+
+def _object_role(sentence: str, span: _Span) -> tuple[str, str | None]:
+    """How a name after the subject is introduced: ("direct", None) right after a verb ("wrote The
+    Nuzel Road"); ("object", noun) after a common noun ("the novel X", "album, X,", "singer X"), a
+    role ("Its builder was X"), or before an apposition ("X, a novel by"); ("object", None) after a
+    preposition or anything else."""
+    before = sentence[: span.start]
+    role, noun = "object", None
+    m = re.search(r"(?:^|\s)(?P<w>[A-Za-z'’]+)(?P<comma>,?)\s*$", before)
+    if m and m.group("w").islower():
+        w = m.group("w")
+        if w in _COPULA:
+            r = _ROLE_BEFORE.search(before)
+            noun = r.group("noun") if r else None
+        elif w in _NOUN_STOP or w in ("the", "a", "an") or w in AUXILIARIES or w in ADVERBS:
+            pass
+        elif base_verb(w) is not None:
+            role = "direct" if not m.group("comma") else "object"
+        else:
+            noun = w
+    after = re.match(r",\s+(?:a|an|the)\s+(?P<rest>.*)$", sentence[span.end :])
+    if after and noun is None:
+        noun = _head_noun(after.group("rest"))
+    return role, noun
+
+
+def _agent_noun(noun: str) -> bool:
+    """A noun that names a person by what they do ("author", "singer", "pianist"): a description
+    with it may well be the person subject itself, so it is left to mean the last subject."""
+    return noun.endswith(("er", "or", "ist", "ian", "ess", "ant", "ent"))
+
+
+def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[str]], last: str,
+              persons: set[str]) -> str:
+    """What "The <noun>" refers to: the latest entity introduced with that noun ("a novel", "the
+    novel X", "X, a novel"); else, unless the noun names a person's role, the latest name a verb took
+    as its object since the last subject ("X wrote The Nuzel Road. The novel ..."), or, when the
+    last subject is a person, the latest untyped name after it; else the last subject."""
+    for name, _ in reversed(mentions):
+        if noun in types.get(name, ()):
+            return name
+    if _agent_noun(noun):
+        return last
+    k = max((i for i, (_, how) in enumerate(mentions) if how == "subject"), default=-1)
+    since = [(name, how) for name, how in mentions[k + 1 :] if name not in persons and not types.get(name)]
+    for name, how in reversed(since):
+        if how == "direct":
+            return name
+    if last in persons and since:
+        return since[-1][0]
+    return last

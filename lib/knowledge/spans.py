@@ -1,0 +1,176 @@
+"""The spans a fact can be made of, and the sentences they sit in (lib/knowledge/facts.py uses
+them): sentence splitting, code detection, proper-name spans (titles included), dates, years and
+numbers."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from lib.knowledge.forms import ADVERBS
+
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+_MONTH = "(?:" + "|".join(MONTHS) + ")"
+_DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}|\d{{4}}-\d{{2}}-\d{{2}})\b")
+_YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?![\d.,]\d)")
+_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w,]\d)|(?<![\w.,])\d+(?:\.\d+)?%?(?![\w.,]?\d)")
+_WORD = re.compile(r"[^\W\d_][\w'’\-]*")
+# words that may join the parts of one proper name ("Bank of Ostra", "Lena van Dijk")
+_CONNECTORS = {"of", "de", "da", "del", "della", "di", "van", "von", "der", "den", "la", "le", "du", "y", "al", "bin", "&"}
+_PRONOUNS = {"he": "subject", "she": "subject", "they": "subject", "it": "subject",
+             "his": "possessive", "her": "possessive", "their": "possessive", "its": "possessive"}
+_GENDERED = {"he", "she", "his", "her", "him", "hers", "himself", "herself"}
+# sentence-initial words that are never the start of a name, whatever the corpus says
+_FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "when", "while", "this", "that", "these",
+             "those", "there", "here", "as", "by", "for", "from", "with", "without", "since", "until", "then", "but",
+             "and", "or", "if", "although", "because", "later", "today", "yesterday", "born", "question", "answer", "q", "a",
+             "we", "i", "you", "our", "my", "your", "every", "each", "both", "some", "many", "most", "one", "two", "three"}
+_PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", "run", "sold", "taken", "given", "written",
+                "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught"}
+_ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.$")
+_CODE_CHARS = re.compile(r"[{}\[\];=<>]|\bdef |\bimport |\breturn\b|::|->|#include|\(\)")
+KIND_WORDS = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name"}
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the sentences of `text`: ends at . ! ? before a space and an
+    upper-case letter, digit or quote (not after Dr., St., e.g.), and at line breaks."""
+    spans = []
+    for block in re.finditer(r"[^\n]+", text):
+        start = block.start()
+        for m in re.finditer(r"[.!?](?=\s+[\"'“(]?[A-Z0-9])", block.group()):
+            end = block.start() + m.end()
+            if _ABBREV.search(text[max(start, end - 6) : end]):
+                continue
+            spans.append((start, end))
+            start = end
+            while start < block.end() and text[start].isspace():
+                start += 1
+        if start < block.end():
+            spans.append((start, block.end()))
+    return [(s, e) for s, e in spans if text[s:e].strip()]
+
+
+def _looks_like_code(sentence: str) -> bool:
+    return bool(_CODE_CHARS.search(sentence)) or sentence.count("_") > 1 or sentence.count("(") > 2
+
+
+def looks_like_code_document(text: str, max_share: float = 0.2) -> bool:
+    """More than `max_share` of the non-blank lines look like code (brackets, `=`, keywords, or an
+    indented line): a source file's docstrings ("Defaults to None.") are not facts."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return False
+    code = sum(1 for ln in lines if _looks_like_code(ln) or ln.startswith(("    ", "\t")) or ln.rstrip().endswith(":") and " " not in ln.strip())
+    return code > max_share * len(lines)
+
+
+def _capitalised(word: str) -> bool:
+    return word[:1].isupper() and not word.isupper() or (len(word) > 1 and word.isupper() and word.isalpha() and len(word) <= 5)
+
+
+@dataclass
+class _Span:
+    start: int
+    end: int
+    text: str
+    kind: str
+
+
+def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
+    """Runs of capitalised words (joined by name connectors), the sentence-initial ordinary word dropped."""
+    words = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(sentence)]
+    spans, run = [], []
+
+    def close():
+        while run and run[-1][2].lower() in _CONNECTORS:
+            run.pop()
+        if run:
+            spans.append(list(run))
+        run.clear()
+
+    for k, (s, e, w) in enumerate(words):
+        gap = sentence[run[-1][1] : s] if run else ""
+        if run and gap not in (" ", "-", " & "):
+            close()
+        if _capitalised(w):
+            run.append((s, e, w))
+        elif run and w.lower() in _CONNECTORS and k + 1 < len(words) and _capitalised(words[k + 1][2]):
+            run.append((s, e, w))
+        else:
+            close()
+    close()
+    out = []
+    for r in spans:
+        # a sentence-initial capital (also a quoted sentence's) is only a name if the word is never
+        # written in lower case
+        while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
+                                                or len(r) == 1 and _fronting_word(r[0][2])):
+            r = r[1:]
+            while r and r[0][2].lower() in _CONNECTORS:
+                r = r[1:]
+        if r:
+            out.append(_Span(r[0][0], r[-1][1], sentence[r[0][0] : r[-1][1]], "proper"))
+    return _titles(sentence, out)
+
+
+# short words a title may hold between its capitalised ones ("Letters from Geba", "Night at the Opera")
+_TITLE_WORDS = {"from", "in", "on", "at", "for", "to", "of", "the", "a", "an", "and", "with", "without", "under", "over"}
+_TITLE_GAP = re.compile(r"^ (?:from|in|on|at|for|to|of|the|with|without|under|over)(?: (?:the|a|an))? $")
+_QUOTED = re.compile(r"[\"“](?P<inner>[A-Z][^\"“”]{0,80}?)[\"”]")
+
+
+def _titles(sentence: str, spans: list[_Span]) -> list[_Span]:
+    """Names whose title holds lower-case words, read whole where the text marks where they end:
+    between quotes ('released "Night in Ceanam" in 2019'), or set off by commas after a common
+    noun ("Their debut album, Letters from Geba, was ..."). Not elsewhere: "wrote the novel Ulysses
+    in Paris" is a title and a place, which words alone cannot tell from "Night in Ceanam"."""
+    for m in _QUOTED.finditer(sentence):
+        inner = m.group("inner").rstrip(" ,.;:")
+        words = inner.split()
+        if len(words) <= 10 and all(w[:1].isupper() or w[:1].isdigit() or w in _TITLE_WORDS for w in words):
+            a, b = m.start("inner"), m.start("inner") + len(inner)
+            spans = [x for x in spans if x.end <= a or x.start >= b] + [_Span(a, b, inner, "proper")]
+    spans.sort(key=lambda x: x.start)
+    out: list[_Span] = []
+    for sp in spans:
+        prev = out[-1] if out else None
+        if prev is not None and _TITLE_GAP.match(sentence[prev.end : sp.start]) and not sp.text.startswith(MONTHS) \
+                and re.search(r"\b[a-z]+, $", sentence[: prev.start]) and sentence[sp.end :].startswith(","):
+            # "album, Letters from Geba,": one apposed title (a chain of them is merged step by step,
+            # so the test of the comma after is on the last part)
+            out[-1] = _Span(prev.start, sp.end, sentence[prev.start : sp.end], "proper")
+        else:
+            out.append(sp)
+    return out
+
+
+def _fronting_word(word: str) -> bool:
+    """A word that opens a fronted phrase, not a name, when it stands alone at a sentence start:
+    an adverb ("First described in 1782, ..."), a participle ("Written by ...", "Formed in ...")."""
+    w = word.lower()
+    return w in ADVERBS or w in _PARTICIPLES or (len(w) > 4 and w.endswith("ed"))
+
+
+def _value_spans(sentence: str) -> list[_Span]:
+    spans = [_Span(m.start(), m.end(), m.group(), "date") for m in _DATE.finditer(sentence)]
+    taken = [(s.start, s.end) for s in spans]
+    free = lambda a, b: all(b <= s or a >= e for s, e in taken)  # noqa: E731
+    for m in _YEAR.finditer(sentence):
+        if free(m.start(), m.end()):
+            spans.append(_Span(m.start(), m.end(), m.group(), "year"))
+            taken.append((m.start(), m.end()))
+    for m in _NUMBER.finditer(sentence):
+        if free(m.start(), m.end()):
+            spans.append(_Span(m.start(), m.end(), m.group(), "number"))
+            taken.append((m.start(), m.end()))
+    return spans
+
+
+def _lowercase_words(texts: Sequence[str]) -> set[str]:
+    words: set[str] = set()
+    for t in texts:
+        words.update(w for w in _WORD.findall(t) if w.islower())
+    return words
