@@ -103,10 +103,17 @@ def _cli(env, *args, cwd=ROOT, timeout=300):
 
 
 def _request(method, url, **kw):
-    """One API call, retried on 503 as Prefect's own client does: the SQLite server answers 503
-    while its database is locked by a busy run's writes."""
+    """One API call, retried on 503 and on a read timeout as Prefect's own client does: the SQLite
+    server answers 503, or nothing for a while, while its database is locked by a busy run's writes
+    (a fresh-clone run once timed out after 30 s here with two workers and a night writing)."""
     for attempt in range(8):
-        r = httpx.request(method, url, timeout=30, **kw)
+        try:
+            r = httpx.request(method, url, timeout=30, **kw)
+        except httpx.TimeoutException:
+            if attempt == 7:
+                raise
+            time.sleep(0.5 * 2 ** min(attempt, 4))
+            continue
         if r.status_code != 503:
             break
         time.sleep(0.5 * 2 ** min(attempt, 4))
