@@ -7,6 +7,7 @@ is built once however many modules use it; tests work on copies of it.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -69,7 +70,8 @@ def consolidate(ws, *args: str, fault: str | None = None, ephemeral: bool = Fals
     """`consolidate run ...` as its own process, on the session's Prefect server (or, with
     `ephemeral`, starting its own), with the workspace's own PREFECT_HOME."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "CONSOLIDATION_FAULT"}
-    env.update(PYTHONPATH=str(ROOT), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="INFO")
+    env.update(PYTHONPATH=str(ROOT), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="INFO",
+               PYTHONFAULTHANDLER="1")  # a hung night's stacks on SIGABRT (`finish`)
     if not ephemeral:
         env["PREFECT_API_URL"] = api_url()
     if fault:
@@ -80,7 +82,23 @@ def consolidate(ws, *args: str, fault: str | None = None, ephemeral: bool = Fals
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
-    out, _ = proc.communicate(timeout=timeout)
+    """(exit code, output) of a `consolidate` process. One that hangs past `timeout` fails the test
+    with the stack of every thread it had (PYTHONFAULTHANDLER, set by `consolidate`, dumps them on
+    SIGABRT): a hang after Ctrl-C was seen once in a fresh-clone run, with no clue in its output."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out = ""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # and whatever it started
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+        raise AssertionError(f"{' '.join(proc.args[2:5])} did not exit within {timeout:.0f} s; its threads when stopped:\n{out[-12000:]}") from None
     return proc.returncode, out
 
 
