@@ -129,6 +129,13 @@ class _Found:
 
 
 
+def _names_outside_dates(text: str, lowercase_words: set[str], values: list[_Span]) -> list[_Span]:
+    """The proper-name spans of `text` but a month inside one of its dates ("on 8 May 1810" is one
+    date, not a name of its own); `values` are the text's value spans."""
+    dates = [v for v in values if v.kind == "date"]
+    return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)]
+
+
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
     """Facts of one document, and its main entity (the first named sentence subject)."""
     found: list[_Found] = []
@@ -146,9 +153,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
         values = _value_spans(sentence)
-        # a month inside a date ("on 8 May 1810") is part of that date, not a name of its own
-        propers = [p for p in _proper_spans(sentence, lowercase_words)
-                   if not any(v.kind == "date" and v.start <= p.start < v.end for v in values)]
+        propers = _names_outside_dates(sentence, lowercase_words, values)
         subject, subj_end, subj_form = None, 0, ""
         previous = last  # the entity of the sentences before: what "its" means after a new name
         role = ""  # "The singer is X": X is the last entity's singer
@@ -216,10 +221,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             lead_word = fronted_words[0].lower() if fronted_words else ""
             if lead_word in _PARTICIPLES or lead_word.endswith("ed"):
                 # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo)
-                spans = sorted([v for v in _value_spans(fronted)] +
-                               [p for p in _proper_spans(fronted, lowercase_words)
-                                if not any(v.kind == "date" and v.start <= p.start < v.end for v in _value_spans(fronted))],
-                               key=lambda x: x.start)
+                fronted_values = _value_spans(fronted)
+                spans = sorted(fronted_values + _names_outside_dates(fronted, lowercase_words, fronted_values), key=lambda x: x.start)
                 for k, a in enumerate(spans):
                     relation = " ".join(("was " + fronted[:1].lower() + fronted[1 : a.start]).split())
                     relation = without_answers(last_clause(relation), [e.text for e in spans[:k]])
