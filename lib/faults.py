@@ -18,7 +18,9 @@ a stage.
   written, no manifest), `train` (torchrun running, a snapshot on disk), `record` (candidate in
   lineage), `evaluate` (metrics recorded), `gate` (decision taken, not applied), `promote`
   (champion moved, dedup index and storage not done), `store` (delta written, lineage not told),
-  `version-write` (the trainer's rank 0 writing the finished version's folder).
+  `version-write` (the trainer's rank 0 writing the finished version's folder), `train-step`
+  (each rank after each optimizer step; with `hold=` it waits until SIGTERM reaches it, so the
+  stop lands with steps still to go however fast the machine trains).
 
 Trade-off: a real SIGKILL from inside is as abrupt as one from outside, and it lands at a known
 point every time, where an outside kill after a sleep would land wherever the machine's load put
@@ -31,6 +33,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Callable
 
 ENV = "CONSOLIDATION_FAULT"
 
@@ -40,9 +43,9 @@ def armed(name: str) -> bool:
     return os.environ.get(ENV, "").partition(":")[0] == name
 
 
-def fault_point(name: str, path: str | os.PathLike | None = None) -> None:
+def fault_point(name: str, path: str | os.PathLike | None = None, until: Callable[[], object] | None = None) -> None:
     """SIGKILL this process, hold it, or raise an OS error about `path`, if `CONSOLIDATION_FAULT`
-    names this point (tests only)."""
+    names this point (tests only). A hold also ends once `until()` is true (a stop requested)."""
     if not armed(name):
         return
     errno = os.environ[ENV].partition(":errno=")[2]
@@ -56,7 +59,7 @@ def fault_point(name: str, path: str | os.PathLike | None = None) -> None:
     if not hold:
         os.kill(os.getpid(), signal.SIGKILL)
     Path(f"{hold}.reached").touch()
-    while os.path.exists(hold):
+    while os.path.exists(hold) and not (until is not None and until()):
         time.sleep(0.2)
 
 

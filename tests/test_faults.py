@@ -516,8 +516,14 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace, requ
 
     # SIGTERM to the whole process group mid-training, on the command's own ephemeral Prefect
     # server: the night winds down through the API, then server and torchrun are gone
+    # (the trainer holds after its first step until the signal reaches it: 8 tiny steps can
+    # finish between a look at metrics.jsonl and the kill, and a finished night has no `train`)
     run = ws.run(night["run_id"])
-    stop_by_signal(ws, signal.SIGTERM, lambda proc: run.metrics.exists(), "lib.training.train")
+    hold = tmp_path / "train-step.hold"
+    hold.touch()
+    stop_by_signal(ws, signal.SIGTERM, lambda proc: Path(f"{hold}.reached").exists(), "lib.training.train",
+                   fault=f"train-step:hold={hold}")
+    assert run.metrics.exists() and list(run.snapshots.glob("step-*"))  # stopped mid-run, snapshot kept
     check_invariants(ws, settled=False)
 
     # train: killed while torchrun runs with a snapshot on disk; torchrun snapshots on its own
@@ -563,11 +569,11 @@ def test_a_night_survives_a_kill_inside_every_stage(tmp_path, v0_workspace, requ
     assert len(lin.gate_decisions("v1")) == 1  # decided once, however often the night was resumed
 
 
-def stop_by_signal(ws: Workspace, sig: int, ready, child: str | None = None) -> None:
-    """Run a night on its own ephemeral Prefect server, send `sig` to its whole process group
-    once `ready(proc)`, and check that it exits at once with 128+sig, leaving no process behind (the
-    server, the watchdog, torchrun) and the night resumable."""
-    proc = consolidate(ws, ephemeral=True)
+def stop_by_signal(ws: Workspace, sig: int, ready, child: str | None = None, fault: str | None = None) -> None:
+    """Run a night (with `fault` armed, if given) on its own ephemeral Prefect server, send `sig` to
+    its whole process group once `ready(proc)`, and check that it exits at once with 128+sig,
+    leaving no process behind (the server, the watchdog, torchrun) and the night resumable."""
+    proc = consolidate(ws, ephemeral=True, fault=fault)
     wait_until(lambda: ready(proc) or proc.poll() is not None, 240, f"the night to get ready for {sig.name}")
     family = descendants(proc.pid)
     cmdlines = {p: " ".join(_cmdline(p)) for p in family}
