@@ -11,7 +11,8 @@
   and on CUDA a second, gloo group for the step's host-side numbers (counts, stop flags) so they
   never wait for the GPU. Its collectives are no-ops on a lone process. `resolve_device`:
   training.device=cuda without a usable GPU is an error that says why; auto falls back to the
-  CPU only with a loud warning.
+  CPU with a warning (`warn_cpu_fallback`, once the model is built): a banner for a model sized
+  for a GPU, one line for one the CPU trains in minutes (the tiny preset, `make demo`).
 - `prepare_model` turns the loaded fp32 model into what the step loop calls, in torchtitan's
   order: activation checkpointing per block, then `torch.compile` per block (`module.compile()`:
   parameter names stay as they were), then either DDP or FSDP2: `fully_shard` on each
@@ -151,27 +152,41 @@ def cuda_problem(local_rank: int = 0) -> str | None:
     return None
 
 
-def resolve_device(device_pref: str, local_rank: int = 0, warn: bool = True) -> str:
-    """"cuda" or "cpu" for training.device: cuda must be usable (else a ValueError that says
-    why and what to do); auto falls back to CPU only with a loud warning."""
+def resolve_device(device_pref: str, local_rank: int = 0) -> tuple[str, str | None]:
+    """("cuda" or "cpu", why CUDA was not used) for training.device: cuda must be usable (else a
+    ValueError that says why and what to do); auto falls back to the CPU and returns the reason,
+    for `warn_cpu_fallback` once the model's size is known."""
     if device_pref == "cpu":
-        return "cpu"
+        return "cpu", None
     problem = cuda_problem(local_rank)
     if device_pref == "cuda":
         if problem:
             raise ValueError(f"training.device=cuda but CUDA is not usable: {problem}. To train on the CPU on purpose, "
                              f"set training.device=cpu.")
-        return "cuda"
+        return "cuda", None
     if device_pref != "auto":
         raise ValueError(f"training.device={device_pref!r}: expected auto, cpu or cuda")
-    if problem:
-        if warn:
-            bar = "!" * 78
-            log.warning("%s\ntraining.device=auto: CUDA is not usable, so this run TRAINS ON THE CPU (%s).\n"
-                        "A model sized for a GPU trains about 100 times slower here. Set training.device=cuda to make "
-                        "this an error, or training.device=cpu to silence this warning.\n%s", bar, problem, bar)
-        return "cpu"
-    return "cuda"
+    return ("cpu", problem) if problem else ("cuda", None)
+
+
+# Above this many parameters a CPU fallback is a mistake worth a banner (a 135M model trains ~100
+# times slower there); below it, the tiny preset's models train in minutes on a laptop.
+CPU_FRIENDLY_PARAMS = 20e6
+
+
+def warn_cpu_fallback(problem: str | None, n_params: int) -> None:
+    """Say that training.device=auto fell back to the CPU: loudly for a model sized for a GPU, in
+    one line for a model small enough that the CPU is a fine place for it (`make demo`)."""
+    if problem is None:
+        return
+    if n_params < CPU_FRIENDLY_PARAMS:
+        log.info("training.device=auto: CUDA is not usable (%s); training on the CPU, fine for %.2fM parameters",
+                 problem, n_params / 1e6)
+        return
+    bar = "!" * 78
+    log.warning("%s\ntraining.device=auto: CUDA is not usable, so this run TRAINS ON THE CPU (%s).\n"
+                "A model of %.0fM parameters trains about 100 times slower here than on a GPU. Set training.device=cuda "
+                "to make this an error, or training.device=cpu to silence this warning.\n%s", bar, problem, n_params / 1e6, bar)
 
 
 class Dist:
@@ -184,7 +199,8 @@ class Dist:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        use_cuda = resolve_device(device_pref, self.local_rank, warn=self.rank == 0) == "cuda"
+        device, self.cpu_fallback = resolve_device(device_pref, self.local_rank)  # why auto chose the CPU
+        use_cuda = device == "cuda"
         if use_cuda:
             torch.cuda.set_device(self.local_rank)
             self.device = torch.device("cuda", self.local_rank)

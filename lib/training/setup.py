@@ -34,7 +34,7 @@ from lib.data.loader import TrainLoader, validate
 from lib.data.prepared import PreparedData  # what --data holds: data.json, manifest, shards
 from lib.data.tokenizer import load_tokenizer
 from lib.training.distributed import (
-    Dist, compile_enabled, is_sharded, load_full_optimizer_state, prepare_model,
+    Dist, compile_enabled, is_sharded, load_full_optimizer_state, prepare_model, warn_cpu_fallback,
 )
 from lib.training.footprint import (
     GiB, available_memory, check_fits, choose_device_batch, estimate_training_memory, resident_bytes,
@@ -365,6 +365,7 @@ def set_up(cfg, d: Dist, data: PreparedData, out_dir: Path, train_dir: Path, *, 
             reset_hyperparameters(optimizer, tcfg, peak, d.device)
     sharded = is_sharded(tcfg, d.world_size)
     if d.is_main:
+        warn_cpu_fallback(d.cpu_fallback, n_params)
         extras = [("FSDP" if sharded else "DDP") if d.world_size > 1 else "",
                   "activation checkpointing" if tcfg.activation_checkpointing else "",
                   "compiled blocks" if compile_enabled(tcfg.compile, d.device.type) else ""]

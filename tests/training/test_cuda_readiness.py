@@ -331,20 +331,30 @@ def test_autocast_activation_bytes_match_what_autograd_keeps(make):
 # -- 9. no silent CPU fallback --------------------------------------------------------------------
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a usable GPU")
 def test_cuda_without_a_usable_gpu_is_an_error_and_auto_warns_loudly(monkeypatch, caplog):
-    from lib.training.distributed import Dist
+    """cuda without a GPU is an error; auto falls back with the reason kept: a banner for a model
+    sized for a GPU, one INFO line for the tiny preset's (the demo's first screen stays calm)."""
+    from lib.training.distributed import Dist, warn_cpu_fallback
 
     for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(ValueError, match="training.device=cuda but CUDA is not usable") as err:
         Dist("cuda")
     assert "training.device=cpu" in str(err.value)
-    with caplog.at_level(logging.WARNING, logger="lib.training.distributed"):
-        d = Dist("auto")
-    assert d.device.type == "cpu" and "TRAINS ON THE CPU" in caplog.text
+    d = Dist("auto")
+    assert d.device.type == "cpu" and d.cpu_fallback and "CUDA" in d.cpu_fallback
+    assert Dist("cpu").cpu_fallback is None
+    with caplog.at_level(logging.INFO, logger="lib.training.distributed"):
+        warn_cpu_fallback(d.cpu_fallback, 135_000_000)
+    assert "TRAINS ON THE CPU" in caplog.text and "135M parameters" in caplog.text and "WARNING" in {r.levelname for r in caplog.records}
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="lib.training.distributed"):
-        Dist("cpu")
-    assert "TRAINS ON THE CPU" not in caplog.text
+    with caplog.at_level(logging.INFO, logger="lib.training.distributed"):
+        warn_cpu_fallback(d.cpu_fallback, 1_380_000)
+    assert "TRAINS ON THE CPU" not in caplog.text and "training on the CPU, fine for 1.38M parameters" in caplog.text
+    assert {r.levelname for r in caplog.records} == {"INFO"}
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lib.training.distributed"):
+        warn_cpu_fallback(None, 135_000_000)
+    assert not caplog.records
 
 
 def test_the_gpu_deployment_trains_on_cuda():
