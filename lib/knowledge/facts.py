@@ -26,7 +26,8 @@ Extraction (`extract_facts`), rule-based, no model:
 Trade-off: rules find the salient spans of encyclopedic prose (the bench's 24 biographies give
 80 items, 24 ship records 96) in ~10 ms a document and never invent an answer, but they miss
 facts stated only with lower-case words ("studied geology") or with the subject after the
-answer in a sentence that is not a fronted participle.
+answer ("Commanding her was X", "some 5,000 people gather in Y for the Z") beyond the shapes of
+lib/knowledge/shapes.py (fronted time and measure phrases, appositions, "X joins it").
 
 Stored as JSON Lines, one item a line, written atomically (lib.files): a night's set lies at
 `<run_dir>/knowledge/facts.jsonl`.
@@ -45,10 +46,15 @@ from typing import Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms
-from lib.knowledge.relations import (_COPULA, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _RELATIVE, _object_role, _pronoun_clause,
+from lib.knowledge.relations import (_COPULA, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
                                      _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
-from lib.knowledge.spans import (_GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
-                                 _value_spans, looks_like_code_document, split_sentences)
+from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
+                                 _fronting_word, _value_spans, looks_like_code_document, split_sentences)
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, fronted_value_facts, new_clause, pronoun_object, relative_fact,
+                                  without_appositions, without_honorific)
+
+# a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
+_FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z][^,]*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
     types: dict[str, set[str]] = defaultdict(set)
     gendered = any(w.lower() in _GENDERED for w in _WORD.findall(text))
     for n, (s, e) in enumerate(split_sentences(text)):
-        sentence = text[s:e].strip()
+        sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if _looks_like_code(sentence):
             continue
         first = _WORD.match(sentence)
@@ -206,12 +212,24 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             for p in propers:
                 before = sentence[: p.start]
                 rest = sentence[p.end :].lstrip(" ")
-                if p.start > 0 and rest[:1].islower() and (before.endswith(", ") or before.endswith(", the ")):
+                timed = FRONTED_TIME.match(before)     # "In 1798 Ada Lind took ...": a time phrase needs no comma
+                timed = timed if timed and any(v.start == timed.start("value") and v.end == timed.end("value") for v in values) else None
+                if p.start > 0 and rest[:1].islower() and (before.endswith(", ") or before.endswith(", the ") or timed):
                     subject, subj_end = p.text, p.end
                     if subject.startswith("The ") and len(subject.split()) > 2:
                         subject = subject[4:]          # ", The Ciefal Lanterns released": as named at a sentence start
-                    fronted = before[: before.rindex(",")]
+                    fronted = before[: timed.end("value")] if timed else before[: before.rindex(",")]
                     break
+            lone = _FRONTED_LONE.match(sentence) if subject is None else None
+            if lone and (_fronting_word(lone.group("fronted").split()[0]) or fronted_value_facts(lone.group("fronted"), sentence, lone.end("who"), propers, values)):
+                # "Designed by Ada Lind, it was opened ...", "Built at a cost of 9 million, the ground holds ...":
+                # a fronted phrase before a pronoun or a description, which mean what they mean at a sentence start
+                noun = lone.group("noun")
+                if noun is None:
+                    subject = main if lone.group("who") in _GENDERED else (last or main)
+                else:                                  # only a description the text typed, or a name's own head word
+                    subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or m.split()[-1].lower() == noun), None)
+                subj_end, fronted = lone.end("who"), lone.group("fronted")
             if subject is None:
                 continue
             if main is None:
@@ -229,6 +247,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
                             and a.text not in subject and subject not in a.text:
                         found.append(_Found(-1, subject, _resolve(relation, main), a.text, a.kind, n))
+            for relation, a in fronted_value_facts(fronted, sentence, subj_end, propers, values):
+                if a.text not in subject:              # "On 3 May 1921, X left Y" → (X, left Y on, 3 May 1921)
+                    found.append(_Found(-1, subject, relation, a.text, a.kind, n))
             own = _FRONTED_OWN.match(fronted)
             if own and lead_word not in _PARTICIPLES:
                 # "From its source in the Oska Hills, X runs ..." → (X, 's source is in the, Oska Hills)
@@ -255,7 +276,10 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         # parenthesis states facts of X in its own words and is not part of the main clause's relation
         paren = _PARENTHETICAL.match(sentence[subj_end:])
         paren_end = subj_end + paren.end() if paren else subj_end
-        answers = [p for p in propers if p.start >= subj_end] + [v for v in values if v.start >= subj_end]
+        answers = [without_honorific(p) for p in propers if p.start >= subj_end] + [v for v in values if v.start >= subj_end]
+        it_verb = pronoun_object(sentence, subj_end) if lead not in _PRONOUNS and not fronted else None
+        if it_verb and previous and previous != subject and not (gendered and previous == main):
+            found.append(_Found(-1, subject, it_verb, previous, "proper", n))   # "The Lorun Brook joins it"
         before: list[_Span] = []  # the answers earlier in this sentence
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
         for a in sorted(answers, key=lambda x: x.start):
@@ -263,7 +287,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             names = [part for part in a.text.split() if part[:1].isupper()]
             if a.text in subject or subject in a.text or names and all(part in subject.split() for part in names):
                 continue  # never the subject (or its name's words) as its own answer; "Peagesk House" of "Bolint House" is one
-            clause = _RELATIVE.match(sentence[earlier[-1].end : a.start]) if earlier and earlier[-1].kind == "proper" else None
+            clause = relative_fact(sentence, earlier, a)
             if apposed is not None and a.start > apposed.end and sentence[apposed.end :].startswith(", "):
                 clause = re.match(r"^, (?P<relation>.+)$", sentence[apposed.end : a.start])
                 if clause:
@@ -273,12 +297,14 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                             and a.text not in apposed.text and apposed.text not in a.text:
                         found.append(_Found(-1, apposed.text, _resolve(relation, main), a.text, a.kind, n))
                 continue
-            if clause:
-                # "Its captain is Vera Lind, who commands a crew of 40": a fact of Vera Lind's
-                relation = " ".join(clause.group("relation").split())
+            if clause or (clause := apposed_object(sentence, [e for e in earlier if e.start >= subj_end], a)):
+                # "Its captain is Vera Lind, who commands a crew of 40": a fact of Vera Lind's; so is
+                # "holds Evening in Kowous, a portrait painted by Ada Lind" of the portrait
+                head, relation = clause
+                relation = re.sub(r"\bit\b", subject, relation)     # "..., which bought it in": the sentence's subject
                 if len(relation.split()) <= max_relation_words and relation[-1:] not in ",;:(" \
-                        and a.text not in earlier[-1].text and earlier[-1].text not in a.text:
-                    found.append(_Found(-1, earlier[-1].text, _resolve(relation, main), a.text, a.kind, n))
+                        and a.text not in head and head not in a.text:
+                    found.append(_Found(-1, head, _resolve(relation, main), a.text, a.kind, n))
                 continue
             form = subj_form
             if paren and a.start < paren_end:
@@ -286,7 +312,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 raw = inner.split(None, 1)[1] if paren.group("lead") in ("which", "who") else "is " + inner
                 earlier_here = [e.text for e in earlier if e.start >= subj_end]
             else:
-                raw = sentence[paren_end : a.start]
+                raw = without_appositions(sentence[paren_end : a.start])
                 earlier_here = [e.text for e in earlier if e.start >= paren_end]
             relation = without_answers(" ".join(re.sub(r"[\"“”]", " ", raw).split()), earlier_here)  # a title's quotes are not words
             if form == "'s" and a.kind == "proper" and relation.endswith(",") and sentence[a.end :].startswith(",") \
@@ -298,6 +324,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             own = _pronoun_clause(relation)
             if own is not None:
                 form, relation = own
+            elif new_clause(relation):
+                continue                               # "took 45 days, and 478 passengers reached": another subject's
             relation = last_clause(relation) if form else possessive(last_clause(relation))
             if role and relation in _COPULA:
                 form, relation = "'s " + role, relation

@@ -86,6 +86,8 @@ def base_verb(word: str) -> tuple[str, str] | None:
         return stem, "did"
     if len(w) > 4 and w.endswith("ies"):
         return w[:-3] + "y", "does"                 # carries → carry
+    if len(w) > 4 and w.endswith("ses") and w[-4] in "aeiou":
+        return w[:-1], "does"                       # rises → rise, causes → cause (passes → pass below)
     if len(w) > 3 and w.endswith("es") and w[:-2].endswith(("s", "x", "ch", "sh", "z")):
         return w[:-2], "does"
     if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):

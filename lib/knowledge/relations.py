@@ -36,7 +36,6 @@ def _resolve(relation: str, person: str | None, thing: str | None = None) -> str
 _WHERE_CLAUSE = re.compile(r",? (?:where|when|before|after|until|while|because|once) (?:he|she|they|it) ", re.IGNORECASE)
 
 
-_RELATIVE = re.compile(r"^,? (?:who|which) (?P<relation>.+)$")
 # a fronted phrase about the subject's own thing: "From its source in the", "Through her work at"
 _FRONTED_OWN = re.compile(r"^(?:[A-Z][a-z]+) (?:its|his|her|their) (?P<noun>[a-z]+(?: [a-z]+)?) (?P<prep>in|at|on|near|by|with|for|under)(?: (?P<art>the|a|an))? ")
 _PREPOSITIONS = ("in", "on", "at", "by", "of", "from", "for", "to", "with", "under", "near", "into")
@@ -53,6 +52,10 @@ def without_answers(relation: str, answers: Sequence[str]) -> str:
     last = words[-1] if words else ""
     for answer in answers:
         m = re.search(r"(?:^|\s)(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+(?:the\s+|a\s+|an\s+)?" + re.escape(answer) + r"(?=[\s,;]|$)", relation)
+        noun = re.match(r" ([a-z]+)", relation[m.end() :]) if m else None
+        if noun and noun.group(1) not in _NOUN_STOP and noun.group(1) not in ("while", "until", "because", "once") \
+                and base_verb(noun.group(1)) is None:
+            continue                        # "lies in the Zigriark district of": the answer names the noun after it
         if m and m.group("prep") != last:
             relation = relation[: m.start()] + " " + relation[m.end():]
     return re.sub(r"\s+,", ",", " ".join(relation.split()))
@@ -100,6 +103,10 @@ def _listed_clause(relation: str) -> str:
         return relation
     if verbs[0] in AUXILIARIES:
         return tail
+    lone = base_verb(head) if len(head.split()) == 1 else None
+    if lone and (verbs[0] in _PARTICIPLES or verbs[0].endswith("ed")):
+        # "sailed, bound for": a participle after a verb with no object describes the subject
+        return f"{'was' if lone[1] == 'did' else 'is'} {tail}"
     base = base_verb(verbs[0])
     if base is None:
         return relation
@@ -195,12 +202,15 @@ def _agent_noun(noun: str) -> bool:
 def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[str]], last: str,
               persons: set[str]) -> str:
     """What "The <noun>" refers to: the latest entity introduced with that noun ("a novel", "the
-    novel X", "X, a novel"); else, unless the noun names a person's role, the latest name a verb took
+    novel X", "X, a novel") or named with it ("The bridge": the Truvair Bridge); else, unless the noun names a person's role, the latest name a verb took
     as its object since the last subject ("X wrote The Nuzel Road. The novel ..."), or, when the
     last subject is a person, the latest untyped name after it; else the last subject."""
     for name, _ in reversed(mentions):
         if noun in types.get(name, ()):
             return name
+    for name, _ in reversed(mentions):
+        if name.split()[-1].lower() == noun:
+            return name                     # "The bridge" is the Truvair Bridge: the name's own head word
     if _agent_noun(noun):
         return last
     k = max((i for i, (_, how) in enumerate(mentions) if how == "subject"), default=-1)

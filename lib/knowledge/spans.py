@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from lib.knowledge.forms import ADVERBS
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -28,9 +28,13 @@ _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "w
              "and", "or", "if", "although", "because", "later", "today", "yesterday", "born", "question", "answer", "q", "a",
              "we", "i", "you", "our", "my", "your", "every", "each", "both", "some", "many", "most", "one", "two", "three"}
 _PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", "run", "sold", "taken", "given", "written",
-                "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught"}
+                "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught", "bound"}
 _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.$")
-_CODE_CHARS = re.compile(r"[{}\[\];=<>]|\bdef |\bimport |\breturn\b|::|->|#include|\(\)")
+# "return" and "import" are English words too ("on the return journey", "the import of grain"): code only
+# where a line or sentence opens with them in lower case, as a statement does; a bracketed footnote
+# mark ("[12]") is an encyclopedia's, not code's
+_CODE_CHARS = re.compile(r"[{}\[\];=<>]|\bdef |^\s*(?:from \S+ )?import |^\s*return\b|::|->|#include|\(\)")
+FOOTNOTE = re.compile(r"\[(?:\d{1,3}|citation needed)\]")
 KIND_WORDS = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name"}
 
 
@@ -40,7 +44,7 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     spans = []
     for block in re.finditer(r"[^\n]+", text):
         start = block.start()
-        for m in re.finditer(r"[.!?](?=\s+[\"'“(]?[A-Z0-9])", block.group()):
+        for m in re.finditer(r"[.!?](?:\[(?:\d{1,3}|citation needed)\])*(?=\s+[\"'“(]?[A-Z0-9])", block.group()):
             end = block.start() + m.end()
             if _ABBREV.search(text[max(start, end - 6) : end]):
                 continue
@@ -54,6 +58,7 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
 
 def _looks_like_code(sentence: str) -> bool:
+    sentence = FOOTNOTE.sub("", sentence)
     return bool(_CODE_CHARS.search(sentence)) or sentence.count("_") > 1 or sentence.count("(") > 2
 
 
@@ -67,8 +72,14 @@ def looks_like_code_document(text: str, max_share: float = 0.2) -> bool:
     return code > max_share * len(lines)
 
 
+# a code of capitals and digits names a thing as a capitalised word does: a road ("M28"), a formula
+# ("C12H22O11"), a model ("B-52")
+_CODE_NAME = re.compile(r"^[A-Z][A-Z\-]*\d[A-Z0-9\-]*$")
+
+
 def _capitalised(word: str) -> bool:
-    return word[:1].isupper() and not word.isupper() or (len(word) > 1 and word.isupper() and word.isalpha() and len(word) <= 5)
+    return word[:1].isupper() and not word.isupper() or (len(word) > 1 and word.isupper() and word.isalpha() and len(word) <= 5) \
+        or bool(_CODE_NAME.match(word))
 
 
 @dataclass
@@ -107,7 +118,7 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
         # a sentence-initial capital (also a quoted sentence's) is only a name if the word is never
         # written in lower case
         while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
-                                                or len(r) == 1 and _fronting_word(r[0][2])):
+                                                or len(r) == 1 and _fronting_word(r[0][2]) or len(r) == 1 and _gerund(sentence, r[0])):
             r = r[1:]
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
@@ -138,13 +149,40 @@ def _titles(sentence: str, spans: list[_Span]) -> list[_Span]:
     for sp in spans:
         prev = out[-1] if out else None
         if prev is not None and _TITLE_GAP.match(sentence[prev.end : sp.start]) and not sp.text.startswith(MONTHS) \
-                and re.search(r"\b[a-z]+, $", sentence[: prev.start]) and sentence[sp.end :].startswith(","):
+                and _title_closed(sentence, prev.start, sp.end):
             # "album, Letters from Geba,": one apposed title (a chain of them is merged step by step,
-            # so the test of the comma after is on the last part)
+            # so the test of what follows is on the last part)
             out[-1] = _Span(prev.start, sp.end, sentence[prev.start : sp.end], "proper")
         else:
             out.append(sp)
     return out
+
+
+def _title_closed(sentence: str, start: int, end: int) -> bool:
+    """Whether the words between `start` and `end` ("Evening in Stefaix") are one name by where
+    they stand: set off by commas after a common noun ("album, Letters from Geba,"); the subject
+    of the sentence, or of its clause after a fronted phrase, right before its verb ("Evening in
+    Stefaix is an oil painting", "Painted in 1679, Girl from Necith shows") where one word comes
+    before the gap ("The Louvre in Paris holds" is a place's); or a verb's object
+    that an apposition describes ("holds Evening in Bidroth, a portrait by"). A place and a place
+    ("born in Oslo in Norway") stands in none of these."""
+    before, after = sentence[:start], sentence[end:]
+    if re.search(r"\b[a-z]+, $", before) and after.startswith(","):
+        return True
+    nxt = re.match(r"^ (?P<w>[a-z]+)\b", after)
+    verb = bool(nxt) and (nxt.group("w") in AUXILIARIES or base_verb(nxt.group("w")) is not None)
+    first = sentence[start:end].split()
+    if verb and (before.strip() in ("", "The") or before.endswith(", ")) and (len(first) > 1 and first[1][:1].islower()
+                                                                            or first[0] == "The" and first[2][:1].islower()):
+        return True                     # one word before the gap: "Kiakoul Gallery in Jaibrirora holds" is a place's
+    prev = re.search(r"\b(?P<w>[a-z]+) (?:the )?$", before)
+    return bool(prev) and base_verb(prev.group("w")) is not None and bool(re.match(r"^, (?:a|an) [a-z]", after))
+
+
+def _gerund(sentence: str, word: tuple[int, int, str]) -> bool:
+    """ "Commanding her was ...", "Crossing the river took ...": an -ing word before an object is a
+    verb, not a name ("Reading is a town" keeps its name)."""
+    return word[2].endswith("ing") and bool(re.match(r" (?:her|him|his|its|their|them|it|the|a|an) ", sentence[word[1] :]))
 
 
 def _fronting_word(word: str) -> bool:
@@ -154,11 +192,22 @@ def _fronting_word(word: str) -> bool:
     return w in ADVERBS or w in _PARTICIPLES or (len(w) > 4 and w.endswith("ed"))
 
 
+# the lower-case words a year is followed by ("in 1956 for", "since 1961 the"); any other word after a
+# four-digit number is its unit or its noun ("1038 tons", "1200 people")
+_NOT_UNITS = {"in", "on", "at", "by", "of", "from", "for", "to", "with", "under", "near", "into", "and", "or", "but", "the", "a",
+              "an", "when", "while", "after", "before", "until", "since", "during", "as", "he", "she", "it", "they", "its", "his",
+              "her", "their", "was", "is", "were", "are", "had", "has", "which", "who", "where", "that", "this", "then", "bc",
+              "ad", "bce", "ce", "onwards", "onward"}
+
+
 def _value_spans(sentence: str) -> list[_Span]:
     spans = [_Span(m.start(), m.end(), m.group(), "date") for m in _DATE.finditer(sentence)]
     taken = [(s.start, s.end) for s in spans]
     free = lambda a, b: all(b <= s or a >= e for s, e in taken)  # noqa: E731
     for m in _YEAR.finditer(sentence):
+        unit = re.match(r" ([a-z]+)", sentence[m.end() :])
+        if unit and unit.group(1) not in _NOT_UNITS:
+            continue                                   # "a barque of 1038 tons": a number with its unit, not a year
         if free(m.start(), m.end()):
             spans.append(_Span(m.start(), m.end(), m.group(), "year"))
             taken.append((m.start(), m.end()))

@@ -1,0 +1,155 @@
+"""Sentence shapes around a main clause (lib/knowledge/facts.py uses them): what a fronted time or
+measure phrase, an object's apposition, a relative clause, a pronoun object or a title before a
+name states, each as (relation, answer) of a known subject.
+
+- "On 3 May 1921, the X left Y" / "In 1798 X took the Y": the value is the date of the main
+  verb's event: (X, "left Y on", 3 May 1921), the verb phrase with its direct object named;
+- "At 194 kilometres, the X is ...": a length or a weight is what the subject measures or weighs
+  (other units, which could be an age or a price, give nothing);
+- "holds X, a portrait painted by Y in 1842": the apposition's answers are facts of X;
+- "..., which bought it in 1956 for 22,818": a relative clause is a fact of its antecedent, the head
+  of "the A in B" (the Jepei Gallery in Oslo, which ...: the gallery);
+- "The Lorun Brook joins it": the entity before is the answer, where "it" cannot be a person;
+- "under Captain Ada Lind": the answer is the person, the title stays in the relation.
+
+Trade-off: each is a rule about English word order, not about a domain, so each misses what it
+does not see (a fronted time phrase with no verb phrase after the subject, an age "At 90, ...")
+rather than guess.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
+from lib.knowledge.relations import _PREPOSITIONS, without_answers
+from lib.knowledge.spans import _Span
+
+# a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")
+FRONTED_TIME = re.compile(r"^(?P<prep>In|On|Since|By|During|Until|From|After|Before) (?P<value>[^,]+?)(?P<comma>,)? (?:the )?$")
+_MEASURE = re.compile(r"^At (?:about |some |around )?(?P<value>[\d,.]+) (?P<unit>[a-z]+)$")
+_UNITS = {"measures": {"metres", "meters", "kilometres", "kilometers", "miles", "feet", "foot", "yards", "centimetres", "inches",
+                       "metre", "meter", "kilometre", "mile", "km", "m", "ft"},
+          "weighs": {"tonnes", "tons", "kilograms", "kilogrammes", "kg", "pounds", "grams", "tonne", "ton"}}
+HONORIFICS = {"Captain", "Capt", "Commander", "Admiral", "Colonel", "Lieutenant", "Sergeant", "Dr", "Doctor", "Professor",
+              "Prof", "Sir", "Dame", "Mr", "Mrs", "Ms", "Miss", "Senator", "Judge", "Bishop", "President"}
+_STOPS = set(_PREPOSITIONS) | {"across", "over", "through", "after", "before", "since", "during", "until", "as", "about"}
+_NEW_CLAUSE = re.compile(r"(?:, (?:and|but)|;) (?P<w>\S+)")
+_OBJECT_PRONOUN = re.compile(r"^ (?P<verb>[a-z]+(?: [a-z]+)?) (?:it|them)(?=[ .,;]|$)")
+
+
+def without_honorific(span: _Span) -> _Span:
+    """ "Captain Ada Lind" → "Ada Lind": a person's title before a first name and a surname is not
+    the answer (the question asks for the person); "King Street", "General Motors" stay whole."""
+    words = span.text.split(" ")
+    if len(words) == 3 and words[0] in HONORIFICS and all(w[:1].isupper() for w in words[1:]):
+        cut = len(words[0]) + 1
+        return _Span(span.start + cut, span.end, span.text[cut:], span.kind)
+    return span
+
+
+def verb_phrase(sentence: str, subj_end: int, spans: Sequence[_Span]) -> str | None:
+    """The main verb after the subject, with its direct object when a name follows it at once:
+    " took the Brewiss Queen, a barque" → "took the Brewiss Queen", " sailed from X" → "sailed";
+    None when no verb follows the subject."""
+    words = []
+    for m in re.finditer(r"\S+", sentence[subj_end:]):
+        start = subj_end + m.start()
+        named = next((sp for sp in spans if sp.start == start and sp.kind == "proper"), None)
+        if named is not None:
+            return " ".join(words + [named.text]) if words else None
+        w = m.group()
+        bare = w.rstrip(",;:.")
+        if not bare.isalpha() or not bare.islower() or bare in _STOPS or (words and words[-1] in ("the", "a", "an") and bare != w):
+            break
+        words.append(bare)
+        if bare != w:
+            break
+    while words and words[-1] in ("the", "a", "an"):
+        words.pop()
+    if not words or not (words[0] in AUXILIARIES or words[0] in ADVERBS or base_verb(words[0]) is not None):
+        return None
+    return " ".join(words)
+
+
+def fronted_value_facts(fronted: str, sentence: str, subj_end: int, spans: Sequence[_Span],
+                        values: Sequence[_Span]) -> list[tuple[str, _Span]]:
+    """(relation, answer) of a fronted time or measure phrase, the answer's offsets in `fronted`."""
+    m = FRONTED_TIME.match(fronted + " ")
+    if m:
+        value = next((v for v in values if v.start == m.start("value") and v.end == m.end("value")), None)
+        vp = verb_phrase(sentence, subj_end, spans) if value is not None else None
+        if vp and len(vp.split()) <= 10:
+            return [(f"{vp} {m.group('prep').lower()}", value)]
+        return []
+    m = _MEASURE.match(fronted)
+    if m:
+        verb = next((v for v, units in _UNITS.items() if m.group("unit") in units), None)
+        value = next((v for v in values if v.start == m.start("value")), None)
+        if verb and value is not None:
+            return [(verb, value)]
+    return []
+
+
+def relative_fact(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tuple[str, str] | None:
+    """(antecedent, relation) when `answer` stands in a relative clause (", which bought it in 1956
+    for") that follows an earlier name: the clause's words without the answers before it inside."""
+    for k in range(len(earlier) - 1, -1, -1):
+        e = earlier[k]
+        if e.kind != "proper":
+            continue
+        m = re.match(r"^,? (?:who|which) (?P<relation>.+)$", sentence[e.end : answer.start])
+        if not m or "," in m.group("relation"):
+            return None
+        relation = without_answers(" ".join(m.group("relation").split()), [x.text for x in earlier[k + 1 :]])
+        head = e
+        if k > 0 and earlier[k - 1].kind == "proper" and sentence[earlier[k - 1].end : e.start] in (" in ", " at "):
+            head = earlier[k - 1]            # "the Jepei Gallery in Oslo, which ...": the gallery
+        return head.text, relation
+    return None
+
+
+def apposed_object(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tuple[str, str] | None:
+    """(object, relation) when `answer` stands in an apposition that describes an earlier name:
+    "holds Evening in Kowous, a portrait painted by Ada Lind" → ("Evening in Kowous", "is a portrait
+    painted by")."""
+    for k in range(len(earlier) - 1, -1, -1):
+        e = earlier[k]
+        m = re.match(r"^, (?P<relation>(?:a|an) [a-z][^,]*)$", sentence[e.end : answer.start])
+        if m and e.kind == "proper":
+            return e.text, without_answers("is " + " ".join(m.group("relation").split()), [x.text for x in earlier[k + 1 :]])
+    return None
+
+
+def without_appositions(raw: str) -> str:
+    """The main clause's words without an object's apposition: "took the Brewiss Queen, a barque
+    of 1038 tons, from" → "took the Brewiss Queen from"."""
+    return re.sub(r", (?:a|an) [^,]*,", "", raw)
+
+
+def new_clause(relation: str) -> bool:
+    """Whether the relation runs into a coordinated clause with a subject of its own ("took 45
+    days, and 478 passengers reached"), whose answers are not facts of this subject."""
+    if relation.endswith((", and", ", but", ", or")):
+        return True                         # a list's last item ("Oslo and Bergen") stays the same subject's
+    m = None
+    for m in _NEW_CLAUSE.finditer(relation):
+        pass
+    if m is None:
+        return False
+    w = m.group("w")
+    return not (w in AUXILIARIES or w in ADVERBS or base_verb(w) is not None)
+
+
+def pronoun_object(sentence: str, subj_end: int) -> str | None:
+    """The verb of "The Lorun Brook joins it" / "flows into it": the relation whose answer is the
+    entity "it" refers to."""
+    m = _OBJECT_PRONOUN.match(sentence[subj_end:])
+    if not m:
+        return None
+    verb = m.group("verb").split()
+    if not (verb[0] in AUXILIARIES and len(verb) == 2 or base_verb(verb[0]) is not None) or (len(verb) == 2 and verb[1] not in _STOPS
+                                                                                              and base_verb(verb[1]) is None):
+        return None
+    return m.group("verb")

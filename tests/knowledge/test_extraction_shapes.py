@@ -1,0 +1,118 @@
+"""Fact extraction on sentence shapes of encyclopedia and news prose that no bench set uses: each
+rule with what it must find and what it must not (lib/knowledge/shapes.py, spans.py)."""
+
+from __future__ import annotations
+
+from lib.knowledge.facts import extract_facts
+from lib.knowledge.forms import base_verb
+
+
+# two documents with an answer of every kind, so that each fact under test has a distractor
+_OTHERS = ["Ola Pask was seen in Pell on 2 May 1900 with 12 men in 1890.", "Ama Reed met Ola Pask."]
+
+
+def _triples(texts):
+    return {(i.subject, i.relation, i.answer) for i in extract_facts(texts + _OTHERS, [f"d{i}" for i in range(len(texts) + 2)])}
+
+
+def _kinds(texts):
+    return {i.answer: i.kind for i in extract_facts(texts, [f"d{i}" for i in range(len(texts))])}
+
+
+def test_a_fronted_time_phrase_dates_the_main_verb_with_its_object():
+    t = _triples(["On 11 June 1871, the Giabo Heron left Wevissport for Cotroxia.",
+                  "In 1798 Teteir Feibeth took the Brewiss Queen from Komormouth to Ceirourka.",
+                  "Since 1967, Daidanby has hosted the Tove Gathering."])
+    assert ("Giabo Heron", "left Wevissport on", "11 June 1871") in t
+    assert ("Teteir Feibeth", "took the Brewiss Queen in", "1798") in t        # no comma after the year
+    assert ("Teteir Feibeth", "took the Brewiss Queen from", "Komormouth") in t
+    assert ("Daidanby", "has hosted the Tove Gathering since", "1967") in t
+    # never: a time phrase that is not a date or a year, or a name inside it as the subject
+    t = _triples(["In the west of Kell, Ada Lind built a mill.", "Ivo Brask built a barn in 1901. In Tovel he met Ama Reed."])
+    assert not any(s in ("Kell", "Tovel") for s, _, _ in t)
+
+
+def test_a_fronted_length_is_measured_and_other_units_are_not():
+    t = _triples(["At 4,886 metres, the Pustes Bridge is the longest bridge in Teistiko.",
+                  "At 90 years, the Orla Mill is the oldest mill in Vask."])
+    assert ("Pustes Bridge", "measures", "4,886") in t and ("Pustes Bridge", "is the longest bridge in", "Teistiko") in t
+    assert not any(a == "90" for _, _, a in t)                                  # an age is not a length
+
+
+def test_the_subject_after_a_fronted_phrase_may_be_a_pronoun_or_a_typed_description():
+    t = _triples(["The Truvair Bridge is a suspension bridge over the River Rer. Designed by Teiwa Woufulez, it was opened on 27 January 1881.",
+                  "Pouqueix Wanderers moved to Griajou Arena in 2005. Built at a cost of 329 million pounds, the ground holds 50,392 people."])
+    assert ("Truvair Bridge", "was designed by", "Teiwa Woufulez") in t and ("Truvair Bridge", "was opened on", "27 January 1881") in t
+    # "the ground" is neither typed nor a name's head word: the club is not its referent
+    assert not any(s == "Pouqueix Wanderers" and a in ("329", "50,392") for s, _, a in t)
+
+
+def test_an_unmarked_title_is_one_name_as_a_subject_or_an_apposed_object():
+    t = _triples(["Evening in Stefaix is an oil painting by Droustiam Migrith, completed in 1694.",
+                  "Painted in 1705, The Bridge at Zairass shows a family at supper.",
+                  "The Kiakoul Gallery in Jaibrirora holds Evening in Kowous, a portrait painted by Raimiark Stustixine in 1842."])
+    assert ("Evening in Stefaix", "is an oil painting by", "Droustiam Migrith") in t
+    assert ("Evening in Stefaix", "is completed in", "1694") in t
+    assert ("Bridge at Zairass", "was painted in", "1705") in t
+    assert ("Kiakoul Gallery", "holds", "Evening in Kowous") in t
+    assert ("Evening in Kowous", "is a portrait painted by", "Raimiark Stustixine") in t
+    assert ("Evening in Kowous", "is a portrait painted in", "1842") in t
+    # never: a place in a place, whether subject or object ("The Louvre in Paris"), or a novel and a city
+    t = _triples(["The Kiakoul Gallery in Jaibrirora holds a portrait.", "Ivo Brask wrote the novel Ulysses in Paris in 1920.",
+                  "Mara Sorn was born in Oslo in Norway, a country of lakes."])
+    subjects, answers = {s for s, _, _ in t}, {a for _, _, a in t}
+    assert "Kiakoul Gallery" in subjects and not answers & {"Ulysses in Paris", "Oslo in Norway"}
+
+
+def test_a_relative_clause_is_a_fact_of_the_head_it_follows_and_it_is_named():
+    t = _triples(["Evening in Stefaix hangs in the Jepei Gallery in Pelairkholm, which bought it in 1956 for 22,818 pounds."])
+    assert ("Jepei Gallery", "bought Evening in Stefaix in", "1956") in t
+    assert ("Jepei Gallery", "bought Evening in Stefaix for", "22,818") in t
+    assert not any(", which" in r or s == "Pelairkholm" for s, r, _ in t)
+
+
+def test_an_answer_before_its_subject_through_a_pronoun_object():
+    t = _triples(["The Wogend River rises in the Rouzouth Fells. The Lorun Brook joins it halfway along its course."])
+    assert ("Lorun Brook", "joins", "Wogend River") in t
+    # never where "it" cannot be the entity before: a person's document
+    t = _triples(["Ada Lind wrote a novel in 1950. Brisk Press published it in 1951. She died in Vask."])
+    assert not any(a == "Ada Lind" for _, _, a in t)
+
+
+def test_a_coordinated_clause_with_its_own_subject_gives_no_fact_of_the_first():
+    t = _triples(["The Giabo Heron left Wevissport in 1871, and 478 passengers reached Cotroxia.",
+                  "The Brisk Line starts at Tamber Halt, passes the Kellin Viaduct, and terminates at Ruelford."])
+    assert not any(s == "Giabo Heron" and a in ("478", "Cotroxia") for s, _, a in t)
+    assert ("Brisk Line", "terminates at", "Ruelford") in t                    # a listed verb is the same subject's
+
+
+def test_a_participle_after_a_lone_verb_describes_the_subject():
+    t = _triples(["The Bricei Queen sailed from Drebrainmouth in 1785, bound for Dimusia.",
+                  "The Ask Star carries a crew of 40, led by Vera Lind."])
+    assert ("Bricei Queen", "was bound for", "Dimusia") in t
+    assert ("Ask Star", "carries a crew, led by", "Vera Lind") in t                 # after an object: the object's
+    assert not any(r == "was led by" for _, r, _ in t)
+
+
+def test_titles_codes_units_and_gerunds_are_read_as_english_reads_them():
+    t = _triples(["The Giabo Heron left Wevissport under Captain Jeness Trumourkine.",
+                  "The Pustes Bridge carries the M28 across the River Stoun.",
+                  "Brougruthine has the formula C12H23O3.",
+                  "Pustes Lane runs past King Street."])
+    assert ("Giabo Heron", "left Wevissport under Captain", "Jeness Trumourkine") in t
+    assert ("Pustes Bridge", "carries the", "M28") in t and ("Brougruthine", "has the formula", "C12H23O3") in t
+    assert ("Pustes Lane", "runs past", "King Street") in t                    # a street is not a title and a name
+    kinds = _kinds(["The Brewiss Queen, a barque of 1038 tons, sailed in 1798.", "The Ask Star, a barque of 840 tons, sailed in 1801."])
+    assert kinds.get("1038") == "number" and kinds.get("1798") == "year"
+    t = _triples(["The Bricei Queen sailed in 1785. Commanding her was Mutroul Dreifoez."])
+    assert "Commanding" not in {s for s, _, _ in t}
+    t = _triples(["The Brebou Viaduct crosses the Wai. It lies in the Zigriark district of Loukiaville."])
+    assert ("Brebou Viaduct", "lies in the Zigriark district of", "Loukiaville") in t
+
+
+def test_prose_words_are_not_code_and_footnote_marks_are_not_words():
+    t = _triples(["The Bricei Queen sailed in 1785. She was wrecked off Cape Brevais on the return journey.",
+                  "Pelk Mills began the import of grain in 1901.[3] It stands in Vask.[12]"])
+    assert ("Bricei Queen", "was wrecked off", "Cape Brevais") in t
+    assert ("Pelk Mills", "began the import of grain in", "1901") in t and ("Pelk Mills", "stands in", "Vask") in t
+    assert base_verb("rises") == ("rise", "does") and base_verb("passes") == ("pass", "does")
