@@ -89,3 +89,23 @@ def test_v0_and_v1_are_asked_and_the_printout_is_honest(workspace, tiny_hf_model
                                     "v1": {**facts["versions"]["v1"], "answered": 30, "accuracy": 30 / 36}}}
     assert "v1 answers 27 more of them than v0, 10.0x chance." in printed(learnt)
     assert demo_facts(workspace, cfg, {"parent": "v0", "version": None, "run_id": "x"}) is None
+
+
+def test_the_demo_night_keeps_the_corpus_replay_while_its_forms_get_their_exposures():
+    """The demo's settings give tonight's forms part of the new-data share, not of the corpus
+    replay: at the tiny preset's own mix the forms took half the replay and the demo's v0 forgot
+    (old_val +6.66%, the night refused; docs/knowledge.md). Checked through night_plan, the
+    function the nightly flow sizes a night with, at the demo night's measured 7,238 form tokens."""
+    from flows.demo import DEMO_SETTINGS
+    from lib.config import load_config
+    from lib.knowledge.inject import night_plan
+
+    def corpus_left(cfg) -> tuple[float, int, float]:
+        corpus = 1 - cfg.sampling.new_data_ratio  # night 1: no memory to replay yet
+        steps, share, _, _ = night_plan(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge, 7_238, corpus)
+        return corpus - share, steps, share * steps * cfg.training.total_batch_size / 7_238
+
+    preset_corpus, _, _ = corpus_left(load_config(preset="tiny"))
+    demo_corpus, steps, exposures = corpus_left(load_config(preset="tiny", overrides=DEMO_SETTINGS))
+    assert preset_corpus == pytest.approx(0.375)
+    assert demo_corpus == pytest.approx(0.75) and steps <= 600 and exposures >= 25
