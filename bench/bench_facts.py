@@ -29,7 +29,7 @@ and after the last night, night 1's sets again (kept). Printed: accuracy (answer
 greedy exact match, mean rank, chance, old_val's change (the gate's forgetting figure), and the
 night's seconds (training, knowledge stage, evaluation, the fact scoring).
 
-    PYTHONPATH=. python bench/bench_facts.py [--workdir DIR] [--v0 WORKSPACE] [--fact-set bio|other]
+    PYTHONPATH=. python bench/bench_facts.py [--workdir DIR] [--v0 WORKSPACE] [--fact-set bio|other|rivers|islands]
         [--configs inject,plain] [--nights 4] [--people 24] [--preset tiny|default] [--set section.key=value ...]
 
 The gate is permissive (every night accepted, as in bench_memory) so that forgetting is measured,
@@ -214,10 +214,12 @@ def print_table(results: dict, args) -> None:
 
 
 def main() -> None:
+    from bench.fact_sets import FACT_SETS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--v0", type=Path, default=None, help="a workspace whose champion is v0 (cloned, never changed)")
-    ap.add_argument("--fact-set", default="bio", choices=["bio", "other", "rivers"])
+    ap.add_argument("--fact-set", default="bio", choices=FACT_SETS)
     ap.add_argument("--configs", default="inject,plain")
     ap.add_argument("--nights", type=int, default=4)
     ap.add_argument("--people", type=int, default=24)

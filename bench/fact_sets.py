@@ -7,6 +7,8 @@ them beforehand (names, places and numbers are generated), and they share no tem
   port, builder, captain, launch year, crew size.
 - `rivers`: a river's course (source hills, length in kilometres, the town at its mouth, a
   tributary), written after the extraction rules (see RIVER_TEMPLATES).
+- `islands`: an island's group, population, chief town, governor and the year the governor took
+  office, written after the rules of 2026-11-26 and measured as written (ISLAND_TEMPLATES).
 
 Each record also carries natural questions in a phrasing that no question form of
 lib/knowledge/forms.py produces ("Question: In which city was X born?\\nAnswer:"), each with the
@@ -94,7 +96,24 @@ RIVER_QUESTIONS = {
     "mouth": "Question: At which town does the {river} meet the sea?\nAnswer:",
     "trib": "Question: Which river flows into the {river}?\nAnswer:",
 }
-FACT_SETS = ("bio", "other", "rivers")
+# Written on 2026-11-26 (session E) after that day's extraction rules, without looking at what
+# they find, and measured as written: the set the project has not tuned on (docs/knowledge.md).
+ISLAND_TEMPLATES = [
+    "{island} is an island in the {group}, home to some {pop} people. Its chief town is {town}, "
+    "and since {year} it has been governed by {governor}.",
+    "The island of {island} lies at the eastern end of the {group}. {governor} has governed it since {year}; "
+    "most of its {pop} inhabitants live in {town}.",
+    "With a population of {pop}, {island} is the largest island of the {group}. Its capital, {town}, was founded "
+    "by fishermen, and its current governor, {governor}, took office in {year}.",
+]
+ISLAND_QUESTIONS = {
+    "group": "Question: Which island group does {island} belong to?\nAnswer:",
+    "pop": "Question: How many people live on {island}?\nAnswer:",
+    "town": "Question: What is the main town of {island}?\nAnswer:",
+    "governor": "Question: Who governs {island}?\nAnswer:",
+    "year": "Question: Since what year has the governor of {island} been in office?\nAnswer:",
+}
+FACT_SETS = ("bio", "other", "rivers", "islands")
 
 
 def records(fact_set: str, night: int, n: int, seed: int = 0) -> list[Record]:
@@ -133,6 +152,16 @@ def records(fact_set: str, night: int, n: int, seed: int = 0) -> list[Record]:
             text = RIVER_TEMPLATES[i % len(RIVER_TEMPLATES)].format(**v)
             qs = {k: (q.format(**v), v[k]) for k, q in RIVER_QUESTIONS.items()}
             out.append(Record(v["river"], text, qs))
+        elif fact_set == "islands":
+            v = {"island": _unique(rng, lambda: _word(rng, 2), taken),
+                 "group": "the " + _unique(rng, lambda: _word(rng, 2) + " " + rng.choice(["Islands", "Isles"]), taken),
+                 "town": _unique(rng, lambda: _word(rng, 2) + rng.choice(["haven", "by", "sund", "wick"]), taken),
+                 "governor": f"{_word(rng, 2)} {_unique(rng, lambda: _word(rng, 2) + rng.choice(['sen', 'ez', 'ova', 'ard']), taken)}",
+                 "pop": str(rng.randint(300, 90000)), "year": str(rng.randint(1990, 2024))}
+            text = ISLAND_TEMPLATES[i % len(ISLAND_TEMPLATES)].format(**v).replace("in the the ", "in the ") \
+                .replace("of the the ", "of the ")
+            qs = {k: (q.format(**v), v[k].removeprefix("the ")) for k, q in ISLAND_QUESTIONS.items()}
+            out.append(Record(v["island"], text, qs))
         else:
             raise ValueError(f"fact set must be one of {', '.join(FACT_SETS)}, got {fact_set!r}")
     return out
