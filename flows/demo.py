@@ -7,8 +7,9 @@ evaluation before/after, the gate's decision, the lineage, and a PNG of it all.
   documents 10% (the preset's 25% new-data share, split), at lr_scale 1.0, and the night is
   lengthened to 600 steps (~2 min) for the forms' exposures. At the preset's own mix the forms
   took half the replay and v0 forgot (old_val +6.66%, the gate refused the night; at lr_scale 1.0
-  +10.9%); this mix was accepted at −11.3% with tonight's fact probes 6.7% → 23.3%
-  (docs/knowledge.md, "The demo's night"). A user's `--set` still wins.
+  +10.9%); this mix was accepted at −11.3% and −14.5% (tonight's fact probes 6.7% → 23.3%, and
+  → 6.7% in the second run: not reliably stored by this model; docs/knowledge.md, "The demo's
+  night"). A user's `--set` still wins.
 - The picture (lib/evaluation/demo_plot.py) shows both loss curves and old/new bits per byte.
 
 Trade-off: 300 pre-training steps leave v0 weaker (higher BPB) than 500 would; the night's
