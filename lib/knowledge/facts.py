@@ -50,8 +50,8 @@ from lib.knowledge.relations import (_COPULA, _FRONTED_OWN, _OF_HEAD, _PARENTHET
                                      _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, fronted_value_facts, new_clause, pronoun_object, relative_fact,
-                                  without_appositions, without_honorific)
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+                                  pronoun_object, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z][^,]*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
@@ -278,8 +278,11 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         paren_end = subj_end + paren.end() if paren else subj_end
         answers = [without_honorific(p) for p in propers if p.start >= subj_end] + [v for v in values if v.start >= subj_end]
         it_verb = pronoun_object(sentence, subj_end) if lead not in _PRONOUNS and not fronted else None
-        if it_verb and previous and previous != subject and not (gendered and previous == main):
+        it_thing = previous if it_verb and previous and previous != subject and not (gendered and previous == main) else None
+        if it_thing:
             found.append(_Found(-1, subject, it_verb, previous, "proper", n))   # "The Lorun Brook joins it"
+            if passive(it_verb) and subject not in previous and previous not in subject:
+                found.append(_Found(-1, previous, passive(it_verb) + " by", subject, "proper", n))  # "X has governed it"
         before: list[_Span] = []  # the answers earlier in this sentence
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
         for a in sorted(answers, key=lambda x: x.start):
@@ -289,14 +292,17 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 continue  # never the subject (or its name's words) as its own answer; "Peagesk House" of "Bolint House" is one
             clause = relative_fact(sentence, earlier, a)
             if apposed is not None and a.start > apposed.end and sentence[apposed.end :].startswith(", "):
-                clause = re.match(r"^, (?P<relation>.+)$", sentence[apposed.end : a.start])
-                if clause:
-                    relation = last_clause(without_answers(" ".join(clause.group("relation").split()),
-                                                           [e.text for e in earlier if e.start > apposed.end]))
-                    if len(relation.split()) <= max_relation_words and relation[-1:] not in ",;:(" \
+                tail = re.match(r"^, (?P<relation>.+)$", sentence[apposed.end : a.start])
+                relation = without_answers(" ".join(tail.group("relation").split()), [e.text for e in earlier if e.start > apposed.end]) \
+                    if tail else ""
+                if relation and (_pronoun_clause(relation) is not None or new_clause(relation)):
+                    apposed = None                     # ", and its governor, Y, took ...": a clause of its own, not the apposed name's
+                else:
+                    relation = last_clause(relation)
+                    if relation and len(relation.split()) <= max_relation_words and relation[-1:] not in ",;:(" \
                             and a.text not in apposed.text and apposed.text not in a.text:
                         found.append(_Found(-1, apposed.text, _resolve(relation, main), a.text, a.kind, n))
-                continue
+                    continue
             if clause or (clause := apposed_object(sentence, [e for e in earlier if e.start >= subj_end], a)):
                 # "Its captain is Vera Lind, who commands a crew of 40": a fact of Vera Lind's; so is
                 # "holds Evening in Kowous, a portrait painted by Ada Lind" of the portrait
@@ -315,21 +321,33 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 raw = without_appositions(sentence[paren_end : a.start])
                 earlier_here = [e.text for e in earlier if e.start >= paren_end]
             relation = without_answers(" ".join(re.sub(r"[\"“”]", " ", raw).split()), earlier_here)  # a title's quotes are not words
+            thing = previous if previous and subject != previous and lead not in _PRONOUNS else None
+            timed = clause_time(sentence, a, propers)
+            if timed:                                  # ", and since 1993 it has been governed by": the clause's verb, dated
+                found.append(_Found(-1, subject, timed, a.text, a.kind, n))
+                continue
+            mine = own_quantified(sentence, a)
+            if mine:                                   # "; most of its 39086 inhabitants live in Y": the entity's
+                owner = thing or subject
+                if owner not in a.text and a.text not in owner and not (gendered and owner == main):
+                    found.append(_Found(-1, owner, mine, a.text, a.kind, n))
+                continue
+            own = _pronoun_clause(relation)
+            if own is not None:                        # ", and it has", ", and its current governor, Y,": the subject's clause
+                form, relation = own
             if form == "'s" and a.kind == "proper" and relation.endswith(",") and sentence[a.end :].startswith(",") \
                     and 0 < len(relation.split()) <= 3 and not set(relation.lower().split()) & (_COPULA | AUXILIARIES):
                 # "Their coach, Vera Lind, ...": the subject's coach is Vera Lind
                 relation, apposed = relation[:-1] + " is", a
             if not relation or len(relation.split()) > max_relation_words or relation[-1:] in ",;:(":
                 continue
-            own = _pronoun_clause(relation)
-            if own is not None:
-                form, relation = own
-            elif new_clause(relation):
+            if own is None and new_clause(relation):
                 continue                               # "took 45 days, and 478 passengers reached": another subject's
             relation = last_clause(relation) if form else possessive(last_clause(relation))
             if role and relation in _COPULA:
                 form, relation = "'s " + role, relation
-            thing = previous if previous and subject != previous and lead not in _PRONOUNS else None
+            if it_thing:                               # "has governed it since": the entity "it" is
+                relation = re.sub(rf"^{re.escape(it_verb)} (?:it|them)\b", f"{it_verb} {it_thing}", relation)
             relation = _resolve((form + " " + relation).strip(), main, thing)
             found.append(_Found(-1, subject, relation, a.text, a.kind, n))
     return found, main

@@ -120,7 +120,8 @@ def _listed_clause(relation: str) -> str:
 
 _OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?P<noun>[A-Za-z]+) of $")
 _PARENTHETICAL = re.compile(r"^,\s+(?P<inner>(?P<lead>which|who|a|an|the|one)\b[^,]*?),\s+(?=[a-z])")
-_PRONOUN_CLAUSE = re.compile(r"(?:,? and|,? but|;)\s+(?P<pro>it|they|he|she)\s+(?=[a-z])|, (?:and|but) (?P<pos>its|their|his|her)\s+(?=[a-z])")
+# a clause of its own whose subject is a pronoun, perhaps after a time phrase (", and since 1993 it has")
+_PRONOUN_CLAUSE = re.compile(r"(?:,? and|,? but|;)\s+(?:(?:since|in|on|from|until|after|before|during|by) [^,;]+?,?\s+)?(?P<pro>it|they|he|she)\s+(?=[a-z])|, (?:and|but) (?P<pos>its|their|his|her)\s+(?=[a-z])")
 _COPULA = {"is", "was", "are", "were"}
 
 

@@ -5,7 +5,13 @@ name states, each as (relation, answer) of a known subject.
 - "On 3 May 1921, the X left Y" / "In 1798 X took the Y": the value is the date of the main
   verb's event: (X, "left Y on", 3 May 1921), the verb phrase with its direct object named;
 - "At 194 kilometres, the X is ...": a length or a weight is what the subject measures or weighs
-  (other units, which could be an age or a price, give nothing);
+  (other units, which could be an age or a price, give nothing); "With a population of 25128, X
+  is ...": X has a population of 25128;
+- ", and since 1993 it has been governed by Y": a coordinated clause whose subject is a pronoun
+  dates its own verb ("has been governed since", 1993); "X has governed it since 1995" is also
+  the entity's, in the passive ("has been governed by", X);
+- "; most of its 39086 inhabitants live in Y": the entity's inhabitants number 39086 and mostly
+  live in Y;
 - "holds X, a portrait painted by Y in 1842": the apposition's answers are facts of X;
 - "..., which bought it in 1956 for 22,818": a relative clause is a fact of its antecedent, the head
   of "the A in B" (the Jepei Gallery in Oslo, which ...: the gallery);
@@ -22,19 +28,29 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
+from lib.knowledge.forms import _IRREGULAR, ADVERBS, AUXILIARIES, base_verb
 from lib.knowledge.relations import _PREPOSITIONS, without_answers
 from lib.knowledge.spans import _Span
 
 # a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")
 FRONTED_TIME = re.compile(r"^(?P<prep>In|On|Since|By|During|Until|From|After|Before) (?P<value>[^,]+?)(?P<comma>,)? (?:the )?$")
 _MEASURE = re.compile(r"^At (?:about |some |around )?(?P<value>[\d,.]+) (?P<unit>[a-z]+)$")
+# "With a population of 25128, X is ...", "With an area of 45 square kilometres, ...": what X has
+_WITH = re.compile(r"^With (?P<noun>(?:a|an) [a-z]+(?: [a-z]+)?) of (?:about |some |around |over |nearly |almost )?(?P<value>[\d,.]+)(?: [a-z]+){0,2}$")
+# a coordinated clause opened by a time phrase before its pronoun subject: ", and since 1993 it has ..."
+_CLAUSE_TIME = re.compile(r"(?:, (?:and|but)|;) (?P<prep>since|in|on|from|until|after|before|during|by) $")
+_CLAUSE_PRONOUN = re.compile(r"^,? (?:it|they|he|she)(?= [a-z])")
+# "; most of its 39086 inhabitants live in": a quantified clause about the entity's own people or things
+_OWN_QUANTIFIED = re.compile(r"(?:, (?:and|but)|;) (?:(?P<q>most|all) of )?(?:its|their) (?P<count>[\d,]+ )?(?P<noun>[a-z]+s) (?P<rest>[a-z][^,;]*)$")
+_OWN_COUNT = re.compile(r"(?:, (?:and|but)|;) (?:(?:most|all|many|some|half|each) of )?(?:its|their) $")
+_QUANTITY = {"most": "mostly ", "all": "all ", None: ""}
 _UNITS = {"measures": {"metres", "meters", "kilometres", "kilometers", "miles", "feet", "foot", "yards", "centimetres", "inches",
                        "metre", "meter", "kilometre", "mile", "km", "m", "ft"},
           "weighs": {"tonnes", "tons", "kilograms", "kilogrammes", "kg", "pounds", "grams", "tonne", "ton"}}
 HONORIFICS = {"Captain", "Capt", "Commander", "Admiral", "Colonel", "Lieutenant", "Sergeant", "Dr", "Doctor", "Professor",
               "Prof", "Sir", "Dame", "Mr", "Mrs", "Ms", "Miss", "Senator", "Judge", "Bishop", "President"}
 _STOPS = set(_PREPOSITIONS) | {"across", "over", "through", "after", "before", "since", "during", "until", "as", "about"}
+_IRREGULAR_PAST, _IRREGULAR_BASES = set(_IRREGULAR), set(_IRREGULAR.values())
 _NEW_CLAUSE = re.compile(r"(?:, (?:and|but)|;) (?P<w>\S+)")
 _OBJECT_PRONOUN = re.compile(r"^ (?P<verb>[a-z]+(?: [a-z]+)?) (?:it|them)(?=[ .,;]|$)")
 
@@ -89,7 +105,58 @@ def fronted_value_facts(fronted: str, sentence: str, subj_end: int, spans: Seque
         value = next((v for v in values if v.start == m.start("value")), None)
         if verb and value is not None:
             return [(verb, value)]
-    return []
+        return []
+    m = _WITH.match(fronted)
+    value = next((v for v in values if v.start == m.start("value")), None) if m else None
+    return [(f"has {m.group('noun')} of", value)] if value is not None else []
+
+
+def clause_time(sentence: str, answer: _Span, spans: Sequence[_Span]) -> str | None:
+    """The relation of a year or date that opens a coordinated clause before its pronoun subject:
+    "..., and since 1993 it has been governed by Y" → "has been governed since"; None elsewhere.
+    The pronoun is the sentence's subject, as in any clause of its own (relations._pronoun_clause)."""
+    m = _CLAUSE_TIME.search(sentence[: answer.start])
+    after = _CLAUSE_PRONOUN.match(sentence[answer.end :]) if m and answer.kind in ("year", "date") else None
+    vp = verb_phrase(sentence, answer.end + after.end(), spans) if after else None
+    return f"{vp} {m.group('prep')}" if vp and len(vp.split()) <= 10 else None
+
+
+def own_quantified(sentence: str, answer: _Span) -> str | None:
+    """The relation of an answer in a clause about the entity's own people or things: "; most of its
+    39086 inhabitants live in Y" → "'s inhabitants number" for 39086, "'s inhabitants mostly live
+    in" for Y; None elsewhere (also for "many of its", which no relation of the entity states)."""
+    before = sentence[: answer.start]
+    if answer.kind == "number" and _OWN_COUNT.search(before):
+        noun = re.match(r"^ (?P<noun>[a-z]+s)\b", sentence[answer.end :])
+        return f"'s {noun.group('noun')} number" if noun else None
+    m = _OWN_QUANTIFIED.search(before)
+    if not m:
+        return None
+    rest = m.group("rest").split()
+    if not (rest[0] in AUXILIARIES or base_verb(rest[0]) is not None or rest[0] in _PLURAL_VERBS):
+        return None
+    return f"'s {m.group('noun')} {_QUANTITY[m.group('q')]}{' '.join(rest)}"
+
+
+_PLURAL_VERBS = {"live", "work", "speak", "come", "belong", "say", "hold", "own", "vote", "make", "go", "stay", "reside", "dwell"}
+
+
+def passive(verb: str) -> str | None:
+    """The passive of a verb whose participle is its past tense: "has governed" → "has been
+    governed", "governed" → "was governed", "governs" → "is governed", "joins" → "is joined"; None
+    for an irregular verb ("wrote") or a verb with a preposition ("flows into")."""
+    words = verb.split()
+    if len(words) == 2 and words[0] in ("has", "have", "had") and words[1].endswith("ed"):
+        return f"{words[0]} been {words[1]}"
+    if len(words) != 1 or words[0] in _IRREGULAR_PAST:
+        return None
+    w = words[0]
+    if w.endswith("ed") and base_verb(w) is not None:
+        return f"was {w}"
+    base = base_verb(w)
+    if base is None or base[1] != "does" or base[0] in _IRREGULAR_BASES or re.search(r"[^aeiou][aeiou][^aeiouwxy]$", base[0]):
+        return None                          # "runs", "cuts", "visits": no participle by rule
+    return f"is {base[0]}{'d' if base[0].endswith('e') else 'ed'}"
 
 
 def relative_fact(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tuple[str, str] | None:

@@ -14,7 +14,7 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
           "November", "December")
 _MONTH = "(?:" + "|".join(MONTHS) + ")"
 _DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}|\d{{4}}-\d{{2}}-\d{{2}})\b")
-_YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?![\d.,]\d)")
+_YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?!\d|[.,]\d)")
 _NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w,]\d)|(?<![\w.,])\d+(?:\.\d+)?%?(?![\w.,]?\d)")
 _WORD = re.compile(r"[^\W\d_][\w'’\-]*")
 # words that may join the parts of one proper name ("Bank of Ostra", "Lena van Dijk")
@@ -32,8 +32,9 @@ _PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", 
 _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.$")
 # "return" and "import" are English words too ("on the return journey", "the import of grain"): code only
 # where a line or sentence opens with them in lower case, as a statement does; a bracketed footnote
-# mark ("[12]") is an encyclopedia's, not code's
-_CODE_CHARS = re.compile(r"[{}\[\];=<>]|\bdef |^\s*(?:from \S+ )?import |^\s*return\b|::|->|#include|\(\)")
+# mark ("[12]") is an encyclopedia's, not code's; a semicolon between two clauses of words ("since
+# 1995; most of its people live in") is prose's, one that ends a statement ("x += 1;", "f(x); g(y)") code's
+_CODE_CHARS = re.compile(r"[{}\[\]=<>]|(?<![\w'’\"”)]);|;(?! [A-Za-z][a-z'’]* [a-z0-9])|\bdef |^\s*(?:from \S+ )?import |^\s*return\b|::|->|#include|\(\)")
 FOOTNOTE = re.compile(r"\[(?:\d{1,3}|citation needed)\]")
 KIND_WORDS = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name"}
 

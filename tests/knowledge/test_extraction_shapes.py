@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lib.knowledge.facts import extract_facts
 from lib.knowledge.forms import base_verb
+from lib.knowledge.shapes import passive
 
 
 # two documents with an answer of every kind, so that each fact under test has a distractor
@@ -116,3 +117,69 @@ def test_prose_words_are_not_code_and_footnote_marks_are_not_words():
     assert ("Bricei Queen", "was wrecked off", "Cape Brevais") in t
     assert ("Pelk Mills", "began the import of grain in", "1901") in t and ("Pelk Mills", "stands in", "Vask") in t
     assert base_verb("rises") == ("rise", "does") and base_verb("passes") == ("pass", "does")
+
+
+def test_the_noun_of_a_name_opens_a_document_about_the_name_and_a_named_institution_stays_whole():
+    t = _triples(["The island of Draibos lies at the eastern end of the Brajum Isles.",
+                  "The city of Oskelby lies on the River Wend.", "The county of Harlmoor borders Wenmoor."])
+    assert ("Draibos", "lies at the eastern end of the", "Brajum Isles") in t
+    assert ("Oskelby", "lies on the", "River Wend") in t and ("Harlmoor", "borders", "Wenmoor") in t
+    # never: "The Bank of England" or "The University of Oslo" cut to the name after "of"
+    t = _triples(["The Bank of England opened a branch in Leeds in 1826.", "The University of Oslo hired Ada Lind in 1990."])
+    assert ("Bank of England", "opened a branch in", "Leeds") in t and ("University of Oslo", "hired", "Ada Lind") in t
+    assert not any(s in ("England", "Oslo") for s, _, _ in t)
+
+
+def test_a_semicolon_between_clauses_is_prose_and_one_that_ends_a_statement_is_code():
+    from lib.knowledge.spans import _looks_like_code
+    assert not _looks_like_code("Woudus Jiaciaova has governed it since 1995; most of its 39086 inhabitants live in Jeiceissund.")
+    assert all(_looks_like_code(s) for s in ["x += 1;", "f(x); g(y)", "print(x); print(y)", "return x; }"])
+    assert _kinds(["With a population of 18056, Biwe is an island.", "Ola Pask has 12,000 sheep."]).get("18056") == "number"
+
+
+def test_a_coordinated_clause_whose_subject_is_a_pronoun_is_the_entitys_and_its_time_phrase_dates_it():
+    t = _triples(["Brirouth is an island in the Driavum Islands. Its chief town is Wozensund, and since 1993 it has been governed by Niameir Diborsen."])
+    assert ("Brirouth", "has been governed by", "Niameir Diborsen") in t and ("Brirouth", "has been governed since", "1993") in t
+    assert ("Brirouth", "'s chief town is", "Wozensund") in t
+    assert not any(a in ("1993", "Niameir Diborsen") and "Wozensund" in r for _, r, a in t)
+    # never: a coordinated clause with a subject of its own after the time phrase, or one with no answer
+    t = _triples(["The Giabo Heron left Wevissport in 1871, and in 1872 the crew reached Cotroxia.",
+                  "Ada Lind sailed from Vask in 1901, and it rained."])
+    assert not any(s == "Giabo Heron" and a in ("1872", "Cotroxia") for s, _, a in t)
+    assert not any("rain" in r for _, r, _ in t) and ("Ada Lind", "sailed from", "Vask") in t
+
+
+def test_a_fronted_with_phrase_states_what_the_subject_has():
+    t = _triples(["With a population of 25128, Pustiar is the largest island of the Cibeim Islands.",
+                  "With an area of 45 square kilometres, Vask Island is the smallest of the Holm Isles."])
+    assert ("Pustiar", "has a population of", "25128") in t and ("Pustiar", "is the largest island of the", "Cibeim Islands") in t
+    assert ("Vask Island", "has an area of", "45") in t
+    # never: a "with" phrase that is no measure of the subject
+    t = _triples(["With 300 men, Ada Lind took Fort Kell in 1702.", "With a grant from Kell Trust, Ivo Brask built a mill."])
+    assert not any(a == "300" or r.startswith("has a") for _, r, a in t)
+
+
+def test_a_role_apposed_in_a_coordinated_clause_is_the_entitys_and_not_the_first_apposed_name():
+    t = _triples(["With a population of 25128, Pustiar is the largest island of the Cibeim Islands. Its capital, Reibrawick, was "
+                  "founded by fishermen, and its current governor, Trunum Quiakumard, took office in 2007."])
+    assert ("Pustiar", "'s capital is", "Reibrawick") in t and ("Pustiar", "'s current governor is", "Trunum Quiakumard") in t
+    assert ("Trunum Quiakumard", "took office in", "2007") in t
+    assert not any(s == "Reibrawick" for s, _, _ in t)
+    # never: a clause with a subject of its own after an apposed name gives that name's facts
+    t = _triples(["The Kell Rovers play in Vask. Their coach, Vera Lind, joined in 1999, and the club won the Harl Cup in 2001."])
+    assert ("Vera Lind", "joined in", "1999") in t and not any(s == "Vera Lind" and a in ("Harl Cup", "2001") for s, _, a in t)
+
+
+def test_a_name_that_acts_on_the_entity_and_the_entitys_quantified_people():
+    t = _triples(["The island of Draibos lies at the eastern end of the Brajum Isles. Woudus Jiaciaova has governed it since 1995; "
+                  "most of its 39086 inhabitants live in Jeiceissund."])
+    assert ("Draibos", "has been governed by", "Woudus Jiaciaova") in t and ("Woudus Jiaciaova", "has governed", "Draibos") in t
+    assert ("Woudus Jiaciaova", "has governed Draibos since", "1995") in t
+    assert ("Draibos", "'s inhabitants number", "39086") in t and ("Draibos", "'s inhabitants mostly live in", "Jeiceissund") in t
+    assert not any(s == "Woudus Jiaciaova" and a in ("39086", "Jeiceissund") for s, _, a in t)
+    # never: "many of its" (no relation of the entity says it), a passive of an irregular or prepositional verb
+    t = _triples(["Kell Mills stands in Vask. Ada Lind has run it since 1990; many of its 300 workers live in Harlby.",
+                  "The Wend rises in the Oska Hills. The Lorun Brook flows into it at Harlby."])
+    assert not any(a == "Harlby" and s in ("Kell Mills", "Ada Lind") for s, _, a in t)
+    assert not any(r.startswith(("is run", "has been run", "is flowed")) for _, r, _ in t)
+    assert passive("governs") == "is governed" and passive("runs") is None and passive("wrote") is None
