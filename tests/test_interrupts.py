@@ -15,6 +15,16 @@ import typer
 from lib.interrupts import ctrl_c_deferred, ctrl_c_recorded, interrupted, stop_if_interrupted
 
 
+@pytest.fixture(autouse=True)
+def python_handles_sigint():
+    """Python's own SIGINT handler, whatever the suite was started under: a shell's background job
+    (`make test &`, nohup) starts with SIGINT ignored, and Python then installs no handler of its
+    own (a fresh-clone run started that way failed two tests here)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 class _CtrlCInFinalizer:
     def __del__(self):
         signal.raise_signal(signal.SIGINT)  # the handler's KeyboardInterrupt is raised inside __del__
