@@ -129,7 +129,8 @@ def flow_session(ws, as_json: bool = False) -> Iterator[None]:
     prefect_environment(ws)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        with ctrl_c_recorded():  # after a Ctrl-C: KeyboardInterrupt, whatever the body did with it
+        # after a Ctrl-C: KeyboardInterrupt, whatever the body did with it; a later SIGINT exits 130 at once
+        with ctrl_c_recorded(exit_code_after=130):
             with ctrl_c_deferred():  # every flow imports torch; a Ctrl-C inside its C++ init aborts the process
                 import torch  # noqa: F401
             _ephemeral_server()

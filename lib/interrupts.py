@@ -36,6 +36,7 @@ it back.
 from __future__ import annotations
 
 import _thread
+import os
 import signal
 import sys
 import threading
@@ -50,6 +51,7 @@ class _State:
     again: "_SignalAgain | None" = None
     deferring = 0  # depth of `ctrl_c_deferred` blocks
     held = False  # a SIGINT came inside one and was not raised yet
+    closing = False  # `ctrl_c_recorded` is ending: a SIGINT is recorded, not raised
 
 
 _state = _State()
@@ -57,6 +59,8 @@ _state = _State()
 
 def _on_sigint(signum, frame) -> None:
     _state.received += 1
+    if _state.closing:  # the block is ending (its helper thread being stopped): nothing left to stop
+        return
     if _state.deferring and not _state.held:  # the first one waits for the end of the block
         _state.held = True
         return
@@ -82,6 +86,8 @@ class _SignalAgain:
             if self._closed:
                 return
             time.sleep(0.001)
+            if self._closed:
+                return
             signal.pthread_kill(self._main, signal.SIGINT)
 
     def ask(self) -> None:
@@ -138,12 +144,28 @@ def ctrl_c_deferred() -> Iterator[None]:
     stop_if_interrupted()
 
 
+def _exit_at_once(code: int):
+    def handler(signum, frame) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return handler
+
+
 @contextmanager
-def ctrl_c_recorded() -> Iterator[None]:
+def ctrl_c_recorded(exit_code_after: int | None = None) -> Iterator[None]:
     """Record every SIGINT for `stop_if_interrupted`, and raise again one that a finalizer ate.
     After a SIGINT the block ends as KeyboardInterrupt however it ends: returned, or raised
     another exception. A no-op outside the main thread (only it may install signal handlers) and
-    when nested."""
+    when nested.
+
+    With `exit_code_after` (the CLI: 130), a SIGINT that comes after the block was interrupted
+    (a second Ctrl-C while the command winds down, or one sent again late) ends the process at
+    once with that code, instead of a KeyboardInterrupt raised where nothing catches it (seen
+    once: a Ctrl-C'd `consolidate run` printed "interrupted", then died of SIGINT, exit -2)."""
     global _previous_hook
     if _state.installed or threading.current_thread() is not threading.main_thread():
         yield
@@ -159,10 +181,15 @@ def ctrl_c_recorded() -> Iterator[None]:
             raise KeyboardInterrupt(f"Ctrl-C received; it surfaced as {type(exc).__name__}: {exc}") from exc
         raise
     finally:
+        # the helper thread first, while our handler still records: a SIGINT it was about to send
+        # again must not meet the restored handler and raise where nothing catches it
+        _state.closing = True
         again, _state.again = _state.again, None
-        _state.installed, _state.received, _state.held = False, 0, False
-        signal.signal(signal.SIGINT, previous)
+        again.close()
+        received = _state.received
+        after = _exit_at_once(exit_code_after) if received and exit_code_after is not None else previous
+        signal.signal(signal.SIGINT, after)
+        _state.installed, _state.received, _state.held, _state.closing = False, 0, False, False
         if sys.unraisablehook is _on_unraisable:  # unless someone replaced it since
             sys.unraisablehook = _previous_hook
         _previous_hook = sys.__unraisablehook__
-        again.close()

@@ -165,3 +165,38 @@ def test_outside_ctrl_c_recorded_nothing_is_installed():
     _swallowed_ctrl_c()
     assert not interrupted()
     stop_if_interrupted("anything")  # never raises outside
+
+
+_LATE_SIGINT = """
+import signal, sys, time
+sys.path.insert(0, {root!r})
+from lib.interrupts import ctrl_c_recorded
+try:
+    with ctrl_c_recorded(exit_code_after=130):
+        signal.raise_signal(signal.SIGINT)
+except KeyboardInterrupt:
+    pass
+print("wound down", flush=True)
+time.sleep(30)  # a command's exit path (Prefect stops its server): a late SIGINT lands here
+"""
+
+
+@pytest.mark.parametrize("after", [130, None])
+def test_a_sigint_after_the_interrupted_block_exits_with_its_code_at_once(after):
+    """A Ctrl-C'd `consolidate run` printed "interrupted" and then died of SIGINT (exit -2): a
+    second SIGINT during its exit met Python's restored handler, and its KeyboardInterrupt
+    escaped everything. With exit_code_after it ends the process at once with that code;
+    without, the handler from before the block is back (Python's: -SIGINT)."""
+    import subprocess
+    from pathlib import Path
+
+    code = _LATE_SIGINT.format(root=str(Path(__file__).resolve().parents[1]))
+    if after is None:
+        code = code.replace("exit_code_after=130", "")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    assert proc.stdout.readline().strip() == "wound down"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    rc = proc.wait(timeout=20)
+    assert rc == (130 if after else -signal.SIGINT) and time.monotonic() - t0 < 10
