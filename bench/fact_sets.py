@@ -154,13 +154,12 @@ def records(fact_set: str, night: int, n: int, seed: int = 0) -> list[Record]:
             out.append(Record(v["river"], text, qs))
         elif fact_set == "islands":
             v = {"island": _unique(rng, lambda: _word(rng, 2), taken),
-                 "group": "the " + _unique(rng, lambda: _word(rng, 2) + " " + rng.choice(["Islands", "Isles"]), taken),
+                 "group": _unique(rng, lambda: _word(rng, 2) + " " + rng.choice(["Islands", "Isles"]), taken),
                  "town": _unique(rng, lambda: _word(rng, 2) + rng.choice(["haven", "by", "sund", "wick"]), taken),
                  "governor": f"{_word(rng, 2)} {_unique(rng, lambda: _word(rng, 2) + rng.choice(['sen', 'ez', 'ova', 'ard']), taken)}",
                  "pop": str(rng.randint(300, 90000)), "year": str(rng.randint(1990, 2024))}
-            text = ISLAND_TEMPLATES[i % len(ISLAND_TEMPLATES)].format(**v).replace("in the the ", "in the ") \
-                .replace("of the the ", "of the ")
-            qs = {k: (q.format(**v), v[k].removeprefix("the ")) for k, q in ISLAND_QUESTIONS.items()}
+            text = ISLAND_TEMPLATES[i % len(ISLAND_TEMPLATES)].format(**v)
+            qs = {k: (q.format(**v), v[k]) for k, q in ISLAND_QUESTIONS.items()}
             out.append(Record(v["island"], text, qs))
         else:
             raise ValueError(f"fact set must be one of {', '.join(FACT_SETS)}, got {fact_set!r}")

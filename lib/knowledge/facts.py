@@ -281,8 +281,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         it_thing = previous if it_verb and previous and previous != subject and not (gendered and previous == main) else None
         if it_thing:
             found.append(_Found(-1, subject, it_verb, previous, "proper", n))   # "The Lorun Brook joins it"
-            if passive(it_verb) and subject not in previous and previous not in subject:
-                found.append(_Found(-1, previous, passive(it_verb) + " by", subject, "proper", n))  # "X has governed it"
+            as_passive = passive(it_verb)
+            if as_passive and subject not in previous and previous not in subject:
+                found.append(_Found(-1, previous, as_passive + " by", subject, "proper", n))  # "X has governed it"
         before: list[_Span] = []  # the answers earlier in this sentence
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
         for a in sorted(answers, key=lambda x: x.start):
