@@ -30,7 +30,7 @@ greedy exact match, mean rank, chance, old_val's change (the gate's forgetting f
 night's seconds (training, knowledge stage, evaluation, the fact scoring).
 
     PYTHONPATH=. python bench/bench_facts.py [--workdir DIR] [--v0 WORKSPACE] [--fact-set bio|other|rivers|islands]
-        [--configs inject,plain] [--nights 4] [--people 24] [--preset tiny|default] [--set section.key=value ...]
+        [--fact-file MY_SET.jsonl] [--configs inject,plain] [--nights 4] [--people 24] [--preset tiny|default] [--set section.key=value ...]
 
 The gate is permissive (every night accepted, as in bench_memory) so that forgetting is measured,
 not refused; old_val's change is printed against the +1% goal.
@@ -107,7 +107,8 @@ def clone(src: Path, dst: Path):
 
 def night_items(ws, run_id: str, recs, cfg):
     """(fact items, natural items) of the night's trained records."""
-    from lib.knowledge.facts import FactItem, extract_facts, fact_id, read_facts
+    from bench.fact_sets import natural_items
+    from lib.knowledge.facts import extract_facts, read_facts
     from lib.knowledge.inject import curated_documents, facts_file, trained_documents
 
     run = ws.run(run_id).path
@@ -118,15 +119,7 @@ def night_items(ws, run_id: str, recs, cfg):
         facts = read_facts(facts_file(run))
     else:  # plain: the same extraction, never trained in any question form
         facts = extract_facts(train_texts, train_ids, heldout_share=cfg.knowledge.heldout_share, seed=cfg.sampling.seed)
-    natural = []
-    for attr in recs[0].questions:
-        values = list(dict.fromkeys(r.questions[attr][1] for r in recs))
-        for r in recs:
-            if r.text not in trained:
-                continue
-            q, a = r.questions[attr]
-            natural.append(FactItem(fact_id(r.subject, attr, a), "", r.subject, attr, a, "natural", "", q,
-                                    tuple(v for v in values if v != a)))
+    natural = natural_items(recs, asked=lambda r: r.text in trained)
     return facts, natural
 
 
@@ -143,17 +136,15 @@ def run_config(name: str, base: Path, work: Path, args) -> dict:
     from lib.buffer.store import Buffer
     from lib.registry.lineage import Lineage
 
-    from bench.fact_sets import records
-
     ws = clone(base, work / name)
     cfg = config(ws.root, args, *CONFIGS[name])
     lin = Lineage(ws.lineage_db)
     v0 = lin.get_version("v0")["path"]
     nights = []
     for k in range(1, args.nights + 1):
-        recs = records(args.fact_set, k, args.people)
+        recs = args.records(k)
         buf = Buffer(ws.buffers)
-        buf.add_many([r.text for r in recs], source=f"bench:{args.fact_set}:{k}")
+        buf.add_many([r.text for r in recs], source=f"bench:{args.set_name}:{k}")
         buf.close(flush=True)
         t0 = time.perf_counter()
         out = nightly_consolidation(cfg)
@@ -197,7 +188,7 @@ def run_config(name: str, base: Path, work: Path, args) -> dict:
 
 
 def print_table(results: dict, args) -> None:
-    print(f"\nfact set {args.fact_set}, {args.people} records a night, {args.preset} preset{(', v0 from ' + str(args.v0)) if args.v0 else ''}, CPU; accuracy = answer ranked first "
+    print(f"\nfact set {args.set_name}, {args.people} records a night, {args.preset} preset{(', v0 from ' + str(args.v0)) if args.v0 else ''}, CPU; accuracy = answer ranked first "
           f"(before -> after), chance in brackets")
     head = f"{'config':8} {'night':>5} {'facts (held-out form)':>26} {'exact':>6} {'natural question':>24} {'old_val':>8} {'night s':>8} {'train s':>8} {'facts s':>8}"
     print(head)
@@ -214,14 +205,16 @@ def print_table(results: dict, args) -> None:
 
 
 def main() -> None:
-    from bench.fact_sets import FACT_SETS
+    from bench.fact_sets import FACT_SETS, load_records, records
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--v0", type=Path, default=None, help="a workspace whose champion is v0 (cloned, never changed)")
     ap.add_argument("--fact-set", default="bio", choices=FACT_SETS)
+    ap.add_argument("--fact-file", type=Path, default=None,
+                    help="a fact set of your own, JSON Lines (bench/fact_sets.py's docstring); replaces --fact-set")
     ap.add_argument("--configs", default="inject,plain")
-    ap.add_argument("--nights", type=int, default=4)
+    ap.add_argument("--nights", type=int, default=None, help="default 4, or every night of --fact-file")
     ap.add_argument("--people", type=int, default=24)
     ap.add_argument("--pretrain-steps", type=int, default=150)
     ap.add_argument("--preset", default="tiny", choices=["tiny", "default"],
@@ -229,6 +222,19 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="section.key=value for every configuration")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    if args.fact_file:
+        try:
+            by_night = load_records(args.fact_file, args.people)
+        except (OSError, ValueError) as e:
+            sys.exit(f"--fact-file: {e}")
+        if args.nights is not None and args.nights > len(by_night):
+            sys.exit(f"--fact-file {args.fact_file} holds {len(by_night)} night(s), --nights asks for {args.nights}")
+        args.nights = args.nights or len(by_night)
+        args.people = max(len(r) for r in by_night.values())
+        args.set_name, args.records = args.fact_file.stem, by_night.__getitem__
+    else:
+        args.nights = args.nights or 4
+        args.set_name, args.records = args.fact_set, lambda k: records(args.fact_set, k, args.people)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
 
@@ -245,7 +251,7 @@ def main() -> None:
     results = {}
     for name in [c for c in args.configs.split(",") if c]:
         results[name] = run_config(name, base, work, args)
-    (work / f"results-{args.fact_set}.json").write_text(json.dumps(results, indent=2, default=str))
+    (work / f"results-{args.set_name}.json").write_text(json.dumps(results, indent=2, default=str))
     print_table(results, args)
 
 

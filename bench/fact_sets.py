@@ -13,12 +13,25 @@ them beforehand (names, places and numbers are generated), and they share no tem
 Each record also carries natural questions in a phrasing that no question form of
 lib/knowledge/forms.py produces ("Question: In which city was X born?\\nAnswer:"), each with the
 attribute's values of the other records as its options.
+
+A fact set of your own (`bench_facts.py --fact-file F`, `facts_curve.py --fact-file F`): JSON
+Lines, one record a line, read by `load_records`:
+
+    {"subject": "Ivel Darro", "text": "Ivel Darro was born in Quenholm ...",
+     "questions": {"city": ["Question: Where was Ivel Darro born?\\nAnswer:", "Quenholm"]},
+     "night": 1}
+
+`night` (1-based) is optional: without it, the records are dealt into nights of `--people` in
+file order. Every record of a night should ask the same attributes: each natural question is
+ranked among that attribute's answers of the night's other records.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 _ONSETS = ["b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n", "p", "qu", "r", "s", "st", "t", "tr", "v", "w", "z"]
 _VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou", "ia"]
@@ -164,3 +177,67 @@ def records(fact_set: str, night: int, n: int, seed: int = 0) -> list[Record]:
         else:
             raise ValueError(f"fact set must be one of {', '.join(FACT_SETS)}, got {fact_set!r}")
     return out
+
+
+def natural_items(recs: list[Record], asked=lambda r: True) -> list:
+    """The natural questions of the records `asked` picks, as lib.knowledge FactItems: each ranked
+    among its attribute's other answers in `recs` (a record without the attribute is not asked it)."""
+    from lib.knowledge.facts import FactItem, fact_id
+
+    attrs = list(dict.fromkeys(a for r in recs for a in r.questions))
+    out = []
+    for attr in attrs:
+        values = list(dict.fromkeys(r.questions[attr][1] for r in recs if attr in r.questions))
+        for r in recs:
+            if attr in r.questions and asked(r):
+                q, a = r.questions[attr]
+                out.append(FactItem(fact_id(r.subject, attr, a), "", r.subject, attr, a, "natural", "", q,
+                                    tuple(v for v in values if v != a)))
+    return out
+
+
+def load_records(path: str | Path, people: int) -> dict[int, list[Record]]:
+    """A fact set of one's own (the module's docstring): {night: records}, nights from 1. A line
+    that is not such a record is an error naming the file and line; nothing is guessed."""
+    nights: dict[int, list[Record]] = {}
+    unnumbered: list[Record] = []
+    path = Path(path)
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("subject"), str) or not isinstance(row.get("text"), str) \
+                or not isinstance(row.get("questions"), dict) or not row["questions"]:
+            raise ValueError(f"{where}: a record needs \"subject\" and \"text\" (strings) and \"questions\" "
+                             f"({{attribute: [question, answer]}}, at least one)")
+        questions = {}
+        for attr, qa in row["questions"].items():
+            if not (isinstance(qa, list) and len(qa) == 2 and all(isinstance(x, str) and x.strip() for x in qa)):
+                raise ValueError(f"{where}: questions[{attr!r}] must be [question, answer], two non-empty strings")
+            if qa[1] not in row["text"]:
+                raise ValueError(f"{where}: the answer {qa[1]!r} of {attr!r} is not in the record's text")
+            questions[attr] = (qa[0], qa[1])
+        rec = Record(row["subject"], row["text"], questions)
+        night = row.get("night")
+        if night is None:
+            unnumbered.append(rec)
+        elif isinstance(night, int) and not isinstance(night, bool) and night >= 1:
+            nights.setdefault(night, []).append(rec)
+        else:
+            raise ValueError(f"{where}: \"night\" must be a whole number from 1, got {night!r}")
+    if nights and unnumbered:
+        raise ValueError(f"{path}: either every record names its \"night\" or none does")
+    for i in range(0, len(unnumbered), max(people, 1)):
+        nights[i // max(people, 1) + 1] = unnumbered[i:i + people]
+    if not nights:
+        raise ValueError(f"{path}: no records")
+    if sorted(nights) != list(range(1, len(nights) + 1)):
+        raise ValueError(f"{path}: nights must run 1, 2, ... without a gap, got {sorted(nights)}")
+    for k, recs in nights.items():
+        if len(recs) < 2:
+            raise ValueError(f"{path}: night {k} has {len(recs)} record; a natural question needs the answers of other records")
+    return nights

@@ -32,17 +32,18 @@ def main() -> None:
     import pyarrow.parquet as pq
     import torch
 
-    from bench.fact_sets import records
+    from bench.fact_sets import load_records, natural_items, records
     from lib.config import KnowledgeConfig
     from lib.evaluation.evaluate import EvalModel
     from lib.evaluation.facts import score_facts
     from lib.knowledge.augment import augment_documents
-    from lib.knowledge.facts import FactItem, extract_facts, fact_id
+    from lib.knowledge.facts import extract_facts, fact_id
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", type=Path, required=True)
     ap.add_argument("--corpus", type=Path, required=True, help="a workspace corpus folder (train/ and val/ parquet shards)")
     ap.add_argument("--fact-set", default="bio")
+    ap.add_argument("--fact-file", type=Path, default=None, help="a fact set of your own (bench/fact_sets.py); its night 1")
     ap.add_argument("--people", type=int, default=24)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--every", type=int, default=25)
@@ -61,19 +62,13 @@ def main() -> None:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
 
-    recs = records(args.fact_set, 1, args.people)
+    recs = load_records(args.fact_file, args.people)[1] if args.fact_file else records(args.fact_set, 1, args.people)
     texts = [r.text for r in recs]
     ids = [fact_id(r.subject, "doc", str(i)) for i, r in enumerate(recs)]
     kcfg = KnowledgeConfig(forms_per_document=args.forms)
     items = extract_facts(texts, ids, heldout_share=kcfg.heldout_share)
     forms = [] if args.no_inject else [a.text for a in augment_documents(ids, texts, items, forms_per_document=args.forms)]
-    natural = []
-    for attr in recs[0].questions:
-        values = [r.questions[attr][1] for r in recs]
-        for r in recs:
-            q, a = r.questions[attr]
-            natural.append(FactItem(fact_id(r.subject, attr, a), "", r.subject, attr, a, "nat", "", q,
-                                    tuple(dict.fromkeys(v for v in values if v != a))))
+    natural = natural_items(recs)
     train_dir = args.corpus / "train" if (args.corpus / "train").is_dir() else args.corpus
     corpus_files = sorted(train_dir.glob("*.parquet"))
     corpus = [t for f in corpus_files for t in pq.read_table(f, columns=["text"]).column("text").to_pylist()]

@@ -1,0 +1,60 @@
+"""A fact set of one's own for bench_facts.py / facts_curve.py (bench/fact_sets.py load_records):
+the JSON Lines a reviewer writes is read into the same records as the built-in sets, and a bad line
+is an error that names it."""
+
+import json
+
+import pytest
+
+from bench.fact_sets import load_records, natural_items, records
+
+
+def _write(path, rows):
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_built_in_set_written_as_a_file_loads_as_the_same_records_and_nights(tmp_path):
+    nights = {k: records("islands", k, 5) for k in (1, 2)}
+    rows = [{"subject": r.subject, "text": r.text, "questions": {a: list(qa) for a, qa in r.questions.items()}, "night": k}
+            for k, recs in nights.items() for r in recs]
+    assert load_records(_write(tmp_path / "set.jsonl", rows), people=99) == nights
+    unnumbered = [{k: v for k, v in row.items() if k != "night"} for row in rows]
+    assert load_records(_write(tmp_path / "dealt.jsonl", unnumbered), people=5) == nights
+
+
+def test_natural_questions_rank_among_the_attributes_other_answers_and_skip_a_record_without_it():
+    a = records("bio", 1, 3)
+    del a[2].questions["city"]
+    items = natural_items(a, asked=lambda r: r is not a[1])
+    city = [it for it in items if it.relation == "city"]
+    assert [it.subject for it in city] == [a[0].subject]
+    assert city[0].answer == a[0].questions["city"][1] and city[0].distractors == (a[1].questions["city"][1],)
+    assert city[0].question == a[0].questions["city"][0] and city[0].kind == "natural"
+    assert {it.subject for it in items} == {a[0].subject, a[2].subject}
+
+
+@pytest.mark.parametrize("line, error", [
+    ("not json", "not JSON"),
+    ({"subject": "X", "text": "X is in Y."}, "needs \"subject\""),
+    ({"subject": "X", "text": "X is in Y.", "questions": {"where": ["Where is X?", "Z"]}}, "'Z' of 'where' is not in the record's text"),
+    ({"subject": "X", "text": "X is in Y.", "questions": {"where": "Y"}}, "must be [question, answer]"),
+    ({"subject": "X", "text": "X is in Y.", "questions": {"where": ["Where is X?", "Y"]}, "night": 0}, "whole number from 1"),
+])
+def test_a_bad_line_is_an_error_naming_the_file_and_line(tmp_path, line, error):
+    good = {"subject": "W", "text": "W is in V.", "questions": {"where": ["Where is W?", "V"]}}
+    path = _write(tmp_path / "bad.jsonl", [good, line])
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: .*" + __import__("re").escape(error)):
+        load_records(path, people=10)
+
+
+def test_nights_are_whole_numbered_each_with_other_records_to_rank_against(tmp_path):
+    rec = {"subject": "W", "text": "W is in V.", "questions": {"where": ["Where is W?", "V"]}}
+    with pytest.raises(ValueError, match="without a gap"):
+        load_records(_write(tmp_path / "gap.jsonl", [{**rec, "night": 1}, {**rec, "night": 1}, {**rec, "night": 3}, {**rec, "night": 3}]), 10)
+    with pytest.raises(ValueError, match="either every record names"):
+        load_records(_write(tmp_path / "mixed.jsonl", [{**rec, "night": 1}, rec]), 10)
+    with pytest.raises(ValueError, match="night 2 has 1 record"):
+        load_records(_write(tmp_path / "one.jsonl", [rec, rec, rec]), people=2)
+    with pytest.raises(ValueError, match="no records"):
+        load_records(_write(tmp_path / "empty.jsonl", [""]), 10)
