@@ -46,15 +46,15 @@ from typing import Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms
-from lib.knowledge.relations import (_COPULA, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
+from lib.knowledge.relations import (_COPULA, _NOUN_STOP, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
                                      _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
-from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
+from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences)
 from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
-_FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z][^,]*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
+_FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,15 @@ class _Found:
 
 def _names_outside_dates(text: str, lowercase_words: set[str], values: list[_Span]) -> list[_Span]:
     """The proper-name spans of `text` but a month inside one of its dates ("on 8 May 1810" is one
-    date, not a name of its own); `values` are the text's value spans."""
+    date, not a name of its own) and the scale of a measure ("melts at 346 degrees Celsius": the
+    unit's name, not a thing of its own); `values` are the text's value spans."""
     dates = [v for v in values if v.kind == "date"]
-    return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)]
+    return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)
+            and not _UNIT_BEFORE.search(text[: p.start])]
+
+
+# a number and its unit word right before a name: the name is the unit's scale ("346 degrees Celsius")
+_UNIT_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]* (?!(?:" + "|".join(sorted(_NOT_UNITS | _NOUN_STOP | AUXILIARIES)) + r") )[a-z]+ $")
 
 
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:

@@ -47,14 +47,16 @@ def without_answers(relation: str, answers: Sequence[str]) -> str:
     of"; "worked for Brill Tanneries in Harrow until" → "worked until". Kept where the removal would
     leave the relation ending in the preposition it took away ("was born in Oslo in" stays: "was
     born in" is the relation of Oslo itself, and two answers of one subject must not share it). An
-    article between the preposition and the answer goes with them ("rises in the Oska Hills and")."""
+    article between the preposition and the answer goes with them ("rises in the Oska Hills and").
+    An answer that names the noun after it stays ("lies in the Zigriark district of"); a verb or a
+    preposition after it is no noun ("The X in Y was opened by", "was fought on 8 May 1552 between")."""
     words = relation.split()
     last = words[-1] if words else ""
     for answer in answers:
         m = re.search(r"(?:^|\s)(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+(?:the\s+|a\s+|an\s+)?" + re.escape(answer) + r"(?=[\s,;]|$)", relation)
         noun = re.match(r" ([a-z]+)", relation[m.end() :]) if m else None
         if noun and noun.group(1) not in _NOUN_STOP and noun.group(1) not in ("while", "until", "because", "once") \
-                and base_verb(noun.group(1)) is None:
+                and noun.group(1) not in AUXILIARIES and base_verb(noun.group(1)) is None:
             continue                        # "lies in the Zigriark district of": the answer names the noun after it
         if m and m.group("prep") != last:
             relation = relation[: m.start()] + " " + relation[m.end():]
@@ -138,7 +140,8 @@ def _pronoun_clause(relation: str) -> tuple[str, str] | None:
 
 
 # -- what a definite description ("The novel ...") refers to -----------------------------------------
-_NOUN_STOP = set(_PREPOSITIONS) | {"whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
+_NOUN_STOP = set(_PREPOSITIONS) | {"between", "against", "among", "across", "along", "over", "through", "via", "past", "beyond",
+                                   "whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
                                    "since", "after", "before", "during"}
 _TYPED = re.compile(r"^(?:,\s+(?:which|who)\s+|\s+)(?:is|was|are|were)\s+(?:a|an|the)\s+(?P<rest>.*)$|^,\s+(?:a|an|the)\s+(?P<appos>.*)$")
 _ROLE_BEFORE = re.compile(r"(?:['’]s|\b(?:[Ii]ts|[Tt]heir|[Hh]is|[Hh]er|[Tt]he))\s+(?:[a-z]+\s+){0,2}?(?P<noun>[a-z]+)\s+(?:is|was|are|were)\s*$")

@@ -207,8 +207,8 @@ def _value_spans(sentence: str) -> list[_Span]:
     free = lambda a, b: all(b <= s or a >= e for s, e in taken)  # noqa: E731
     for m in _YEAR.finditer(sentence):
         unit = re.match(r" ([a-z]+)", sentence[m.end() :])
-        if unit and unit.group(1) not in _NOT_UNITS:
-            continue                                   # "a barque of 1038 tons": a number with its unit, not a year
+        if unit and unit.group(1) not in _NOT_UNITS or re.match(r" ?[°%]", sentence[m.end() :]):
+            continue                                   # "a barque of 1038 tons", "melts at 1397 °C": a number with its unit, not a year
         if free(m.start(), m.end()):
             spans.append(_Span(m.start(), m.end(), m.group(), "year"))
             taken.append((m.start(), m.end()))

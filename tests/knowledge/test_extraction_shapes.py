@@ -183,3 +183,30 @@ def test_a_name_that_acts_on_the_entity_and_the_entitys_quantified_people():
     assert not any(a == "Harlby" and s in ("Kell Mills", "Ada Lind") for s, _, a in t)
     assert not any(r.startswith(("is run", "has been run", "is flowed")) for _, r, _ in t)
     assert passive("governs") == "is governed" and passive("runs") is None and passive("wrote") is None
+
+
+def test_a_verb_or_a_preposition_after_an_earlier_answer_is_no_noun_it_names():
+    t = _triples(["The Soraim Tunnel in Fouworton was opened by Grocou Piahaez on 11 December 2000.",
+                  "The Battle of Kell was fought on 8 May 1552 between Vaskia and Harlia."])
+    assert ("Soraim Tunnel", "was opened by", "Grocou Piahaez") in t and ("Soraim Tunnel", "was opened on", "11 December 2000") in t
+    assert ("Battle of Kell", "was fought between", "Vaskia") in t
+    # an answer that names the noun after it stays in the relation
+    t = _triples(["The Brebou Viaduct crosses the Wai. It lies in the Zigriark district of Loukiaville."])
+    assert ("Brebou Viaduct", "lies in the Zigriark district of", "Loukiaville") in t
+
+
+def test_a_measure_is_a_number_with_its_unit_and_the_units_scale_is_no_name():
+    t = _triples(["Quiagine has a melting point of 1397 °C.", "Bomiaxase melts at 346 degrees Celsius.",
+                  "At 2,141 metres, it is the highest peak in Keiwelstan."])
+    kinds = _kinds(["Quiagine has a melting point of 1397 °C.", "Vaskite melts at 1201 °C and was found in 1990.",
+                    "Ivo Brask was born in 1901."])
+    assert kinds.get("1397") == "number" and kinds.get("1990") == "year"
+    assert ("Bomiaxase", "melts at", "346") in t and not any(a == "Celsius" for _, _, a in t)
+    # never: a name after a year and a preposition ("in 1901 by Ada Lind" is the agent)
+    t = _triples(["Kell Mill was built in 1901 by Ada Lind."])
+    assert ("Kell Mill", "was built by", "Ada Lind") in t
+
+
+def test_a_fronted_measure_with_a_thousands_comma_before_a_pronoun():
+    t = _triples(["Tropux Peak is a mountain in the Perouss Mountains. At 2,141 metres, it is the highest peak in Keiwelstan."])
+    assert ("Tropux Peak", "measures", "2,141") in t and ("Tropux Peak", "is the highest peak in", "Keiwelstan") in t
