@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms, third_person
 from lib.knowledge.relations import (_COPULA, _NOUN_STOP, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
                                      _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
@@ -243,12 +243,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             last = subject
             fronted_words = [w for w in fronted.split() if w.lower() not in ADVERBS]
             lead_word = fronted_words[0].lower() if fronted_words else ""
-            if lead_word in _PARTICIPLES or lead_word.endswith("ed"):
-                # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo)
+            acting = third_person(lead_word) if fronted_words and fronted_words[0] == fronted.split()[0] else None
+            if lead_word in _PARTICIPLES or lead_word.endswith("ed") or acting:
+                # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo); a present
+                # participle is what the subject does: "Rising to 1,349 metres, X lies ..." → (X, rises to, 1,349)
                 fronted_values = _value_spans(fronted)
                 spans = sorted(fronted_values + _names_outside_dates(fronted, lowercase_words, fronted_values), key=lambda x: x.start)
                 for k, a in enumerate(spans):
-                    relation = " ".join(("was " + fronted[:1].lower() + fronted[1 : a.start]).split())
+                    head = acting + fronted[len(lead_word) : a.start] if acting else "was " + fronted[:1].lower() + fronted[1 : a.start]
+                    relation = " ".join(head.split())
                     relation = without_answers(last_clause(relation), [e.text for e in spans[:k]])
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
                             and a.text not in subject and subject not in a.text:

@@ -141,6 +141,7 @@ def _pronoun_clause(relation: str) -> tuple[str, str] | None:
 
 # -- what a definite description ("The novel ...") refers to -----------------------------------------
 _NOUN_STOP = set(_PREPOSITIONS) | {"between", "against", "among", "across", "along", "over", "through", "via", "past", "beyond",
+                                   "close", "next", "north", "south", "east", "west",
                                    "whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
                                    "since", "after", "before", "during"}
 _TYPED = re.compile(r"^(?:,\s+(?:which|who)\s+|\s+)(?:is|was|are|were)\s+(?:a|an|the)\s+(?P<rest>.*)$|^,\s+(?:a|an|the)\s+(?P<appos>.*)$")

@@ -182,8 +182,17 @@ def _title_closed(sentence: str, start: int, end: int) -> bool:
 
 def _gerund(sentence: str, word: tuple[int, int, str]) -> bool:
     """ "Commanding her was ...", "Crossing the river took ...": an -ing word before an object is a
-    verb, not a name ("Reading is a town" keeps its name)."""
-    return word[2].endswith("ing") and bool(re.match(r" (?:her|him|his|its|their|them|it|the|a|an) ", sentence[word[1] :]))
+    verb, not a name ("Reading is a town" keeps its name); so is one before a preposition whose
+    phrase a comma closes before any auxiliary, with the subject after it ("Rising to 1,349 metres,
+    Mount X lies ...", not "Evening in Stefaix is a painting by A, B and C" nor "Evening in Stefaix
+    hangs in Oslo, which ...")."""
+    if not word[2].endswith("ing"):
+        return False
+    rest = sentence[word[1] :]
+    if re.match(r" (?:her|him|his|its|their|them|it|the|a|an) ", rest):
+        return True
+    phrase = re.match(r" (?:to|in|from|at|on|into|through|along|across|above|over|near|under|between|for) (?P<words>(?:[^,]|,(?=\d))*?), (?:the |[Tt]he |it |he |she |they |[A-Z])", rest)
+    return bool(phrase) and not set(phrase.group("words").split()) & AUXILIARIES
 
 
 def _fronting_word(word: str) -> bool:

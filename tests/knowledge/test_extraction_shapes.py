@@ -210,3 +210,13 @@ def test_a_measure_is_a_number_with_its_unit_and_the_units_scale_is_no_name():
 def test_a_fronted_measure_with_a_thousands_comma_before_a_pronoun():
     t = _triples(["Tropux Peak is a mountain in the Perouss Mountains. At 2,141 metres, it is the highest peak in Keiwelstan."])
     assert ("Tropux Peak", "measures", "2,141") in t and ("Tropux Peak", "is the highest peak in", "Keiwelstan") in t
+
+
+def test_a_fronted_present_participle_is_what_the_subject_does():
+    t = _triples(["Rising to 1,349 metres above sea level, Mount Brouja lies in the Baihiax Alps close to the village of Juviandby."])
+    assert ("Mount Brouja", "rises to", "1,349") in t and ("Mount Brouja", "lies in the", "Baihiax Alps") in t
+    assert ("Mount Brouja", "lies close to the village of", "Juviandby") in t
+    assert not any(s == "Rising" for s, _, _ in t)
+    # never: a preposition made of a participle ("According to", "Following")
+    t = _triples(["According to Ada Lind, Kell Mill was built in 1901.", "Following the war, Ivo Brask moved to Vask in 1919."])
+    assert not any(r.startswith(("accords", "follows")) for _, r, _ in t) and ("Ivo Brask", "moved to", "Vask") in t
