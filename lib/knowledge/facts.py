@@ -46,11 +46,11 @@ from typing import Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms, third_person
-from lib.knowledge.relations import (_COPULA, _NOUN_STOP, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
+from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
                                      _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
@@ -187,9 +187,12 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         elif propers and _OF_HEAD.match(sentence[: propers[0].start]) and not sentence[propers[0].end :].startswith(("'s", "’s")):
             # "The village of X lies ...": X itself when X is new; "The capital of X is ..." of a
             # known X is X's capital
-            noun = _OF_HEAD.match(sentence[: propers[0].start]).group("noun").lower()
+            of_head = _OF_HEAD.match(sentence[: propers[0].start])
+            noun = of_head.group("noun").lower()
             subject, subj_end = propers[0].text, propers[0].end
-            if subject in (main, last):
+            if of_head.group("ord"):
+                subj_form = f"'s {of_head.group('ord')} {noun}"   # "The first ascent of X was made by": X's, new or known
+            elif subject in (main, last):
                 subj_form = "'s " + noun
             if main is None:
                 main = subject
@@ -206,11 +209,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 persons = {main} if gendered and main else set()
                 subject = _referent(noun, mentions, types, last or main, persons)
                 subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
-                types[subject].add(noun)
+                owned = ordinal_thing(words)
+                if owned:                              # "The first ascent was made by": the entity's first ascent
+                    subject, subj_form, subj_end = last or main, "'s " + owned, len(words[0]) + 1 + len(owned)
+                else:
+                    types[subject].add(noun)
                 last = previous = subject
                 if words[1].endswith(("'s", "’s")):
                     subj_form = "'s"                   # "The group's second album ..."
-                elif words[2] in _COPULA:
+                elif words[2] in _COPULA and not owned:
                     role = words[1]                    # "The singer is X": the entity's singer
         if subject is None:
             # a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."): the subject is the name
@@ -234,7 +241,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 if noun is None:
                     subject = main if lone.group("who") in _GENDERED else (last or main)
                 else:                                  # only a description the text typed, or a name's own head word
-                    subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or m.split()[-1].lower() == noun), None)
+                    subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
             if subject is None:
                 continue

@@ -120,7 +120,9 @@ def _listed_clause(relation: str) -> str:
     return relation
 
 
-_OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?P<noun>[A-Za-z]+) of $")
+_OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?:(?P<ord>first|second|third|last|latest|earliest|original) )?(?P<noun>[A-Za-z]+) of $")
+# an ordinal before a noun names one of an entity's things or events ("The first ascent", "the second album"), never the entity
+ORDINALS = {"first", "second", "third", "fourth", "fifth", "last", "latest", "earliest", "original"}
 _PARENTHETICAL = re.compile(r"^,\s+(?P<inner>(?P<lead>which|who|a|an|the|one)\b[^,]*?),\s+(?=[a-z])")
 # a clause of its own whose subject is a pronoun, perhaps after a time phrase (", and since 1993 it has")
 _PRONOUN_CLAUSE = re.compile(r"(?:,? and|,? but|;)\s+(?:(?:since|in|on|from|until|after|before|during|by) [^,;]+?,?\s+)?(?P<pro>it|they|he|she)\s+(?=[a-z])|, (?:and|but) (?P<pos>its|their|his|her)\s+(?=[a-z])")
@@ -198,6 +200,15 @@ def _object_role(sentence: str, span: _Span) -> tuple[str, str | None]:
     return role, noun
 
 
+def name_head(name: str) -> str:
+    """The common noun a name is built on, in lower case: its last word ("Truvair Bridge" →
+    "bridge"), or its first before "of" ("Battle of Kell" → "battle", "Bank of Ostra" → "bank")."""
+    words = name.split()
+    if len(words) > 2 and words[1] == "of":
+        return words[0].lower()
+    return words[-1].lower()
+
+
 def _agent_noun(noun: str) -> bool:
     """A noun that names a person by what they do ("author", "singer", "pianist"): a description
     with it may well be the person subject itself, so it is left to mean the last subject."""
@@ -214,8 +225,8 @@ def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[s
         if noun in types.get(name, ()):
             return name
     for name, _ in reversed(mentions):
-        if name.split()[-1].lower() == noun:
-            return name                     # "The bridge" is the Truvair Bridge: the name's own head word
+        if name_head(name) == noun:
+            return name                     # "The bridge" is the Truvair Bridge, "The battle" the Battle of Kell: the name's own head word
     if _agent_noun(noun):
         return last
     k = max((i for i, (_, how) in enumerate(mentions) if how == "subject"), default=-1)

@@ -29,7 +29,7 @@ import re
 from typing import Sequence
 
 from lib.knowledge.forms import _IRREGULAR, ADVERBS, AUXILIARIES, base_verb
-from lib.knowledge.relations import _PREPOSITIONS, without_answers
+from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
 from lib.knowledge.spans import _Span
 
 # a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")
@@ -207,6 +207,18 @@ def new_clause(relation: str) -> bool:
         return False
     w = m.group("w")
     return not (w in AUXILIARIES or w in ADVERBS or base_verb(w) is not None)
+
+
+def ordinal_thing(words: Sequence[str]) -> str | None:
+    """ "first ascent" for a sentence "The first ascent was made by ...": an ordinal and a noun name
+    one of the entity's things or events, not the entity (`relations.ORDINALS`); None elsewhere
+    ("The first was ...", "The first built ...": no noun after the ordinal)."""
+    if len(words) < 4 or words[1] not in ORDINALS:
+        return None
+    noun = words[2].rstrip(",;:")
+    if not noun.isalpha() or not noun.islower() or noun in AUXILIARIES or noun in _STOPS or base_verb(noun) and base_verb(noun)[1] == "did":
+        return None
+    return f"{words[1]} {noun}"
 
 
 def pronoun_object(sentence: str, subj_end: int) -> str | None:

@@ -220,3 +220,17 @@ def test_a_fronted_present_participle_is_what_the_subject_does():
     # never: a preposition made of a participle ("According to", "Following")
     t = _triples(["According to Ada Lind, Kell Mill was built in 1901.", "Following the war, Ivo Brask moved to Vask in 1919."])
     assert not any(r.startswith(("accords", "follows")) for _, r, _ in t) and ("Ivo Brask", "moved to", "Vask") in t
+
+
+def test_an_ordinal_and_a_noun_name_the_entitys_thing_and_a_names_head_may_come_before_of():
+    t = _triples(["Mount Brouja lies in the Baihiax Alps. The first ascent was made by Zoustass Piaciarkson in 1889.",
+                  "The first ascent of Hujiax Peak was made on 13 May 1847 by Stuwan Quenouard.",
+                  "The Battle of Kell was fought in 1594. Vaskia defeated Harlia there. The battle ended the Brike War."])
+    assert ("Mount Brouja", "'s first ascent was made by", "Zoustass Piaciarkson") in t
+    assert ("Mount Brouja", "'s first ascent was made in", "1889") in t
+    assert ("Hujiax Peak", "'s first ascent was made on", "13 May 1847") in t
+    assert ("Battle of Kell", "ended the", "Brike War") in t and not any(s == "Harlia" for s, _, _ in t)
+    # never: an ordinal with no noun after it, or the entity itself as the thing
+    t = _triples(["Ada Lind wrote two novels. The first was published in 1950."])
+    assert not any(r.startswith("'s first") for _, r, _ in t)
+    assert not any(s == "Mount Brouja" and r.startswith("ascent") for s, r, _ in _triples(["Mount Brouja lies in the Baihiax Alps. The first ascent was made by Ada Lind."]))
