@@ -46,11 +46,11 @@ from typing import Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms, third_person
-from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
+from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
                                      _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
@@ -167,6 +167,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         values = _value_spans(sentence)
         propers = _names_outside_dates(sentence, lowercase_words, values)
         subject, subj_end, subj_form = None, 0, ""
+        of_subject = False  # "The first ascent of X, the highest summit of Y, was made": the apposition is X's
         previous = last  # the entity of the sentences before: what "its" means after a new name
         role = ""  # "The singer is X": X is the last entity's singer
         if lead in _PRONOUNS:
@@ -190,6 +191,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             of_head = _OF_HEAD.match(sentence[: propers[0].start])
             noun = of_head.group("noun").lower()
             subject, subj_end = propers[0].text, propers[0].end
+            of_subject = True
             if of_head.group("ord"):
                 subj_form = f"'s {of_head.group('ord')} {noun}"   # "The first ascent of X was made by": X's, new or known
             elif subject in (main, last):
@@ -288,6 +290,10 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 mentions.append((name, how))
                 if noun:
                     types[name].add(noun)
+        said = name_parenthesis(sentence, subj_end, values) if lead not in _PRONOUNS else None
+        if said:                                   # "Ada Lind (born 1961) has led ...", "X (1,930 m)": the name's own
+            subj_end = said[0]
+            found.extend(_Found(-1, subject, relation, a.text, a.kind, n) for relation, a in said[1] if a.text not in subject)
         # "X, a maker of tiles based in Y, was ..." / "X, which is twinned with Y, has ...": the
         # parenthesis states facts of X in its own words and is not part of the main clause's relation
         paren = _PARENTHETICAL.match(sentence[subj_end:])
@@ -331,8 +337,13 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 continue
             form = subj_form
             if paren and a.start < paren_end:
+                lead_word = paren.group("lead")
+                if lead_word in PARENTHESIS_PREPOSITIONS:
+                    continue                           # "Heipundia, under Ada Lind, defeated ...": no relation of its own
+                form = "" if of_subject else form
                 inner = sentence[subj_end + paren.start("inner") : a.start]
-                raw = inner.split(None, 1)[1] if paren.group("lead") in ("which", "who") else "is " + inner
+                raw = inner.split(None, 1)[1] if lead_word in ("which", "who") else \
+                    ("is " if lead_word in ("a", "an", "the", "one") else "was ") + inner
                 earlier_here = [e.text for e in earlier if e.start >= subj_end]
             else:
                 raw = without_appositions(sentence[paren_end : a.start])

@@ -123,7 +123,10 @@ def _listed_clause(relation: str) -> str:
 _OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?:(?P<ord>first|second|third|last|latest|earliest|original) )?(?P<noun>[A-Za-z]+) of $")
 # an ordinal before a noun names one of an entity's things or events ("The first ascent", "the second album"), never the entity
 ORDINALS = {"first", "second", "third", "fourth", "fifth", "last", "latest", "earliest", "original"}
-_PARENTHETICAL = re.compile(r"^,\s+(?P<inner>(?P<lead>which|who|a|an|the|one)\b[^,]*?),\s+(?=[a-z])")
+# ", a maker of tiles," / ", which is twinned with Y," / ", named in honour of Y," (a participle) / ", under Y," (a preposition)
+_PARENTHETICAL = re.compile(r"^,\s+(?P<inner>(?P<lead>which|who|a|an|the|one|" + "|".join(sorted(_PARTICIPLES)) + r"|[a-z]{3,}ed"
+                            r"|under|with|alongside|like|unlike|despite)\b[^,]*?),\s+(?=[a-z])")
+PARENTHESIS_PREPOSITIONS = {"under", "with", "alongside", "like", "unlike", "despite"}
 # a clause of its own whose subject is a pronoun, perhaps after a time phrase (", and since 1993 it has")
 _PRONOUN_CLAUSE = re.compile(r"(?:,? and|,? but|;)\s+(?:(?:since|in|on|from|until|after|before|during|by) [^,;]+?,?\s+)?(?P<pro>it|they|he|she)\s+(?=[a-z])|, (?:and|but) (?P<pos>its|their|his|her)\s+(?=[a-z])")
 _COPULA = {"is", "was", "are", "were"}

@@ -209,6 +209,31 @@ def new_clause(relation: str) -> bool:
     return not (w in AUXILIARIES or w in ADVERBS or base_verb(w) is not None)
 
 
+_NAME_PAREN = re.compile(r"^ \((?P<inner>[^()]{1,60})\)")
+_BORN = re.compile(r"^born (?:in |on )?$")
+
+
+def name_parenthesis(sentence: str, name_end: int, values: Sequence[_Span]) -> tuple[int, list[tuple[str, _Span]]] | None:
+    """(end, facts) of a parenthesis right after a name: "Ada Lind (born 1961)" → (was born in,
+    1961); "Hujiax Peak (1,930 m)" → (measures, 1,930), a length or a weight as in "At 1,930
+    metres, ..."; anything else (a formula, an abbreviation, a lifespan) states no relation and
+    gives none. `end` is where the sentence goes on, the parenthesis left out of its relations.
+    None when no parenthesis follows the name."""
+    m = _NAME_PAREN.match(sentence[name_end:])
+    if not m:
+        return None
+    start, end = name_end + m.start("inner"), name_end + m.end()
+    inside = [v for v in values if start <= v.start and v.end <= end - 1]
+    if len(inside) != 1:
+        return end, []
+    value, before, after = inside[0], sentence[start : inside[0].start], sentence[inside[0].end : end - 1]
+    if _BORN.match(before) and not after.strip() and value.kind in ("year", "date"):
+        return end, [("was born on" if value.kind == "date" else "was born in", value)]
+    unit = after.strip()
+    verb = next((v for v, units in _UNITS.items() if unit in units), None)
+    return end, [(verb, value)] if verb and not before and value.kind == "number" else []
+
+
 def ordinal_thing(words: Sequence[str]) -> str | None:
     """ "first ascent" for a sentence "The first ascent was made by ...": an ordinal and a noun name
     one of the entity's things or events, not the entity (`relations.ORDINALS`); None elsewhere

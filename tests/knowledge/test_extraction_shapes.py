@@ -234,3 +234,28 @@ def test_an_ordinal_and_a_noun_name_the_entitys_thing_and_a_names_head_may_come_
     t = _triples(["Ada Lind wrote two novels. The first was published in 1950."])
     assert not any(r.startswith("'s first") for _, r, _ in t)
     assert not any(s == "Mount Brouja" and r.startswith("ascent") for s, r, _ in _triples(["Mount Brouja lies in the Baihiax Alps. The first ascent was made by Ada Lind."]))
+
+
+def test_a_parenthesis_after_a_name_is_the_names_and_leaves_the_relation():
+    t = _triples(["Heilith Hihuthley (born 1960) has led the Subon Gallery since 2021.",
+                  "The first ascent of Hujiax Peak (1,930 m), the highest summit of the Nostuth Alps, was made on 13 May 1847.",
+                  "Quiagine (Zn5Si8O4) is a violet mineral first described in 1929 by Tube Piatreline."])
+    assert ("Heilith Hihuthley", "was born in", "1960") in t and ("Heilith Hihuthley", "has led the Subon Gallery since", "2021") in t
+    assert ("Hujiax Peak", "measures", "1,930") in t and ("Hujiax Peak", "is the highest summit of the", "Nostuth Alps") in t
+    assert ("Hujiax Peak", "'s first ascent was made on", "13 May 1847") in t
+    assert ("Quiagine", "is a violet mineral first described in", "1929") in t
+    # never: a relation for what the parenthesis does not say (a formula, a lifespan, an age)
+    t = _triples(["Ada Lind (1901-1980) wrote Kell in 1950.", "Ivo Brask (45) moved to Vask in 1999."])
+    assert not any("(" in r for _, r, _ in t) and not any(a in ("1901", "1980", "45") for _, _, a in t)
+    assert ("Ada Lind", "wrote", "Kell") in t
+
+
+def test_a_participle_or_a_preposition_set_off_after_the_subject():
+    t = _triples(["Heipundia, under Griquoss Suliarkez, defeated Pucailand.",
+                  "Draibia, released by Stuwair Labs in 2002, is written in Traipond."])
+    assert ("Heipundia", "defeated", "Pucailand") in t and not any(a == "Griquoss Suliarkez" for _, _, a in t)
+    assert ("Draibia", "was released by", "Stuwair Labs") in t and ("Draibia", "was released in", "2002") in t
+    assert ("Draibia", "is written in", "Traipond") in t
+    # never: a list of names read as a parenthesis
+    t = _triples(["Ada Lind visited Vask, Kell, and Harl in 1901."])
+    assert not any(s == "Ada Lind" and r.startswith("was") for s, r, _ in t)
