@@ -50,7 +50,7 @@ from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_
                                      _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
@@ -308,11 +308,19 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 found.append(_Found(-1, previous, as_passive + " by", subject, "proper", n))  # "X has governed it"
         before: list[_Span] = []  # the answers earlier in this sentence
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
+        here = len(found)  # this sentence's items start here
         for a in sorted(answers, key=lambda x: x.start):
             earlier, before = list(before), before + [a]
             names = [part for part in a.text.split() if part[:1].isupper()]
             if a.text in subject or subject in a.text or names and all(part in subject.split() for part in names):
                 continue  # never the subject (or its name's words) as its own answer; "Peagesk House" of "Bolint House" is one
+            if clause_subject(sentence, a):
+                break                                  # "was sold in 1901 and Ivo Brask bought ...": a clause with a subject of its own
+            first = listed_first(sentence, earlier, a)
+            twin = next((f for f in reversed(found[here:]) if f.answer == first.text), None) if first else None
+            if twin is not None:                       # "was signed by A and B" → "was signed by A and": A's relation, A named
+                found.append(_Found(-1, twin.subject, f"{twin.relation} {sentence[first.start : a.start].strip()}", a.text, a.kind, n))
+                continue
             clause = relative_fact(sentence, earlier, a)
             if apposed is not None and a.start > apposed.end and sentence[apposed.end :].startswith(", "):
                 tail = re.match(r"^, (?P<relation>.+)$", sentence[apposed.end : a.start])

@@ -209,6 +209,36 @@ def new_clause(relation: str) -> bool:
     return not (w in AUXILIARIES or w in ADVERBS or base_verb(w) is not None)
 
 
+def clause_subject(sentence: str, answer: _Span) -> bool:
+    """Whether a name after "and"/"but" opens a clause of its own as its subject, a verb after it:
+    "was sold to A in 1901 and Ivo Brask bought the Vask Mill" (neither Ivo Brask nor the Vask Mill
+    is the first subject's)."""
+    if answer.kind not in ("proper", "name") or not re.search(r"(?:^|[^,]) (?:and|but) $", sentence[: answer.start]):
+        return False
+    nxt = re.match(r"^ (?P<w>[a-z]+)", sentence[answer.end :])
+    return bool(nxt) and (nxt.group("w") in AUXILIARIES or base_verb(nxt.group("w")) is not None)
+
+
+def listed_first(sentence: str, earlier: Sequence[_Span], answer: _Span) -> _Span | None:
+    """The first of the answers `answer` closes a list of with "and"/"or": "by A and B", "between
+    A and B", "defeated A, B and C" → A; its relation, with the list up to `answer`, is the
+    answer's ("was signed by A and"): the relation alone would give two answers of one subject one
+    relation. None where a verb follows `answer`, which is then the subject of a clause of its own
+    ("met A and B left"), where the answers are of different kinds, or where no list closes."""
+    def same(x: _Span, y: _Span) -> bool:
+        return x.kind == y.kind or {x.kind, y.kind} <= {"proper", "name"}
+
+    if not earlier or not same(earlier[-1], answer) or sentence[earlier[-1].end : answer.start] not in (" and ", ", and ", " or ", ", or "):
+        return None
+    nxt = re.match(r"^ (?P<w>[a-z]+)", sentence[answer.end :])
+    if nxt and (nxt.group("w") in AUXILIARIES or base_verb(nxt.group("w")) is not None):
+        return None
+    k = len(earlier) - 1
+    while k > 0 and sentence[earlier[k - 1].end : earlier[k].start] == ", " and same(earlier[k - 1], answer):
+        k -= 1
+    return earlier[k]
+
+
 _NAME_PAREN = re.compile(r"^ \((?P<inner>[^()]{1,60})\)")
 _BORN = re.compile(r"^born (?:in |on )?$")
 

@@ -259,3 +259,15 @@ def test_a_participle_or_a_preposition_set_off_after_the_subject():
     # never: a list of names read as a parenthesis
     t = _triples(["Ada Lind visited Vask, Kell, and Harl in 1901."])
     assert not any(s == "Ada Lind" and r.startswith("was") for s, r, _ in t)
+
+
+def test_the_last_of_listed_answers_takes_the_firsts_relation_with_the_list():
+    t = _triples(["The Treaty of Kell was signed on 4 August 1211 by Nobroth Weigraard and Stoteirk Femundez.",
+                  "Quozeith Baihouxley defeated Staidiar Retaiez, Puviass Mozethine and Didreir Nabialey in 2001."])
+    assert ("Treaty of Kell", "was signed by", "Nobroth Weigraard") in t
+    assert ("Treaty of Kell", "was signed by Nobroth Weigraard and", "Stoteirk Femundez") in t
+    assert ("Quozeith Baihouxley", "defeated Staidiar Retaiez, Puviass Mozethine and", "Didreir Nabialey") in t
+    assert not any(r.endswith("signed and") for _, r, _ in t)
+    # never: a name after "and" that opens a clause of its own
+    t = _triples(["The Kell Mill was sold to Ada Lind in 1901 and Ivo Brask bought the Vask Mill."])
+    assert not any(a == "Ivo Brask" and s == "Kell Mill" for s, _, a in t)
