@@ -194,6 +194,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             of_subject = True
             if of_head.group("ord"):
                 subj_form = f"'s {of_head.group('ord')} {noun}"   # "The first ascent of X was made by": X's, new or known
+            elif of_head.group("num"):
+                subj_form = f"'s {noun} {of_head.group('num')}"   # "Version 3.6 of X was released in": X's version 3.6
             elif subject in (main, last):
                 subj_form = "'s " + noun
             if main is None:

@@ -120,7 +120,8 @@ def _listed_clause(relation: str) -> str:
     return relation
 
 
-_OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?:(?P<ord>first|second|third|last|latest|earliest|original) )?(?P<noun>[A-Za-z]+) of $")
+_OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?:(?P<ord>first|second|third|last|latest|earliest|original) )?(?P<noun>[A-Za-z]+)"
+                      r"(?: (?P<num>\d+(?:\.\d+)*))? of $")
 # an ordinal before a noun names one of an entity's things or events ("The first ascent", "the second album"), never the entity
 ORDINALS = {"first", "second", "third", "fourth", "fifth", "last", "latest", "earliest", "original"}
 # ", a maker of tiles," / ", which is twinned with Y," / ", named in honour of Y," (a participle) / ", under Y," (a preposition)

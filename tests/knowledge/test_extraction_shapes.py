@@ -271,3 +271,17 @@ def test_the_last_of_listed_answers_takes_the_firsts_relation_with_the_list():
     # never: a name after "and" that opens a clause of its own
     t = _triples(["The Kell Mill was sold to Ada Lind in 1901 and Ivo Brask bought the Vask Mill."])
     assert not any(a == "Ivo Brask" and s == "Kell Mill" for s, _, a in t)
+
+
+def test_a_common_noun_opening_a_sentence_and_release_numbers():
+    t = _triples(["Version 3.6 of Niasissix was released in January 2005 by Pijain Software; it is written in Vobes.",
+                  "Draibia 2.7, released by Stuwair Labs in 2002, is written in Traipond.",
+                  "The Battle of Kell was fought in 1594. Forces led by Suke Ceidreez defeated the army of Sodum Hafumley."])
+    assert ("Niasissix", "'s version 3.6 was released in", "January 2005") in t
+    assert ("Niasissix", "'s version 3.6 was released by", "Pijain Software") in t and ("Niasissix", "is written in", "Vobes") in t
+    assert ("Draibia 2.7", "was released by", "Stuwair Labs") in t and ("Draibia 2.7", "is written in", "Traipond") in t
+    assert not {s for s, _, _ in t} & {"Version", "Forces"}
+    assert _kinds(["Kell Mill opened in May 2019.", "Vask Mill opened in June 2001."]).get("May 2019") == "date"
+    # never: a quantity after a name read as its release number
+    t = _triples(["Vask 3.2 million people visited in 1999.", "In 1999 Kell had 3.5 million visitors."])
+    assert not any("3.2" in s or "3.5" in a and len(a) > 3 for s, _, a in t)
