@@ -178,6 +178,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             subj_form = "'s" if _PRONOUNS[lead] == "possessive" else ""
         elif propers and sentence[: propers[0].start].strip().lower() in ("", "the"):
             subject, subj_end, subj_form = propers[0].text, propers[0].end, ""
+            if sentence[subj_end:].startswith(("'s ", "’s ")):
+                subj_end, subj_form = subj_end + 2, "'s"   # "The Subon Gallery's director, X, said": the gallery's director is X
             head, sep, owner = subject.partition(" of ")
             if sep and " " not in head and owner in (main, last) and sentence[: propers[0].start].strip() == "":
                 # "Deposits of Goroantite are ...": the known entity's own, "Goroantite's deposits"
@@ -300,7 +302,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         # parenthesis states facts of X in its own words and is not part of the main clause's relation
         paren = _PARENTHETICAL.match(sentence[subj_end:])
         paren_end = subj_end + paren.end() if paren else subj_end
-        answers = [without_honorific(p) for p in propers if p.start >= subj_end] + [v for v in values if v.start >= subj_end]
+        answers = [without_honorific(p) for p in propers if p.start >= subj_end and not sentence[p.end :].startswith(("'s", "’s"))] \
+            + [v for v in values if v.start >= subj_end]   # "met Ada Lind's brother": the owner is not what was met
         it_verb = pronoun_object(sentence, subj_end) if lead not in _PRONOUNS and not fronted else None
         it_thing = previous if it_verb and previous and previous != subject and not (gendered and previous == main) else None
         if it_thing:
@@ -386,6 +389,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 form, relation = "'s " + role, relation
             if it_thing:                               # "has governed it since": the entity "it" is
                 relation = re.sub(rf"^{re.escape(it_verb)} (?:it|them)\b", f"{it_verb} {it_thing}", relation)
+            if not form and relation in ("in", "at", "near", "on") and a.start == subj_end + len(relation) + 2:
+                relation = "is " + relation            # "The Soraim Tunnel in Fouworton was opened": where the subject is
             relation = _resolve((form + " " + relation).strip(), main, thing)
             found.append(_Found(-1, subject, relation, a.text, a.kind, n))
     return found, main

@@ -12,6 +12,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
+WEEKDAYS = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"}
 _MONTH = "(?:" + "|".join(MONTHS) + ")"
 _DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}|\d{{4}}-\d{{2}}-\d{{2}}|{_MONTH} \d{{4}})\b")
 _YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?!\d|[.,]\d)")
@@ -124,8 +125,11 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
             r = r[1:]
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
-        if r:
-            out.append(_Span(r[0][0], r[-1][1], sentence[r[0][0] : r[-1][1]], "proper"))
+        end = r[-1][1] - 2 if r and r[-1][2].endswith(("'s", "’s")) and len(r[-1][2]) > 3 else (r[-1][1] if r else 0)
+        if r and not (len(r) == 1 and r[0][2] in WEEKDAYS):
+            # "The Subon Gallery's director": the owner's name without its possessive ending; a weekday ("on
+            # Monday") is a news report's time, relative to a day the text does not state
+            out.append(_Span(r[0][0], end, sentence[r[0][0] : end], "proper"))
     return _titles(sentence, [_with_version(sentence, sp) for sp in out])
 
 

@@ -285,3 +285,14 @@ def test_a_common_noun_opening_a_sentence_and_release_numbers():
     # never: a quantity after a name read as its release number
     t = _triples(["Vask 3.2 million people visited in 1999.", "In 1999 Kell had 3.5 million visitors."])
     assert not any("3.2" in s or "3.5" in a and len(a) > 3 for s, _, a in t)
+
+
+def test_a_possessive_subject_names_its_role_and_a_weekday_is_no_answer():
+    t = _triples(["The Subon Gallery's director, Heilith Hihuthley, said on Monday that a new wing would open in 2029.",
+                  "The Soraim Tunnel in Fouworton was opened by Grocou Piahaez."])
+    assert ("Subon Gallery", "'s director is", "Heilith Hihuthley") in t
+    assert ("Soraim Tunnel", "is in", "Fouworton") in t
+    assert not any(a == "Monday" or s.endswith("'s") for s, _, a in t)
+    # never: the owner in "met Ada Lind's brother" as what was met
+    t = _triples(["Ivo Brask met Ada Lind's brother in Vask."])
+    assert not any(a.startswith("Ada Lind") for _, _, a in t) and ("Ivo Brask", "met Ada Lind's brother in", "Vask") in t
