@@ -137,13 +137,16 @@ class _Found:
 
 def _names_outside_dates(text: str, lowercase_words: set[str], values: list[_Span]) -> list[_Span]:
     """The proper-name spans of `text` but a month inside one of its dates ("on 8 May 1810" is one
-    date, not a name of its own) and the scale of a measure ("melts at 346 degrees Celsius": the
-    unit's name, not a thing of its own); `values` are the text's value spans."""
+    date, not a name of its own) and the scale of a measure ("melts at 346 degrees Celsius", "a
+    hardness of 7 on the Mohs scale": the unit's name, not a thing of its own); `values` are the
+    text's value spans."""
     dates = [v for v in values if v.kind == "date"]
     return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)
-            and not _UNIT_BEFORE.search(text[: p.start])]
+            and not _UNIT_BEFORE.search(text[: p.start]) and not _SCALE_BEFORE.search(text[: p.start])]
 
 
+# a number measured "on the" named scale: "a hardness of 7 on the Mohs scale", "6.1 on the Richter scale"
+_SCALE_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]*(?: [a-z°]+)? on the $")
 # a number and its unit word right before a name: the name is the unit's scale ("346 degrees Celsius")
 _UNIT_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]* (?!(?:" + "|".join(sorted(_NOT_UNITS | _NOUN_STOP | AUXILIARIES)) + r") )[a-z]+ $")
 

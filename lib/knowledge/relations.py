@@ -87,10 +87,25 @@ def last_clause(relation: str) -> str:
         return _listed_clause(relation)
     if verbs[0] in AUXILIARIES:
         return tail
+    if verbs[0] in ("a", "an", "the"):
+        return _second_object(head, tail) or _listed_clause(relation)
     if base_verb(verbs[0]) is None:
         return _listed_clause(relation)
     aux = head.split()[0] if head.split() and head.split()[0] in AUXILIARIES else ""
     return f"{aux} {tail}".strip() if aux and (verbs[0].endswith("ed") or verbs[0] in _PARTICIPLES) else tail
+
+
+def _second_object(head: str, tail: str) -> str | None:
+    """ "has a hardness of" for "has a melting point of 1397 °C and" + "a hardness of": a second
+    object of the verb the first one follows at once (the first object's answer is not this one's
+    question); None where a preposition comes between the verb and the first object ("lies
+    between the Vask and the")."""
+    words = head.split()
+    k = next((i for i, w in enumerate(words) if w in ("a", "an", "the")), 0)
+    verbs = words[:k]
+    if not verbs or not all(w in AUXILIARIES or w in ADVERBS or base_verb(w) is not None for w in verbs):
+        return None
+    return f"{' '.join(verbs)} {tail}"
 
 
 def _listed_clause(relation: str) -> str:

@@ -296,3 +296,12 @@ def test_a_possessive_subject_names_its_role_and_a_weekday_is_no_answer():
     # never: the owner in "met Ada Lind's brother" as what was met
     t = _triples(["Ivo Brask met Ada Lind's brother in Vask."])
     assert not any(a.startswith("Ada Lind") for _, _, a in t) and ("Ivo Brask", "met Ada Lind's brother in", "Vask") in t
+
+
+def test_a_second_object_of_one_verb_and_a_named_scale():
+    t = _triples(["Quiagine has a melting point of 1397 °C and a hardness of 7 on the Mohs scale."])
+    assert ("Quiagine", "has a melting point of", "1397") in t and ("Quiagine", "has a hardness of", "7") in t
+    assert not any(a == "Mohs" for _, _, a in t)
+    # never: a second object after a preposition ("lies between the Vask and the Kell") cut to the verb
+    t = _triples(["Harl Mill lies between the Vask Water and the Kell Water."])
+    assert not any(r in ("lies the", "lies") for _, r, _ in t)
