@@ -16,7 +16,11 @@ name states, each as (relation, answer) of a known subject.
 - "..., which bought it in 1956 for 22,818": a relative clause is a fact of its antecedent, the head
   of "the A in B" (the Jepei Gallery in Oslo, which ...: the gallery);
 - "The Lorun Brook joins it": the entity before is the answer, where "it" cannot be a person;
-- "under Captain Ada Lind": the answer is the person, the title stays in the relation.
+- "under Captain Ada Lind": the answer is the person, the title stays in the relation;
+- "Ada Lind (born 1961)", "Hujiax Peak (1,930 m)": a parenthesis after a name is the name's;
+- "The first ascent was made by X": an ordinal and a noun are the entity's thing ("'s first ascent");
+- "was signed by A and B": the last of listed answers takes the first's relation, the list named;
+  "... and Ivo Brask bought": a name with a verb after "and" opens a clause of its own.
 
 Trade-off: each is a rule about English word order, not about a domain, so each misses what it
 does not see (a fronted time phrase with no verb phrase after the subject, an age "At 90, ...")
