@@ -45,16 +45,16 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms
-from lib.knowledge.relations import (_COPULA, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms, third_person
+from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
                                      _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
-from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
+from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
-_FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z][^,]*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
+_FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,18 @@ class _Found:
 
 def _names_outside_dates(text: str, lowercase_words: set[str], values: list[_Span]) -> list[_Span]:
     """The proper-name spans of `text` but a month inside one of its dates ("on 8 May 1810" is one
-    date, not a name of its own); `values` are the text's value spans."""
+    date, not a name of its own) and the scale of a measure ("melts at 346 degrees Celsius", "a
+    hardness of 7 on the Mohs scale": the unit's name, not a thing of its own); `values` are the
+    text's value spans."""
     dates = [v for v in values if v.kind == "date"]
-    return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)]
+    return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)
+            and not _UNIT_BEFORE.search(text[: p.start]) and not _SCALE_BEFORE.search(text[: p.start])]
+
+
+# a number measured "on the" named scale: "a hardness of 7 on the Mohs scale", "6.1 on the Richter scale"
+_SCALE_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]*(?: [a-z°]+)? on the $")
+# a number and its unit word right before a name: the name is the unit's scale ("346 degrees Celsius")
+_UNIT_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]* (?!(?:" + "|".join(sorted(_NOT_UNITS | _NOUN_STOP | AUXILIARIES)) + r") )[a-z]+ $")
 
 
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
@@ -161,6 +170,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         values = _value_spans(sentence)
         propers = _names_outside_dates(sentence, lowercase_words, values)
         subject, subj_end, subj_form = None, 0, ""
+        of_subject = False  # "The first ascent of X, the highest summit of Y, was made": the apposition is X's
         previous = last  # the entity of the sentences before: what "its" means after a new name
         role = ""  # "The singer is X": X is the last entity's singer
         if lead in _PRONOUNS:
@@ -171,6 +181,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             subj_form = "'s" if _PRONOUNS[lead] == "possessive" else ""
         elif propers and sentence[: propers[0].start].strip().lower() in ("", "the"):
             subject, subj_end, subj_form = propers[0].text, propers[0].end, ""
+            if sentence[subj_end:].startswith(("'s ", "’s ")):
+                subj_end, subj_form = subj_end + 2, "'s"   # "The Subon Gallery's director, X, said": the gallery's director is X
             head, sep, owner = subject.partition(" of ")
             if sep and " " not in head and owner in (main, last) and sentence[: propers[0].start].strip() == "":
                 # "Deposits of Goroantite are ...": the known entity's own, "Goroantite's deposits"
@@ -181,9 +193,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         elif propers and _OF_HEAD.match(sentence[: propers[0].start]) and not sentence[propers[0].end :].startswith(("'s", "’s")):
             # "The village of X lies ...": X itself when X is new; "The capital of X is ..." of a
             # known X is X's capital
-            noun = _OF_HEAD.match(sentence[: propers[0].start]).group("noun").lower()
+            of_head = _OF_HEAD.match(sentence[: propers[0].start])
+            noun = of_head.group("noun").lower()
             subject, subj_end = propers[0].text, propers[0].end
-            if subject in (main, last):
+            of_subject = True
+            if of_head.group("ord"):
+                subj_form = f"'s {of_head.group('ord')} {noun}"   # "The first ascent of X was made by": X's, new or known
+            elif of_head.group("num"):
+                subj_form = f"'s {noun} {of_head.group('num')}"   # "Version 3.6 of X was released in": X's version 3.6
+            elif subject in (main, last):
                 subj_form = "'s " + noun
             if main is None:
                 main = subject
@@ -200,11 +218,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 persons = {main} if gendered and main else set()
                 subject = _referent(noun, mentions, types, last or main, persons)
                 subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
-                types[subject].add(noun)
+                owned = ordinal_thing(words)
+                if owned:                              # "The first ascent was made by": the entity's first ascent
+                    subject, subj_form, subj_end = last or main, "'s " + owned, len(words[0]) + 1 + len(owned)
+                else:
+                    types[subject].add(noun)
                 last = previous = subject
                 if words[1].endswith(("'s", "’s")):
                     subj_form = "'s"                   # "The group's second album ..."
-                elif words[2] in _COPULA:
+                elif words[2] in _COPULA and not owned:
                     role = words[1]                    # "The singer is X": the entity's singer
         if subject is None:
             # a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."): the subject is the name
@@ -228,7 +250,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 if noun is None:
                     subject = main if lone.group("who") in _GENDERED else (last or main)
                 else:                                  # only a description the text typed, or a name's own head word
-                    subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or m.split()[-1].lower() == noun), None)
+                    subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
             if subject is None:
                 continue
@@ -237,12 +259,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             last = subject
             fronted_words = [w for w in fronted.split() if w.lower() not in ADVERBS]
             lead_word = fronted_words[0].lower() if fronted_words else ""
-            if lead_word in _PARTICIPLES or lead_word.endswith("ed"):
-                # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo)
+            acting = third_person(lead_word) if fronted_words and fronted_words[0] == fronted.split()[0] else None
+            if lead_word in _PARTICIPLES or lead_word.endswith("ed") or acting:
+                # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo); a present
+                # participle is what the subject does: "Rising to 1,349 metres, X lies ..." → (X, rises to, 1,349)
                 fronted_values = _value_spans(fronted)
                 spans = sorted(fronted_values + _names_outside_dates(fronted, lowercase_words, fronted_values), key=lambda x: x.start)
                 for k, a in enumerate(spans):
-                    relation = " ".join(("was " + fronted[:1].lower() + fronted[1 : a.start]).split())
+                    head = acting + fronted[len(lead_word) : a.start] if acting else "was " + fronted[:1].lower() + fronted[1 : a.start]
+                    relation = " ".join(head.split())
                     relation = without_answers(last_clause(relation), [e.text for e in spans[:k]])
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
                             and a.text not in subject and subject not in a.text:
@@ -272,11 +297,16 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 mentions.append((name, how))
                 if noun:
                     types[name].add(noun)
+        said = name_parenthesis(sentence, subj_end, values) if lead not in _PRONOUNS else None
+        if said:                                   # "Ada Lind (born 1961) has led ...", "X (1,930 m)": the name's own
+            subj_end = said[0]
+            found.extend(_Found(-1, subject, relation, a.text, a.kind, n) for relation, a in said[1] if a.text not in subject)
         # "X, a maker of tiles based in Y, was ..." / "X, which is twinned with Y, has ...": the
         # parenthesis states facts of X in its own words and is not part of the main clause's relation
         paren = _PARENTHETICAL.match(sentence[subj_end:])
         paren_end = subj_end + paren.end() if paren else subj_end
-        answers = [without_honorific(p) for p in propers if p.start >= subj_end] + [v for v in values if v.start >= subj_end]
+        answers = [without_honorific(p) for p in propers if p.start >= subj_end and not sentence[p.end :].startswith(("'s", "’s"))] \
+            + [v for v in values if v.start >= subj_end]   # "met Ada Lind's brother": the owner is not what was met
         it_verb = pronoun_object(sentence, subj_end) if lead not in _PRONOUNS and not fronted else None
         it_thing = previous if it_verb and previous and previous != subject and not (gendered and previous == main) else None
         if it_thing:
@@ -286,11 +316,19 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 found.append(_Found(-1, previous, as_passive + " by", subject, "proper", n))  # "X has governed it"
         before: list[_Span] = []  # the answers earlier in this sentence
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
+        here = len(found)  # this sentence's items start here
         for a in sorted(answers, key=lambda x: x.start):
             earlier, before = list(before), before + [a]
             names = [part for part in a.text.split() if part[:1].isupper()]
             if a.text in subject or subject in a.text or names and all(part in subject.split() for part in names):
                 continue  # never the subject (or its name's words) as its own answer; "Peagesk House" of "Bolint House" is one
+            if clause_subject(sentence, a):
+                break                                  # "was sold in 1901 and Ivo Brask bought ...": a clause with a subject of its own
+            first = listed_first(sentence, earlier, a)
+            twin = next((f for f in reversed(found[here:]) if f.answer == first.text), None) if first else None
+            if twin is not None:                       # "was signed by A and B" → "was signed by A and": A's relation, A named
+                found.append(_Found(-1, twin.subject, f"{twin.relation} {sentence[first.start : a.start].strip()}", a.text, a.kind, n))
+                continue
             clause = relative_fact(sentence, earlier, a)
             if apposed is not None and a.start > apposed.end and sentence[apposed.end :].startswith(", "):
                 tail = re.match(r"^, (?P<relation>.+)$", sentence[apposed.end : a.start])
@@ -315,8 +353,13 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 continue
             form = subj_form
             if paren and a.start < paren_end:
+                lead_word = paren.group("lead")
+                if lead_word in PARENTHESIS_PREPOSITIONS:
+                    continue                           # "Heipundia, under Ada Lind, defeated ...": no relation of its own
+                form = "" if of_subject else form
                 inner = sentence[subj_end + paren.start("inner") : a.start]
-                raw = inner.split(None, 1)[1] if paren.group("lead") in ("which", "who") else "is " + inner
+                raw = inner.split(None, 1)[1] if lead_word in ("which", "who") else \
+                    ("is " if lead_word in ("a", "an", "the", "one") else "was ") + inner
                 earlier_here = [e.text for e in earlier if e.start >= subj_end]
             else:
                 raw = without_appositions(sentence[paren_end : a.start])
@@ -349,6 +392,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 form, relation = "'s " + role, relation
             if it_thing:                               # "has governed it since": the entity "it" is
                 relation = re.sub(rf"^{re.escape(it_verb)} (?:it|them)\b", f"{it_verb} {it_thing}", relation)
+            if not form and relation in ("in", "at", "near", "on") and a.start == subj_end + len(relation) + 2:
+                relation = "is " + relation            # "The Soraim Tunnel in Fouworton was opened": where the subject is
             relation = _resolve((form + " " + relation).strip(), main, thing)
             found.append(_Found(-1, subject, relation, a.text, a.kind, n))
     return found, main

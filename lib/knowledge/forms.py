@@ -95,6 +95,34 @@ def base_verb(word: str) -> tuple[str, str] | None:
     return None
 
 
+# prepositions made of participles: "According to X, ...", "Following the war, ..." state no act of the subject's
+ING_PREPOSITIONS = {"according", "following", "including", "regarding", "concerning", "excluding", "considering", "pending",
+                    "having", "being", "notwithstanding", "barring", "beginning", "starting", "excepting", "during"}
+
+
+def third_person(participle: str) -> str | None:
+    """The present tense of a present participle: "rising" → "rises", "lying" → "lies", "running"
+    → "runs", "stretching" → "stretches"; None for a word that is no participle or is a
+    preposition ("according", "following")."""
+    w = participle.lower()
+    if not w.endswith("ing") or len(w) < 5 or w in ING_PREPOSITIONS:
+        return None
+    stem = w[:-3]
+    if w.endswith("ying") and len(w) == 5:
+        base = stem[:-1] + "ie"                     # lying, dying, tying
+    elif stem[-1] == stem[-2] and stem[-1] not in "lsz":
+        base = stem[:-1]                            # running, sitting
+    elif _silent_e(stem):
+        base = stem + "e"                           # rising, serving, measuring
+    else:
+        base = stem                                 # flowing, standing, covering
+    if base.endswith(("s", "x", "z", "ch", "sh")):
+        return base + "es"
+    if base.endswith("y") and base[-2:-1] not in "aeiou":
+        return base[:-1] + "ies"
+    return base + "s"
+
+
 def wh_word(relation: str, kind: str) -> str:
     """The question word of a kind; a name after a passive "by" is an agent, asked with "whom"
     ("was built by" → "by whom"), whatever kind of name it is."""

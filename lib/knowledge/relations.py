@@ -47,14 +47,16 @@ def without_answers(relation: str, answers: Sequence[str]) -> str:
     of"; "worked for Brill Tanneries in Harrow until" → "worked until". Kept where the removal would
     leave the relation ending in the preposition it took away ("was born in Oslo in" stays: "was
     born in" is the relation of Oslo itself, and two answers of one subject must not share it). An
-    article between the preposition and the answer goes with them ("rises in the Oska Hills and")."""
+    article between the preposition and the answer goes with them ("rises in the Oska Hills and").
+    An answer that names the noun after it stays ("lies in the Zigriark district of"); a verb or a
+    preposition after it is no noun ("The X in Y was opened by", "was fought on 8 May 1552 between")."""
     words = relation.split()
     last = words[-1] if words else ""
     for answer in answers:
         m = re.search(r"(?:^|\s)(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+(?:the\s+|a\s+|an\s+)?" + re.escape(answer) + r"(?=[\s,;]|$)", relation)
         noun = re.match(r" ([a-z]+)", relation[m.end() :]) if m else None
         if noun and noun.group(1) not in _NOUN_STOP and noun.group(1) not in ("while", "until", "because", "once") \
-                and base_verb(noun.group(1)) is None:
+                and noun.group(1) not in AUXILIARIES and base_verb(noun.group(1)) is None:
             continue                        # "lies in the Zigriark district of": the answer names the noun after it
         if m and m.group("prep") != last:
             relation = relation[: m.start()] + " " + relation[m.end():]
@@ -85,10 +87,25 @@ def last_clause(relation: str) -> str:
         return _listed_clause(relation)
     if verbs[0] in AUXILIARIES:
         return tail
+    if verbs[0] in ("a", "an", "the"):
+        return _second_object(head, tail) or _listed_clause(relation)
     if base_verb(verbs[0]) is None:
         return _listed_clause(relation)
     aux = head.split()[0] if head.split() and head.split()[0] in AUXILIARIES else ""
     return f"{aux} {tail}".strip() if aux and (verbs[0].endswith("ed") or verbs[0] in _PARTICIPLES) else tail
+
+
+def _second_object(head: str, tail: str) -> str | None:
+    """ "has a hardness of" for "has a melting point of 1397 °C and" + "a hardness of": a second
+    object of the verb the first one follows at once (the first object's answer is not this one's
+    question); None where a preposition comes between the verb and the first object ("lies
+    between the Vask and the")."""
+    words = head.split()
+    k = next((i for i, w in enumerate(words) if w in ("a", "an", "the")), 0)
+    verbs = words[:k]
+    if not verbs or not all(w in AUXILIARIES or w in ADVERBS or base_verb(w) is not None for w in verbs):
+        return None
+    return f"{' '.join(verbs)} {tail}"
 
 
 def _listed_clause(relation: str) -> str:
@@ -118,8 +135,14 @@ def _listed_clause(relation: str) -> str:
     return relation
 
 
-_OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?P<noun>[A-Za-z]+) of $")
-_PARENTHETICAL = re.compile(r"^,\s+(?P<inner>(?P<lead>which|who|a|an|the|one)\b[^,]*?),\s+(?=[a-z])")
+_OF_HEAD = re.compile(r"^(?:(?:The|the) )?(?:(?P<ord>first|second|third|last|latest|earliest|original) )?(?P<noun>[A-Za-z]+)"
+                      r"(?: (?P<num>\d+(?:\.\d+)*))? of $")
+# an ordinal before a noun names one of an entity's things or events ("The first ascent", "the second album"), never the entity
+ORDINALS = {"first", "second", "third", "fourth", "fifth", "last", "latest", "earliest", "original"}
+# ", a maker of tiles," / ", which is twinned with Y," / ", named in honour of Y," (a participle) / ", under Y," (a preposition)
+_PARENTHETICAL = re.compile(r"^,\s+(?P<inner>(?P<lead>which|who|a|an|the|one|" + "|".join(sorted(_PARTICIPLES)) + r"|[a-z]{3,}ed"
+                            r"|under|with|alongside|like|unlike|despite)\b[^,]*?),\s+(?=[a-z])")
+PARENTHESIS_PREPOSITIONS = {"under", "with", "alongside", "like", "unlike", "despite"}
 # a clause of its own whose subject is a pronoun, perhaps after a time phrase (", and since 1993 it has")
 _PRONOUN_CLAUSE = re.compile(r"(?:,? and|,? but|;)\s+(?:(?:since|in|on|from|until|after|before|during|by) [^,;]+?,?\s+)?(?P<pro>it|they|he|she)\s+(?=[a-z])|, (?:and|but) (?P<pos>its|their|his|her)\s+(?=[a-z])")
 _COPULA = {"is", "was", "are", "were"}
@@ -138,7 +161,9 @@ def _pronoun_clause(relation: str) -> tuple[str, str] | None:
 
 
 # -- what a definite description ("The novel ...") refers to -----------------------------------------
-_NOUN_STOP = set(_PREPOSITIONS) | {"whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
+_NOUN_STOP = set(_PREPOSITIONS) | {"between", "against", "among", "across", "along", "over", "through", "via", "past", "beyond",
+                                   "close", "next", "north", "south", "east", "west",
+                                   "whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
                                    "since", "after", "before", "during"}
 _TYPED = re.compile(r"^(?:,\s+(?:which|who)\s+|\s+)(?:is|was|are|were)\s+(?:a|an|the)\s+(?P<rest>.*)$|^,\s+(?:a|an|the)\s+(?P<appos>.*)$")
 _ROLE_BEFORE = re.compile(r"(?:['’]s|\b(?:[Ii]ts|[Tt]heir|[Hh]is|[Hh]er|[Tt]he))\s+(?:[a-z]+\s+){0,2}?(?P<noun>[a-z]+)\s+(?:is|was|are|were)\s*$")
@@ -194,6 +219,15 @@ def _object_role(sentence: str, span: _Span) -> tuple[str, str | None]:
     return role, noun
 
 
+def name_head(name: str) -> str:
+    """The common noun a name is built on, in lower case: its last word ("Truvair Bridge" →
+    "bridge"), or its first before "of" ("Battle of Kell" → "battle", "Bank of Ostra" → "bank")."""
+    words = name.split()
+    if len(words) > 2 and words[1] == "of":
+        return words[0].lower()
+    return words[-1].lower()
+
+
 def _agent_noun(noun: str) -> bool:
     """A noun that names a person by what they do ("author", "singer", "pianist"): a description
     with it may well be the person subject itself, so it is left to mean the last subject."""
@@ -210,8 +244,8 @@ def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[s
         if noun in types.get(name, ()):
             return name
     for name, _ in reversed(mentions):
-        if name.split()[-1].lower() == noun:
-            return name                     # "The bridge" is the Truvair Bridge: the name's own head word
+        if name_head(name) == noun:
+            return name                     # "The bridge" is the Truvair Bridge, "The battle" the Battle of Kell: the name's own head word
     if _agent_noun(noun):
         return last
     k = max((i for i, (_, how) in enumerate(mentions) if how == "subject"), default=-1)

@@ -16,7 +16,11 @@ name states, each as (relation, answer) of a known subject.
 - "..., which bought it in 1956 for 22,818": a relative clause is a fact of its antecedent, the head
   of "the A in B" (the Jepei Gallery in Oslo, which ...: the gallery);
 - "The Lorun Brook joins it": the entity before is the answer, where "it" cannot be a person;
-- "under Captain Ada Lind": the answer is the person, the title stays in the relation.
+- "under Captain Ada Lind": the answer is the person, the title stays in the relation;
+- "Ada Lind (born 1961)", "Hujiax Peak (1,930 m)": a parenthesis after a name is the name's;
+- "The first ascent was made by X": an ordinal and a noun are the entity's thing ("'s first ascent");
+- "was signed by A and B": the last of listed answers takes the first's relation, the list named;
+  "... and Ivo Brask bought": a name with a verb after "and" opens a clause of its own.
 
 Trade-off: each is a rule about English word order, not about a domain, so each misses what it
 does not see (a fronted time phrase with no verb phrase after the subject, an age "At 90, ...")
@@ -29,7 +33,7 @@ import re
 from typing import Sequence
 
 from lib.knowledge.forms import _IRREGULAR, ADVERBS, AUXILIARIES, base_verb
-from lib.knowledge.relations import _PREPOSITIONS, without_answers
+from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
 from lib.knowledge.spans import _Span
 
 # a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")
@@ -207,6 +211,73 @@ def new_clause(relation: str) -> bool:
         return False
     w = m.group("w")
     return not (w in AUXILIARIES or w in ADVERBS or base_verb(w) is not None)
+
+
+def clause_subject(sentence: str, answer: _Span) -> bool:
+    """Whether a name after "and"/"but" opens a clause of its own as its subject, a verb after it:
+    "was sold to A in 1901 and Ivo Brask bought the Vask Mill" (neither Ivo Brask nor the Vask Mill
+    is the first subject's)."""
+    if answer.kind not in ("proper", "name") or not re.search(r"(?:^|[^,]) (?:and|but) $", sentence[: answer.start]):
+        return False
+    nxt = re.match(r"^ (?P<w>[a-z]+)", sentence[answer.end :])
+    return bool(nxt) and (nxt.group("w") in AUXILIARIES or base_verb(nxt.group("w")) is not None)
+
+
+def listed_first(sentence: str, earlier: Sequence[_Span], answer: _Span) -> _Span | None:
+    """The first of the answers `answer` closes a list of with "and"/"or": "by A and B", "between
+    A and B", "defeated A, B and C" → A; its relation, with the list up to `answer`, is the
+    answer's ("was signed by A and"): the relation alone would give two answers of one subject one
+    relation. None where a verb follows `answer`, which is then the subject of a clause of its own
+    ("met A and B left"), where the answers are of different kinds, or where no list closes."""
+    def same(x: _Span, y: _Span) -> bool:
+        return x.kind == y.kind or {x.kind, y.kind} <= {"proper", "name"}
+
+    if not earlier or not same(earlier[-1], answer) or sentence[earlier[-1].end : answer.start] not in (" and ", ", and ", " or ", ", or "):
+        return None
+    nxt = re.match(r"^ (?P<w>[a-z]+)", sentence[answer.end :])
+    if nxt and (nxt.group("w") in AUXILIARIES or base_verb(nxt.group("w")) is not None):
+        return None
+    k = len(earlier) - 1
+    while k > 0 and sentence[earlier[k - 1].end : earlier[k].start] == ", " and same(earlier[k - 1], answer):
+        k -= 1
+    return earlier[k]
+
+
+_NAME_PAREN = re.compile(r"^ \((?P<inner>[^()]{1,60})\)")
+_BORN = re.compile(r"^born (?:in |on )?$")
+
+
+def name_parenthesis(sentence: str, name_end: int, values: Sequence[_Span]) -> tuple[int, list[tuple[str, _Span]]] | None:
+    """(end, facts) of a parenthesis right after a name: "Ada Lind (born 1961)" → (was born in,
+    1961); "Hujiax Peak (1,930 m)" → (measures, 1,930), a length or a weight as in "At 1,930
+    metres, ..."; anything else (a formula, an abbreviation, a lifespan) states no relation and
+    gives none. `end` is where the sentence goes on, the parenthesis left out of its relations.
+    None when no parenthesis follows the name."""
+    m = _NAME_PAREN.match(sentence[name_end:])
+    if not m:
+        return None
+    start, end = name_end + m.start("inner"), name_end + m.end()
+    inside = [v for v in values if start <= v.start and v.end <= end - 1]
+    if len(inside) != 1:
+        return end, []
+    value, before, after = inside[0], sentence[start : inside[0].start], sentence[inside[0].end : end - 1]
+    if _BORN.match(before) and not after.strip() and value.kind in ("year", "date"):
+        return end, [("was born on" if value.kind == "date" else "was born in", value)]
+    unit = after.strip()
+    verb = next((v for v, units in _UNITS.items() if unit in units), None)
+    return end, [(verb, value)] if verb and not before and value.kind == "number" else []
+
+
+def ordinal_thing(words: Sequence[str]) -> str | None:
+    """ "first ascent" for a sentence "The first ascent was made by ...": an ordinal and a noun name
+    one of the entity's things or events, not the entity (`relations.ORDINALS`); None elsewhere
+    ("The first was ...", "The first built ...": no noun after the ordinal)."""
+    if len(words) < 4 or words[1] not in ORDINALS:
+        return None
+    noun = words[2].rstrip(",;:")
+    if not noun.isalpha() or not noun.islower() or noun in AUXILIARIES or noun in _STOPS or base_verb(noun) and base_verb(noun)[1] == "did":
+        return None
+    return f"{words[1]} {noun}"
 
 
 def pronoun_object(sentence: str, subj_end: int) -> str | None:

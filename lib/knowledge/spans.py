@@ -12,8 +12,9 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
+WEEKDAYS = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"}
 _MONTH = "(?:" + "|".join(MONTHS) + ")"
-_DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}|\d{{4}}-\d{{2}}-\d{{2}})\b")
+_DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}|\d{{4}}-\d{{2}}-\d{{2}}|{_MONTH} \d{{4}})\b")
 _YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?!\d|[.,]\d)")
 _NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w,]\d)|(?<![\w.,])\d+(?:\.\d+)?%?(?![\w.,]?\d)")
 _WORD = re.compile(r"[^\W\d_][\w'’\-]*")
@@ -119,13 +120,28 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
         # a sentence-initial capital (also a quoted sentence's) is only a name if the word is never
         # written in lower case
         while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
-                                                or len(r) == 1 and _fronting_word(r[0][2]) or len(r) == 1 and _gerund(sentence, r[0])):
+                                                or len(r) == 1 and _fronting_word(r[0][2]) or len(r) == 1 and _gerund(sentence, r[0])
+                                                or len(r) == 1 and _common_opener(sentence, r[0])):
             r = r[1:]
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
-        if r:
-            out.append(_Span(r[0][0], r[-1][1], sentence[r[0][0] : r[-1][1]], "proper"))
-    return _titles(sentence, out)
+        end = r[-1][1] - 2 if r and r[-1][2].endswith(("'s", "’s")) and len(r[-1][2]) > 3 else (r[-1][1] if r else 0)
+        if r and not (len(r) == 1 and r[0][2] in WEEKDAYS):
+            # "The Subon Gallery's director": the owner's name without its possessive ending; a weekday ("on
+            # Monday") is a news report's time, relative to a day the text does not state
+            out.append(_Span(r[0][0], end, sentence[r[0][0] : end], "proper"))
+    return _titles(sentence, [_with_version(sentence, sp) for sp in out])
+
+
+# a release number after a name is part of it ("Draibia 2.7", "Kell OS 10.4.1"); not a quantity ("Vask 3.2 million")
+_VERSION = re.compile(r"^ \d+\.\d+(?:\.\d+)?(?!\d|%|\.\d|,\d| (?:million|billion|thousand|per|percent|hundred)\b)")
+
+
+def _with_version(sentence: str, span: _Span) -> _Span:
+    """The name with the release number right after it: "Draibia 2.7, released by ..." names
+    version 2.7 of Draibia, whose facts the sentence states."""
+    m = _VERSION.match(sentence[span.end :])
+    return _Span(span.start, span.end + m.end(), sentence[span.start : span.end + m.end()], span.kind) if m else span
 
 
 # short words a title may hold between its capitalised ones ("Letters from Geba", "Night at the Opera")
@@ -182,8 +198,26 @@ def _title_closed(sentence: str, start: int, end: int) -> bool:
 
 def _gerund(sentence: str, word: tuple[int, int, str]) -> bool:
     """ "Commanding her was ...", "Crossing the river took ...": an -ing word before an object is a
-    verb, not a name ("Reading is a town" keeps its name)."""
-    return word[2].endswith("ing") and bool(re.match(r" (?:her|him|his|its|their|them|it|the|a|an) ", sentence[word[1] :]))
+    verb, not a name ("Reading is a town" keeps its name); so is one before a preposition whose
+    phrase a comma closes before any auxiliary, with the subject after it ("Rising to 1,349 metres,
+    Mount X lies ...", not "Evening in Stefaix is a painting by A, B and C" nor "Evening in Stefaix
+    hangs in Oslo, which ...")."""
+    if not word[2].endswith("ing"):
+        return False
+    rest = sentence[word[1] :]
+    if re.match(r" (?:her|him|his|its|their|them|it|the|a|an) ", rest):
+        return True
+    phrase = re.match(r" (?:to|in|from|at|on|into|through|along|across|above|over|near|under|between|for) (?P<words>(?:[^,]|,(?=\d))*?), (?:the |[Tt]he |it |he |she |they |[A-Z])", rest)
+    return bool(phrase) and not set(phrase.group("words").split()) & AUXILIARIES
+
+
+def _common_opener(sentence: str, word: tuple[int, int, str]) -> bool:
+    """ "Version 3.6 of X ...", "Forces led by X defeated ...": a lone capitalised word before a
+    number and "of", or before a participle and "by" (a reduced relative clause), is a common noun
+    at the sentence start, not a name ("Apollo 11 landed", "Kell led by 3 points" keep theirs)."""
+    rest = sentence[word[1] :]
+    return bool(re.match(r" \d+(?:\.\d+)* of ", rest)) or bool(re.match(r" (?P<w>[a-z]+) by ", rest)) \
+        and (re.match(r" (?P<w>[a-z]+)", rest).group("w") in _PARTICIPLES or re.match(r" [a-z]{3,}ed ", rest) is not None)
 
 
 def _fronting_word(word: str) -> bool:
@@ -207,8 +241,8 @@ def _value_spans(sentence: str) -> list[_Span]:
     free = lambda a, b: all(b <= s or a >= e for s, e in taken)  # noqa: E731
     for m in _YEAR.finditer(sentence):
         unit = re.match(r" ([a-z]+)", sentence[m.end() :])
-        if unit and unit.group(1) not in _NOT_UNITS:
-            continue                                   # "a barque of 1038 tons": a number with its unit, not a year
+        if unit and unit.group(1) not in _NOT_UNITS or re.match(r" ?[°%]", sentence[m.end() :]):
+            continue                                   # "a barque of 1038 tons", "melts at 1397 °C": a number with its unit, not a year
         if free(m.start(), m.end()):
             spans.append(_Span(m.start(), m.end(), m.group(), "year"))
             taken.append((m.start(), m.end()))
