@@ -5,7 +5,7 @@ evaluation before/after, the gate's decision, the lineage, and a PNG of it all.
   ten minutes on 2 CPU cores: v0 pre-trains 300 steps of 8×256 tokens (~115 s) instead of 500
   (~190 s). The night keeps the corpus replay at 75%: tonight's augmented forms get 15% and the
   documents 10% (the preset's 25% new-data share, split), at lr_scale 1.0, and the night is
-  lengthened to 600 steps (~2 min) for the forms' exposures. At the preset's own mix the forms
+  lengthened to ~660 steps (~2 min) for the forms' 28 exposures. At the preset's own mix the forms
   took half the replay and v0 forgot (old_val +6.66%, the gate refused the night; at lr_scale 1.0
   +10.9%); this mix was accepted at −11.3% and −14.5% (tonight's fact probes 6.7% → 23.3%, and
   → 6.7% in the second run: not reliably stored by this model; docs/knowledge.md, "The demo's
