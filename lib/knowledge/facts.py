@@ -47,7 +47,7 @@ from typing import Iterable, Sequence
 from lib.files import JsonLineError, json_lines, write_text
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms, third_person
 from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
-                                     _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
+                                     _PERSON_NOUNS, _agent_noun, _referent, it_referent, person_like, role_holder, role_noun, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences)
 from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
@@ -161,7 +161,24 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
     mentions: list[tuple[str, str]] = []
     types: dict[str, set[str]] = defaultdict(set)
     gendered = any(w.lower() in _GENDERED for w in _WORD.findall(text))
+    articled: set[str] = set()  # names written after "the": no person's
+
+    roles: dict[str, set[str]] = defaultdict(set)  # the persons the text shows, with their roles ("Its editor is X")
+    role_from = 0                # the found items scanned for them
+
+    def it_means(last: str, shown: bool = False) -> str:
+        """What "it" (or, `shown`, a description) means after `last` (`it_referent`): no person
+        where the text shows a thing; a description only where the text shows the person (`roles`)."""
+        things = {name for name, _ in mentions if thing_like(name, articled, types, lowercase_words)}
+        persons = set(roles) | ({main} if gendered and main else set())
+        if not shown:
+            persons |= {name for name, _ in mentions if person_like(name, things)}
+        return it_referent(last, mentions, persons, things)
+
     for n, (s, e) in enumerate(split_sentences(text)):
+        for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
+            roles[name].add(role)
+        role_from = len(found)
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if _looks_like_code(sentence):
             continue
@@ -175,6 +192,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         role = ""  # "The singer is X": X is the last entity's singer
         if lead in _PRONOUNS:
             referent = main if lead in _GENDERED else (last or main)
+            if lead in ("it", "its") and referent is not None:
+                referent = it_means(referent)          # "Ada Lind leads the X. Its ...": the X
             if referent is None:
                 continue
             subject, subj_end = referent, first.end()
@@ -215,8 +234,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main) \
                     and not any(p.start < len(words[0]) + len(words[1]) + 2 for p in propers):
                 noun = re.sub(r"['’]s$", "", words[1].rstrip(",;:"))
-                persons = {main} if gendered and main else set()
-                subject = _referent(noun, mentions, types, last or main, persons)
+                subject = _referent(noun, mentions, types, last or main, {main} if gendered and main else set())
+                if subject in roles and not role_noun(noun, roles[subject]) and noun not in types[subject]:
+                    subject = it_means(subject, True)  # "Ada Lind is its editor. The paper sells ...": no person
                 subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
                 owned = ordinal_thing(words)
                 if owned:                              # "The first ascent was made by": the entity's first ascent
@@ -249,6 +269,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 noun = lone.group("noun")
                 if noun is None:
                     subject = main if lone.group("who") in _GENDERED else (last or main)
+                    if lone.group("who") == "it" and subject is not None:
+                        subject = it_means(subject)
                 else:                                  # only a description the text typed, or a name's own head word
                     subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
@@ -291,9 +313,11 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             types[subject].add(of_head.group("noun").lower())   # "The village of Wrenby lies ..."
         mentions.append((subject, "subject"))
         for p in propers:
+            name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
+            if p.text.startswith("The ") or sentence[: p.start].endswith(("the ", "The ")):
+                articled.add(name)
             if p.start >= subj_end and p.text not in subject and subject not in p.text:
                 how, noun = _object_role(sentence, p)
-                name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
                 mentions.append((name, how))
                 if noun:
                     types[name].add(noun)
@@ -377,8 +401,11 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     found.append(_Found(-1, owner, mine, a.text, a.kind, n))
                 continue
             own = _pronoun_clause(relation)
+            owner = subject
             if own is not None:                        # ", and it has", ", and its current governor, Y,": the subject's clause
-                form, relation = own
+                form, relation, pronoun = own
+                if pronoun in ("it", "its"):           # "Ada Lind became its director, and it handles": not the person
+                    owner = it_means(subject)
             if form == "'s" and a.kind == "proper" and relation.endswith(",") and sentence[a.end :].startswith(",") \
                     and 0 < len(relation.split()) <= 3 and not set(relation.lower().split()) & (_COPULA | AUXILIARIES):
                 # "Their coach, Vera Lind, ...": the subject's coach is Vera Lind
@@ -395,7 +422,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             if not form and relation in ("in", "at", "near", "on") and a.start == subj_end + len(relation) + 2:
                 relation = "is " + relation            # "The Soraim Tunnel in Fouworton was opened": where the subject is
             relation = _resolve((form + " " + relation).strip(), main, thing)
-            found.append(_Found(-1, subject, relation, a.text, a.kind, n))
+            if owner not in a.text and a.text not in owner:
+                found.append(_Found(-1, owner, relation, a.text, a.kind, n))
     return found, main
 
 

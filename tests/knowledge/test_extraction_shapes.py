@@ -305,3 +305,24 @@ def test_a_second_object_of_one_verb_and_a_named_scale():
     # never: a second object after a preposition ("lies between the Vask and the Kell") cut to the verb
     t = _triples(["Harl Mill lies between the Vask Water and the Kell Water."])
     assert not any(r in ("lies the", "lies") for _, r, _ in t)
+
+
+def test_it_never_names_a_person_subject_when_the_text_shows_a_thing():
+    t = _triples(["Hitrel Pafaxard leads the Daistim Observatory. Its largest telescope was built by Bouhos Instruments.",
+                  "Zeifom Stequoundson bought the Coudail Brewing Company in 1998. It brews some 480,581 hectolitres each year, "
+                  "and its head brewer is Tenoum Daijunard.",
+                  "Graice Airport is the main airport of Tejithby. Feibo Hiaborkley became its director in 2011, and it handles "
+                  "roughly 738 flights a week.",
+                  "The Wizil Gazette is a daily newspaper. Cimex Voubroun has served as its editor since 1995. The paper sells about 309,607 copies a day."])
+    assert ("Daistim Observatory", "'s largest telescope was built by", "Bouhos Instruments") in t
+    assert ("Coudail Brewing Company", "brews some", "480,581") in t and ("Coudail Brewing Company", "'s head brewer is", "Tenoum Daijunard") in t
+    assert ("Graice Airport", "handles roughly", "738") in t and ("Feibo Hiaborkley", "became Graice Airport's director in", "2011") in t
+    assert ("Wizil Gazette", "sells about", "309,607") in t
+    assert not {s for s, _, a in t if a in ("Bouhos Instruments", "480,581", "738", "309,607")} & {"Hitrel Pafaxard", "Zeifom Stequoundson",
+                                                                                                    "Feibo Hiaborkley", "Cimex Voubroun"}
+    # never: "it" moved off a subject the text does not show is a person, nor "The singer" off the person it names
+    t = _triples(["Kell Brask bought Vask Mills in 1901. It employs 300 people.",
+                  "Fawouss RFC have won the Dokeis Premier League. The team's coach, Ada Lind, joined in 1999.",
+                  "Vask Hall is a concert hall. Its singer is Ada Lind. The singer was born in 1950."])
+    assert ("Kell Brask", "employs", "300") in t and ("Fawouss RFC", "'s coach is", "Ada Lind") in t
+    assert ("Ada Lind", "was born in", "1950") in t
