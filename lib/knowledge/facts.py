@@ -49,7 +49,8 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_form
 from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
                                      _PERSON_NOUNS, _agent_noun, _referent, it_referent, person_like, role_holder, role_noun, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
-                                 _fronting_word, _value_spans, looks_like_code_document, split_sentences)
+                                 _fronting_word, _value_spans, looks_like_code_document, split_sentences,
+                                 FRONTED_PREDICATES, STATIVE_PARTICIPLES)
 from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, relative_fact, without_appositions, without_honorific)
 
@@ -263,7 +264,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     fronted = before[: timed.end("value")] if timed else before[: before.rindex(",")]
                     break
             lone = _FRONTED_LONE.match(sentence) if subject is None else None
-            if lone and (_fronting_word(lone.group("fronted").split()[0]) or fronted_value_facts(lone.group("fronted"), sentence, lone.end("who"), propers, values)):
+            if lone and (_fronting_word(lone.group("fronted").split()[0]) or lone.group("fronted").split()[0].lower() in FRONTED_PREDICATES or fronted_value_facts(lone.group("fronted"), sentence, lone.end("who"), propers, values)):
                 # "Designed by Ada Lind, it was opened ...", "Built at a cost of 9 million, the ground holds ...":
                 # a fronted phrase before a pronoun or a description, which mean what they mean at a sentence start
                 noun = lone.group("noun")
@@ -282,13 +283,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             fronted_words = [w for w in fronted.split() if w.lower() not in ADVERBS]
             lead_word = fronted_words[0].lower() if fronted_words else ""
             acting = third_person(lead_word) if fronted_words and fronted_words[0] == fronted.split()[0] else None
-            if lead_word in _PARTICIPLES or lead_word.endswith("ed") or acting:
+            # "Based in Y, X ...", "Home to some 300 researchers, X ...": a state that holds ("is based in", "is home to")
+            state = lead_word in STATIVE_PARTICIPLES or lead_word in FRONTED_PREDICATES and fronted.split()[1:2] == ["to"]
+            if lead_word in _PARTICIPLES or lead_word.endswith("ed") or acting or state:
                 # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo); a present
                 # participle is what the subject does: "Rising to 1,349 metres, X lies ..." → (X, rises to, 1,349)
                 fronted_values = _value_spans(fronted)
                 spans = sorted(fronted_values + _names_outside_dates(fronted, lowercase_words, fronted_values), key=lambda x: x.start)
                 for k, a in enumerate(spans):
-                    head = acting + fronted[len(lead_word) : a.start] if acting else "was " + fronted[:1].lower() + fronted[1 : a.start]
+                    head = acting + fronted[len(lead_word) : a.start] if acting else ("is " if state else "was ") + fronted[:1].lower() + fronted[1 : a.start]
                     relation = " ".join(head.split())
                     relation = without_answers(last_clause(relation), [e.text for e in spans[:k]])
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \

@@ -326,3 +326,16 @@ def test_it_never_names_a_person_subject_when_the_text_shows_a_thing():
                   "Vask Hall is a concert hall. Its singer is Ada Lind. The singer was born in 1950."])
     assert ("Kell Brask", "employs", "300") in t and ("Fawouss RFC", "'s coach is", "Ada Lind") in t
     assert ("Ada Lind", "was born in", "1950") in t
+
+
+def test_a_fronted_state_holds_and_a_fronted_predicate_is_no_name():
+    t = _triples(["Home to some 139 researchers, the Miagriark Institute was set up in 1935 by the Vihe Trust.",
+                  "Based in Mevaithford, the Breper Observatory was founded in 1972.",
+                  "Located near Reitaith Market in Ceipouby, the Zounaind Library holds some 325,348 volumes."])
+    assert ("Miagriark Institute", "is home to some", "139") in t and ("Miagriark Institute", "was set up in", "1935") in t
+    assert ("Breper Observatory", "is based in", "Mevaithford") in t and ("Breper Observatory", "was founded in", "1972") in t
+    assert ("Zounaind Library", "is located near", "Reitaith Market") in t and ("Zounaind Library", "is located in", "Ceipouby") in t
+    assert "Home" not in {s for s, _, _ in t}
+    # never: an event's participle made a state, or a preposition made of a predicate ("According to", "Due to")
+    t = _triples(["Built in 1901, the Kell Mill stands in Vask.", "Due to Ada Lind, the Vask Mill was sold in 1950."])
+    assert ("Kell Mill", "was built in", "1901") in t and not any(r.startswith(("is due", "is according")) for _, r, _ in t)
