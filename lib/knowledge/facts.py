@@ -51,7 +51,7 @@ from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
@@ -343,6 +343,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 found.append(_Found(-1, previous, as_passive + " by", subject, "proper", n))  # "X has governed it"
         before: list[_Span] = []  # the answers earlier in this sentence
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
+        taker: tuple[_Span, str, str] | None = None  # "which the Y has run": a relative clause's subject, verb, object
         here = len(found)  # this sentence's items start here
         for a in sorted(answers, key=lambda x: x.start):
             earlier, before = list(before), before + [a]
@@ -355,6 +356,23 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             twin = next((f for f in reversed(found[here:]) if f.answer == first.text), None) if first else None
             if twin is not None:                       # "was signed by A and B" → "was signed by A and": A's relation, A named
                 found.append(_Found(-1, twin.subject, f"{twin.relation} {sentence[first.start : a.start].strip()}", a.text, a.kind, n))
+                continue
+            if taker is not None and "," not in sentence[taker[0].end : a.start]:
+                # "which the University of Y has run since 1946": the clause's subject's fact, its object named
+                span, verb, taken = taker
+                rest = " ".join(sentence[span.end : a.start].split())
+                relation = without_answers(f"{verb} {taken}{rest[len(verb):]}", [e.text for e in earlier if e.start > span.end])
+                if rest.startswith(verb) and len(relation.split()) <= max_relation_words:
+                    found.append(_Found(-1, span.text, relation, a.text, a.kind, n))
+                continue
+            taker = None
+            took = object_relative(sentence, [(subj_end, subject)] + [(e.end, e.text) for e in earlier if e.start >= subj_end], a, propers)
+            if took:                                   # "the X, which the Y has run since": (Y, has run, X)
+                taken, verb = took
+                found.append(_Found(-1, a.text, verb, taken, "proper", n))
+                if passive(verb):
+                    found.append(_Found(-1, taken, passive(verb) + " by", a.text, a.kind, n))
+                taker = (a, verb, taken)
                 continue
             clause = relative_fact(sentence, earlier, a)
             if apposed is not None and a.start > apposed.end and sentence[apposed.end :].startswith(", "):

@@ -181,6 +181,27 @@ def relative_fact(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tup
     return None
 
 
+# what comes between a relative clause's object (a name before it) and its subject: ", which the",
+# ", a playhouse the architect" (a reduced clause in an apposition), " is a lager that the"
+_OBJECT_RELATIVE = re.compile(r"^(?:,? (?:which|that)|, (?:a|an) [a-z]+(?: [a-z]+)?(?: (?:which|that))?"
+                              r"| (?:is|was) (?:a|an|the) [a-z]+(?: [a-z]+)? (?:which|that)) (?:the (?:[a-z]+ )?)?$")
+
+
+def object_relative(sentence: str, names: Sequence[tuple[int, str]], answer: _Span, spans: Sequence[_Span]) -> tuple[str, str] | None:
+    """(object, verb) when `answer` is the subject of a relative clause whose object is the name
+    before it (`names`: (end, name) of the sentence's subject and earlier answers): "leads the X,
+    which the University of Y has run since 1946" → (X, "has run"); "X, a playhouse the architect Y
+    completed in 1792" → (X, "completed"); "X is a lager that the Y has brewed" → (X, "has
+    brewed"). None where no verb follows the answer or the verb has an object of its own."""
+    before = [(end, name) for end, name in names if end <= answer.start]
+    if answer.kind not in ("proper", "name") or not before or not _OBJECT_RELATIVE.match(sentence[before[-1][0] : answer.start]):
+        return None
+    vp = verb_phrase(sentence, answer.end, spans)
+    if vp is None or vp != vp.lower() or vp.split()[-1] in AUXILIARIES or sentence[before[-1][0] : answer.start].startswith(" is") and len(before) > 1:
+        return None
+    return before[-1][1], vp
+
+
 def apposed_object(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tuple[str, str] | None:
     """(object, relation) when `answer` stands in an apposition that describes an earlier name:
     "holds Evening in Kowous, a portrait painted by Ada Lind" → ("Evening in Kowous", "is a portrait

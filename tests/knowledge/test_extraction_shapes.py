@@ -339,3 +339,19 @@ def test_a_fronted_state_holds_and_a_fronted_predicate_is_no_name():
     # never: an event's participle made a state, or a preposition made of a predicate ("According to", "Due to")
     t = _triples(["Built in 1901, the Kell Mill stands in Vask.", "Due to Ada Lind, the Vask Mill was sold in 1950."])
     assert ("Kell Mill", "was built in", "1901") in t and not any(r.startswith(("is due", "is according")) for _, r, _ in t)
+
+
+def test_a_name_after_which_or_in_a_reduced_clause_is_the_subject_of_a_relative_clause_about_the_name_before():
+    t = _triples(["Hitrel Pafaxard leads the Daistim Observatory, which the University of Dreheirkton has run since 1946.",
+                  "The Jeimia Chronicle, which the Zastian Press Trust bought in 2016, is published in Gobairkton.",
+                  "Ratem Wuvaison runs the Riapeil Playhouse, a playhouse the architect Pozi Hapouez completed in 1792.",
+                  "Greidirk Gold is a lager that the Maigia Brewing Company has brewed since 1741."])
+    assert ("University of Dreheirkton", "has run", "Daistim Observatory") in t
+    assert ("University of Dreheirkton", "has run Daistim Observatory since", "1946") in t
+    assert ("Zastian Press Trust", "bought Jeimia Chronicle in", "2016") in t and ("Jeimia Chronicle", "is published in", "Gobairkton") in t
+    assert ("Pozi Hapouez", "completed Riapeil Playhouse in", "1792") in t and ("Riapeil Playhouse", "was completed by", "Pozi Hapouez") in t
+    assert ("Maigia Brewing Company", "has brewed Greidirk Gold since", "1741") in t and ("Greidirk Gold", "has been brewed by", "Maigia Brewing Company") in t
+    assert not any(r in ("the", "which") or "which" in r or "that the" in r or s == "Hitrel Pafaxard" and a == "1946" for s, r, a in t)
+    # never: a subject relative ("which links"), or a name in apposition with no verb after it
+    t = _triples(["The Kell Bridge, which links Vask and Harl, opened in 1901.", "Ivo Brask met Ada Lind, a painter the critic Ola Brisk admired."])
+    assert ("Kell Bridge", "opened in", "1901") in t and not any(s in ("Vask", "Harl") for s, _, _ in t)
