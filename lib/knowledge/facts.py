@@ -427,10 +427,11 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 form, relation, pronoun = own
                 if pronoun in ("it", "its"):           # "Ada Lind became its director, and it handles": not the person
                     owner = it_means(subject)
-            if form == "'s" and a.kind == "proper" and relation.endswith(",") and sentence[a.end :].startswith(",") \
-                    and 0 < len(relation.split()) <= 3 and not set(relation.lower().split()) & (_COPULA | AUXILIARIES):
+            named = relation[:-4] if relation.endswith(", the") else relation    # "Its flagship, the MV Weicur, was"
+            if form == "'s" and a.kind == "proper" and named.endswith(",") and sentence[a.end :].startswith(",") \
+                    and 0 < len(named.split()) <= 3 and not set(named.lower().split()) & (_COPULA | AUXILIARIES):
                 # "Their coach, Vera Lind, ...": the subject's coach is Vera Lind
-                relation, apposed = relation[:-1] + " is", a
+                relation, apposed = named[:-1] + " is", a
             if not relation or len(relation.split()) > max_relation_words or relation[-1:] in ",;:(":
                 continue
             if own is None and new_clause(relation):

@@ -320,4 +320,6 @@ def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[s
             return name
     if last in persons and since:
         return since[-1][0]
+    if types.get(last) and since:
+        return since[-1][0]                 # "X is a lager that Y brews. The brewery ...": not the lager
     return last

@@ -355,3 +355,14 @@ def test_a_name_after_which_or_in_a_reduced_clause_is_the_subject_of_a_relative_
     # never: a subject relative ("which links"), or a name in apposition with no verb after it
     t = _triples(["The Kell Bridge, which links Vask and Harl, opened in 1901.", "Ivo Brask met Ada Lind, a painter the critic Ola Brisk admired."])
     assert ("Kell Bridge", "opened in", "1901") in t and not any(s in ("Vask", "Harl") for s, _, _ in t)
+
+
+def test_a_role_apposed_with_the_and_a_description_that_a_typed_subject_cannot_be():
+    t = _triples(["The Koukaind Ferries carries roughly 707,843 passengers a year. Its flagship, the MV Weicur, was launched in 1994 by Postairk Shipyard.",
+                  "Greidirk Gold is a lager that the Maigia Brewing Company has brewed since 1741. The brewery is owned by Cuquil Jehixard."])
+    assert ("Koukaind Ferries", "'s flagship is", "MV Weicur") in t and ("MV Weicur", "was launched in", "1994") in t
+    assert ("MV Weicur", "was launched by", "Postairk Shipyard") in t and ("Maigia Brewing Company", "is owned by", "Cuquil Jehixard") in t
+    assert not any(r.startswith("'s was") or r.endswith(", the") or s == "Greidirk Gold" and a == "Cuquil Jehixard" for s, r, a in t)
+    # never: a description that is the typed subject's own noun moved off it
+    t = _triples(["Greidirk Gold is a lager that the Maigia Brewing Company has brewed since 1741. The lager is sold in Vask."])
+    assert ("Greidirk Gold", "is sold in", "Vask") in t
