@@ -161,6 +161,27 @@ def _pronoun_clause(relation: str) -> tuple[str, str, str] | None:
     return ("'s" if m.group("pos") else ""), relation[m.end():], m.group("pos") or m.group("pro")
 
 
+_DESCRIBED_CLAUSE = re.compile(r"(?:, (?:and|but)|;) the (?P<noun>[a-z]+) (?P<rest>[a-z].*)$")
+
+
+def described_clause(relation: str, mentions: list[tuple[str, str]], types: dict[str, set[str]]) -> tuple[str, str] | None:
+    """(entity, relation) of a coordinated clause whose subject is a description of a named entity:
+    "was designed by X, and the airport serves about" → (Kell Airport, "serves about"), the noun
+    one the text typed the entity with or its name's head word (`name_head`); None elsewhere (", and
+    the crew reached": no entity is a crew)."""
+    m = None
+    for m in _DESCRIBED_CLAUSE.finditer(relation):
+        pass
+    if m is None or "," in m.group("rest"):
+        return None
+    verb = m.group("rest").split()[0]
+    if not (verb in AUXILIARIES or verb in ADVERBS or base_verb(verb) is not None):
+        return None
+    noun = m.group("noun")
+    entity = next((name for name, _ in reversed(mentions) if noun in types.get(name, ()) or name_head(name) == noun), None)
+    return (entity, m.group("rest")) if entity else None
+
+
 # -- what a definite description ("The novel ...") refers to -----------------------------------------
 _NOUN_STOP = set(_PREPOSITIONS) | {"between", "against", "among", "across", "along", "over", "through", "via", "past", "beyond",
                                    "close", "next", "north", "south", "east", "west",

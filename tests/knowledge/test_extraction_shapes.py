@@ -366,3 +366,15 @@ def test_a_role_apposed_with_the_and_a_description_that_a_typed_subject_cannot_b
     # never: a description that is the typed subject's own noun moved off it
     t = _triples(["Greidirk Gold is a lager that the Maigia Brewing Company has brewed since 1741. The lager is sold in Vask."])
     assert ("Greidirk Gold", "is sold in", "Vask") in t
+
+
+def test_a_coordinated_clause_whose_subject_describes_a_named_entity_is_that_entitys():
+    t = _triples(["Draigeix Titruthez has managed Stiaquair International Airport since 2007. Its main terminal was designed by "
+                  "Wougross Dibrerkine, and the airport serves about 21 million passengers a year.",
+                  "The Quudrond Library was founded in 1924. Its chief librarian is Quougrum Cuborkson, and the library is visited by some 31,529 readers each month."])
+    assert ("Stiaquair International Airport", "serves about", "21") in t
+    assert ("Quudrond Library", "is visited by some", "31,529") in t and ("Quudrond Library", "'s chief librarian is", "Quougrum Cuborkson") in t
+    assert not any(r.startswith("'s serves") or s == "Quougrum Cuborkson" for s, r, _ in t)
+    # never: a description that names no entity of the text ("the crew")
+    t = _triples(["The Giabo Heron left Wevissport in 1871, and the crew reached Cotroxia in 1872."])
+    assert not any(a in ("Cotroxia", "1872") for _, _, a in t)
