@@ -52,7 +52,7 @@ from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, 
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
 from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
-                                  pronoun_object, relative_fact, without_appositions, without_honorific)
+                                  pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
@@ -341,6 +341,12 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             as_passive = passive(it_verb)
             if as_passive and subject not in previous and previous not in subject:
                 found.append(_Found(-1, previous, as_passive + " by", subject, "proper", n))  # "X has governed it"
+        held = pronoun_role(sentence, subj_end) if lead not in _PRONOUNS and not fronted and previous and previous != subject \
+            and previous not in subject and subject not in previous else None
+        if held:                                   # "Ada Lind has served as its editor since": the entity's editor
+            relation, direction = held
+            found.append(_Found(-1, previous, relation, subject, "proper", n) if direction == "held"
+                         else _Found(-1, subject, relation, previous, "proper", n))
         before: list[_Span] = []  # the answers earlier in this sentence
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
         taker: tuple[_Span, str, str] | None = None  # "which the Y has run": a relative clause's subject, verb, object

@@ -33,7 +33,7 @@ import re
 from typing import Sequence
 
 from lib.knowledge.forms import _IRREGULAR, ADVERBS, AUXILIARIES, base_verb
-from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
+from lib.knowledge.relations import _PERSON_NOUNS, _PREPOSITIONS, ORDINALS, _agent_noun, without_answers
 from lib.knowledge.spans import _Span
 
 # a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")
@@ -299,6 +299,29 @@ def ordinal_thing(words: Sequence[str]) -> str | None:
     if not noun.isalpha() or not noun.islower() or noun in AUXILIARIES or noun in _STOPS or base_verb(noun) and base_verb(noun)[1] == "did":
         return None
     return f"{words[1]} {noun}"
+
+
+_POSSESSED_ROLE = re.compile(r"^ (?P<verb>is|was|has been|had been|serves as|served as|has served as|became) (?:its|their) "
+                             r"(?P<words>[a-z][a-z -]*)")
+
+
+def pronoun_role(sentence: str, subj_end: int) -> tuple[str, str] | None:
+    """(relation, direction) of a role the subject holds through "its": "Ada Lind has served as its
+    chief engineer since 2001" → ("'s chief engineer is", "held": the entity's chief engineer is Ada
+    Lind); "was its director" → "'s director was"; "became its director in 1990" → ("became the
+    director of", "holder": Ada Lind became the director of the entity, who may no longer be). None
+    where the noun names no person's role ("is its largest town")."""
+    m = _POSSESSED_ROLE.match(sentence[subj_end:])
+    if not m:
+        return None
+    words = m.group("words").split()
+    k = next((i for i, w in enumerate(words) if w in _STOPS or w in AUXILIARIES), len(words))
+    role = " ".join(words[:k])
+    if not 0 < k <= 3 or not (_agent_noun(role.split()[-1]) or role.split()[-1] in _PERSON_NOUNS) or role.split()[-1] in ORDINALS:
+        return None
+    if m.group("verb") == "became":
+        return f"became the {role} of", "holder"
+    return f"'s {role} {'was' if m.group('verb') in ('was', 'had been', 'served as') else 'is'}", "held"
 
 
 def pronoun_object(sentence: str, subj_end: int) -> str | None:

@@ -378,3 +378,17 @@ def test_a_coordinated_clause_whose_subject_describes_a_named_entity_is_that_ent
     # never: a description that names no entity of the text ("the crew")
     t = _triples(["The Giabo Heron left Wevissport in 1871, and the crew reached Cotroxia in 1872."])
     assert not any(a in ("Cotroxia", "1872") for _, _, a in t)
+
+
+def test_a_role_held_through_its_is_the_entitys():
+    t = _triples(["The Wizil Gazette is a daily newspaper. Cimex Voubroun has served as its editor since 1995.",
+                  "Graice Airport lies near Tejithby. Feibo Hiaborkley became its director in 2011.",
+                  "The Kell Works opened in 1950. Ada Lind was its chief engineer."])
+    assert ("Wizil Gazette", "'s editor is", "Cimex Voubroun") in t and ("Cimex Voubroun", "has served as Wizil Gazette's editor since", "1995") in t
+    assert ("Feibo Hiaborkley", "became the director of", "Graice Airport") in t   # who became it may no longer be
+    assert ("Kell Works", "'s chief engineer was", "Ada Lind") in t
+    assert not any(r == "'s director is" for _, r, _ in t)
+    assert ("Vask", "'s first settler was", "Ada Lind") in _triples(["Vask is a town in Harl. Ada Lind was its first settler."])
+    # never: "its" and a noun that names no person's role
+    t = _triples(["Vask is a town in Harl. Kell Mill is its oldest building.", "Harl is a town in Kell. Ada Lind was its first."])
+    assert not any(a in ("Kell Mill", "Ada Lind") and s in ("Vask", "Harl") for s, _, a in t)
