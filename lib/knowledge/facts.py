@@ -356,6 +356,10 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             names = [part for part in a.text.split() if part[:1].isupper()]
             if a.text in subject or subject in a.text or names and all(part in subject.split() for part in names):
                 continue  # never the subject (or its name's words) as its own answer; "Peagesk House" of "Bolint House" is one
+            joined = pronoun_role(sentence, a.end) if a.kind == "proper" and re.search(r" (?:and|but) $", sentence[: a.start]) else None
+            owner = it_means(subject) if joined and joined[1] == "held" else None
+            if owner and owner not in a.text and a.text not in owner:   # ", and Y has served as its head brewer": the entity's
+                found.append(_Found(-1, owner, joined[0], a.text, a.kind, n))
             if clause_subject(sentence, a):
                 break                                  # "was sold in 1901 and Ivo Brask bought ...": a clause with a subject of its own
             first = listed_first(sentence, earlier, a)

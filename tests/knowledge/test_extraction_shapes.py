@@ -392,3 +392,12 @@ def test_a_role_held_through_its_is_the_entitys():
     # never: "its" and a noun that names no person's role
     t = _triples(["Vask is a town in Harl. Kell Mill is its oldest building.", "Harl is a town in Kell. Ada Lind was its first."])
     assert not any(a in ("Kell Mill", "Ada Lind") and s in ("Vask", "Harl") for s, _, a in t)
+
+
+def test_a_role_held_through_its_in_a_clause_of_its_own():
+    t = _triples(["The Driatur Brewery is owned by Dreiniax Keiselez, and Stojia Ligrourez has served as its head brewer since 2015."])
+    assert ("Driatur Brewery", "'s head brewer is", "Stojia Ligrourez") in t and ("Driatur Brewery", "is owned by", "Dreiniax Keiselez") in t
+    assert not any(a in ("Stojia Ligrourez", "2015") and s == "Dreiniax Keiselez" for s, _, a in t)
+    # never: a clause whose role is no person's
+    t = _triples(["The Kell Mill was sold to Ada Lind, and Vask Hall is its oldest building."])
+    assert not any(a == "Vask Hall" for _, _, a in t)
