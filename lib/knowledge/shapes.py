@@ -20,7 +20,11 @@ name states, each as (relation, answer) of a known subject.
 - "Ada Lind (born 1961)", "Hujiax Peak (1,930 m)": a parenthesis after a name is the name's;
 - "The first ascent was made by X": an ordinal and a noun are the entity's thing ("'s first ascent");
 - "was signed by A and B": the last of listed answers takes the first's relation, the list named;
-  "... and Ivo Brask bought": a name with a verb after "and" opens a clause of its own.
+  "... and Ivo Brask bought": a name with a verb after "and" opens a clause of its own;
+- "the X, which the University of Y has run since 1946", "X, a playhouse the architect Y completed
+  in 1792": a name after "which (the)" is the subject of a clause whose object is the name before;
+- "Y has served as its editor since 1995": the entity's editor is Y ("became its director": Y
+  became the director of the entity).
 
 Trade-off: each is a rule about English word order, not about a domain, so each misses what it
 does not see (a fronted time phrase with no verb phrase after the subject, an age "At 90, ...")
