@@ -47,11 +47,12 @@ from typing import Iterable, Sequence
 from lib.files import JsonLineError, json_lines, write_text
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms, third_person
 from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
-                                     _referent, _resolve, _subject_type, last_clause, possessive, without_answers)
+                                     _PERSON_NOUNS, _agent_noun, _referent, described_clause, it_referent, person_like, role_holder, role_noun, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
-                                 _fronting_word, _value_spans, looks_like_code_document, split_sentences)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
-                                  pronoun_object, relative_fact, without_appositions, without_honorific)
+                                 _fronting_word, _value_spans, looks_like_code_document, split_sentences,
+                                 FRONTED_PREDICATES, STATIVE_PARTICIPLES)
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+                                  pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
@@ -161,7 +162,24 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
     mentions: list[tuple[str, str]] = []
     types: dict[str, set[str]] = defaultdict(set)
     gendered = any(w.lower() in _GENDERED for w in _WORD.findall(text))
+    articled: set[str] = set()  # names written after "the": no person's
+
+    roles: dict[str, set[str]] = defaultdict(set)  # the persons the text shows, with their roles ("Its editor is X")
+    role_from = 0                # the found items scanned for them
+
+    def it_means(last: str, shown: bool = False) -> str:
+        """What "it" (or, `shown`, a description) means after `last` (`it_referent`): no person
+        where the text shows a thing; a description only where the text shows the person (`roles`)."""
+        things = {name for name, _ in mentions if thing_like(name, articled, types, lowercase_words)}
+        persons = set(roles) | ({main} if gendered and main else set())
+        if not shown:
+            persons |= {name for name, _ in mentions if person_like(name, things)}
+        return it_referent(last, mentions, persons, things)
+
     for n, (s, e) in enumerate(split_sentences(text)):
+        for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
+            roles[name].add(role)
+        role_from = len(found)
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if _looks_like_code(sentence):
             continue
@@ -175,6 +193,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         role = ""  # "The singer is X": X is the last entity's singer
         if lead in _PRONOUNS:
             referent = main if lead in _GENDERED else (last or main)
+            if lead in ("it", "its") and referent is not None:
+                referent = it_means(referent)          # "Ada Lind leads the X. Its ...": the X
             if referent is None:
                 continue
             subject, subj_end = referent, first.end()
@@ -215,8 +235,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main) \
                     and not any(p.start < len(words[0]) + len(words[1]) + 2 for p in propers):
                 noun = re.sub(r"['’]s$", "", words[1].rstrip(",;:"))
-                persons = {main} if gendered and main else set()
-                subject = _referent(noun, mentions, types, last or main, persons)
+                subject = _referent(noun, mentions, types, last or main, {main} if gendered and main else set())
+                if subject in roles and not role_noun(noun, roles[subject]) and noun not in types[subject]:
+                    subject = it_means(subject, True)  # "Ada Lind is its editor. The paper sells ...": no person
                 subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
                 owned = ordinal_thing(words)
                 if owned:                              # "The first ascent was made by": the entity's first ascent
@@ -243,12 +264,14 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     fronted = before[: timed.end("value")] if timed else before[: before.rindex(",")]
                     break
             lone = _FRONTED_LONE.match(sentence) if subject is None else None
-            if lone and (_fronting_word(lone.group("fronted").split()[0]) or fronted_value_facts(lone.group("fronted"), sentence, lone.end("who"), propers, values)):
+            if lone and (_fronting_word(lone.group("fronted").split()[0]) or lone.group("fronted").split()[0].lower() in FRONTED_PREDICATES or fronted_value_facts(lone.group("fronted"), sentence, lone.end("who"), propers, values)):
                 # "Designed by Ada Lind, it was opened ...", "Built at a cost of 9 million, the ground holds ...":
                 # a fronted phrase before a pronoun or a description, which mean what they mean at a sentence start
                 noun = lone.group("noun")
                 if noun is None:
                     subject = main if lone.group("who") in _GENDERED else (last or main)
+                    if lone.group("who") == "it" and subject is not None:
+                        subject = it_means(subject)
                 else:                                  # only a description the text typed, or a name's own head word
                     subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
@@ -260,13 +283,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             fronted_words = [w for w in fronted.split() if w.lower() not in ADVERBS]
             lead_word = fronted_words[0].lower() if fronted_words else ""
             acting = third_person(lead_word) if fronted_words and fronted_words[0] == fronted.split()[0] else None
-            if lead_word in _PARTICIPLES or lead_word.endswith("ed") or acting:
+            # "Based in Y, X ...", "Home to some 300 researchers, X ...": a state that holds ("is based in", "is home to")
+            state = lead_word in STATIVE_PARTICIPLES or lead_word in FRONTED_PREDICATES and fronted.split()[1:2] == ["to"]
+            if lead_word in _PARTICIPLES or lead_word.endswith("ed") or acting or state:
                 # "Born in 1934 in Oslo, X ..." → (X, was born in, 1934), (X, was born in 1934 in, Oslo); a present
                 # participle is what the subject does: "Rising to 1,349 metres, X lies ..." → (X, rises to, 1,349)
                 fronted_values = _value_spans(fronted)
                 spans = sorted(fronted_values + _names_outside_dates(fronted, lowercase_words, fronted_values), key=lambda x: x.start)
                 for k, a in enumerate(spans):
-                    head = acting + fronted[len(lead_word) : a.start] if acting else "was " + fronted[:1].lower() + fronted[1 : a.start]
+                    head = acting + fronted[len(lead_word) : a.start] if acting else ("is " if state else "was ") + fronted[:1].lower() + fronted[1 : a.start]
                     relation = " ".join(head.split())
                     relation = without_answers(last_clause(relation), [e.text for e in spans[:k]])
                     if a.start > 0 and relation[-1:] not in ",;:(" and len(relation.split()) <= max_relation_words \
@@ -291,9 +316,11 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             types[subject].add(of_head.group("noun").lower())   # "The village of Wrenby lies ..."
         mentions.append((subject, "subject"))
         for p in propers:
+            name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
+            if p.text.startswith("The ") or sentence[: p.start].endswith(("the ", "The ")):
+                articled.add(name)
             if p.start >= subj_end and p.text not in subject and subject not in p.text:
                 how, noun = _object_role(sentence, p)
-                name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
                 mentions.append((name, how))
                 if noun:
                     types[name].add(noun)
@@ -314,20 +341,48 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             as_passive = passive(it_verb)
             if as_passive and subject not in previous and previous not in subject:
                 found.append(_Found(-1, previous, as_passive + " by", subject, "proper", n))  # "X has governed it"
+        held = pronoun_role(sentence, subj_end) if lead not in _PRONOUNS and not fronted and previous and previous != subject \
+            and previous not in subject and subject not in previous else None
+        if held:                                   # "Ada Lind has served as its editor since": the entity's editor
+            relation, direction = held
+            found.append(_Found(-1, previous, relation, subject, "proper", n) if direction == "held"
+                         else _Found(-1, subject, relation, previous, "proper", n))
         before: list[_Span] = []  # the answers earlier in this sentence
         apposed: _Span | None = None  # "Their coach, Vera Lind, joined ...": the name in apposition
+        taker: tuple[_Span, str, str] | None = None  # "which the Y has run": a relative clause's subject, verb, object
         here = len(found)  # this sentence's items start here
         for a in sorted(answers, key=lambda x: x.start):
             earlier, before = list(before), before + [a]
             names = [part for part in a.text.split() if part[:1].isupper()]
             if a.text in subject or subject in a.text or names and all(part in subject.split() for part in names):
                 continue  # never the subject (or its name's words) as its own answer; "Peagesk House" of "Bolint House" is one
+            joined = pronoun_role(sentence, a.end) if a.kind == "proper" and re.search(r" (?:and|but) $", sentence[: a.start]) else None
+            owner = it_means(subject) if joined and joined[1] == "held" else None
+            if owner and owner not in a.text and a.text not in owner:   # ", and Y has served as its head brewer": the entity's
+                found.append(_Found(-1, owner, joined[0], a.text, a.kind, n))
             if clause_subject(sentence, a):
                 break                                  # "was sold in 1901 and Ivo Brask bought ...": a clause with a subject of its own
             first = listed_first(sentence, earlier, a)
             twin = next((f for f in reversed(found[here:]) if f.answer == first.text), None) if first else None
             if twin is not None:                       # "was signed by A and B" → "was signed by A and": A's relation, A named
                 found.append(_Found(-1, twin.subject, f"{twin.relation} {sentence[first.start : a.start].strip()}", a.text, a.kind, n))
+                continue
+            if taker is not None and "," not in sentence[taker[0].end : a.start]:
+                # "which the University of Y has run since 1946": the clause's subject's fact, its object named
+                span, verb, taken = taker
+                rest = " ".join(sentence[span.end : a.start].split())
+                relation = without_answers(f"{verb} {taken}{rest[len(verb):]}", [e.text for e in earlier if e.start > span.end])
+                if rest.startswith(verb) and len(relation.split()) <= max_relation_words:
+                    found.append(_Found(-1, span.text, relation, a.text, a.kind, n))
+                continue
+            taker = None
+            took = object_relative(sentence, [(subj_end, subject)] + [(e.end, e.text) for e in earlier if e.start >= subj_end], a, propers)
+            if took:                                   # "the X, which the Y has run since": (Y, has run, X)
+                taken, verb = took
+                found.append(_Found(-1, a.text, verb, taken, "proper", n))
+                if passive(verb):
+                    found.append(_Found(-1, taken, passive(verb) + " by", a.text, a.kind, n))
+                taker = (a, verb, taken)
                 continue
             clause = relative_fact(sentence, earlier, a)
             if apposed is not None and a.start > apposed.end and sentence[apposed.end :].startswith(", "):
@@ -377,16 +432,23 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     found.append(_Found(-1, owner, mine, a.text, a.kind, n))
                 continue
             own = _pronoun_clause(relation)
+            owner = subject
             if own is not None:                        # ", and it has", ", and its current governor, Y,": the subject's clause
-                form, relation = own
-            if form == "'s" and a.kind == "proper" and relation.endswith(",") and sentence[a.end :].startswith(",") \
-                    and 0 < len(relation.split()) <= 3 and not set(relation.lower().split()) & (_COPULA | AUXILIARIES):
+                form, relation, pronoun = own
+                if pronoun in ("it", "its"):           # "Ada Lind became its director, and it handles": not the person
+                    owner = it_means(subject)
+            named = relation[:-4] if relation.endswith(", the") else relation    # "Its flagship, the MV Weicur, was"
+            if form == "'s" and a.kind == "proper" and named.endswith(",") and sentence[a.end :].startswith(",") \
+                    and 0 < len(named.split()) <= 3 and not set(named.lower().split()) & (_COPULA | AUXILIARIES):
                 # "Their coach, Vera Lind, ...": the subject's coach is Vera Lind
-                relation, apposed = relation[:-1] + " is", a
+                relation, apposed = named[:-1] + " is", a
             if not relation or len(relation.split()) > max_relation_words or relation[-1:] in ",;:(":
                 continue
             if own is None and new_clause(relation):
-                continue                               # "took 45 days, and 478 passengers reached": another subject's
+                described = described_clause(relation, mentions, types)
+                if described is None:
+                    continue                           # "took 45 days, and 478 passengers reached": another subject's
+                (owner, relation), form = described, ""  # ", and the airport serves about": the airport's
             relation = last_clause(relation) if form else possessive(last_clause(relation))
             if role and relation in _COPULA:
                 form, relation = "'s " + role, relation
@@ -395,7 +457,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             if not form and relation in ("in", "at", "near", "on") and a.start == subj_end + len(relation) + 2:
                 relation = "is " + relation            # "The Soraim Tunnel in Fouworton was opened": where the subject is
             relation = _resolve((form + " " + relation).strip(), main, thing)
-            found.append(_Found(-1, subject, relation, a.text, a.kind, n))
+            if owner not in a.text and a.text not in owner:
+                found.append(_Found(-1, owner, relation, a.text, a.kind, n))
     return found, main
 
 

@@ -148,16 +148,38 @@ _PRONOUN_CLAUSE = re.compile(r"(?:,? and|,? but|;)\s+(?:(?:since|in|on|from|unti
 _COPULA = {"is", "was", "are", "were"}
 
 
-def _pronoun_clause(relation: str) -> tuple[str, str] | None:
-    """("", "has a population of") for "'s mayor is X, and it has a population of"; ("'s", "current
-    mayor is") for "was granted a charter, and its current mayor is": a clause of its own whose
-    pronoun is the sentence's subject; None when the relation has none."""
+def _pronoun_clause(relation: str) -> tuple[str, str, str] | None:
+    """("", "has a population of", "it") for "'s mayor is X, and it has a population of"; ("'s",
+    "current mayor is", "its") for "was granted a charter, and its current mayor is": a clause of its
+    own whose pronoun is the sentence's subject (or, for "it", the thing a person subject acts on:
+    `it_referent`); None when the relation has none."""
     m = None
     for m in _PRONOUN_CLAUSE.finditer(relation):
         pass
     if m is None or m.end() >= len(relation):
         return None
-    return ("'s" if m.group("pos") else ""), relation[m.end():]
+    return ("'s" if m.group("pos") else ""), relation[m.end():], m.group("pos") or m.group("pro")
+
+
+_DESCRIBED_CLAUSE = re.compile(r"(?:, (?:and|but)|;) the (?P<noun>[a-z]+) (?P<rest>[a-z].*)$")
+
+
+def described_clause(relation: str, mentions: list[tuple[str, str]], types: dict[str, set[str]]) -> tuple[str, str] | None:
+    """(entity, relation) of a coordinated clause whose subject is a description of a named entity:
+    "was designed by X, and the airport serves about" → (Kell Airport, "serves about"), the noun
+    one the text typed the entity with or its name's head word (`name_head`); None elsewhere (", and
+    the crew reached": no entity is a crew)."""
+    m = None
+    for m in _DESCRIBED_CLAUSE.finditer(relation):
+        pass
+    if m is None or "," in m.group("rest"):
+        return None
+    verb = m.group("rest").split()[0]
+    if not (verb in AUXILIARIES or verb in ADVERBS or base_verb(verb) is not None):
+        return None
+    noun = m.group("noun")
+    entity = next((name for name, _ in reversed(mentions) if noun in types.get(name, ()) or name_head(name) == noun), None)
+    return (entity, m.group("rest")) if entity else None
 
 
 # -- what a definite description ("The novel ...") refers to -----------------------------------------
@@ -196,12 +218,15 @@ def _subject_type(rest: str) -> str | None:
 
 def _object_role(sentence: str, span: _Span) -> tuple[str, str | None]:
     """How a name after the subject is introduced: ("direct", None) right after a verb ("wrote The
-    Nuzel Road"); ("object", noun) after a common noun ("the novel X", "album, X,", "singer X"), a
+    Nuzel Road"), ("taken", None) after a verb and "the" ("leads the Varo Ensemble"); ("object", noun) after a common noun ("the novel X", "album, X,", "singer X"), a
     role ("Its builder was X"), or before an apposition ("X, a novel by"); ("object", None) after a
     preposition or anything else."""
     before = sentence[: span.start]
     role, noun = "object", None
     m = re.search(r"(?:^|\s)(?P<w>[A-Za-z'’]+)(?P<comma>,?)\s*$", before)
+    the = re.search(r"\b(?P<w>[a-z]+) the $", before)
+    if the and base_verb(the.group("w")) is not None and the.group("w") not in AUXILIARIES:
+        role = "taken"                      # "won the Kell Cup": a verb's object, which "The team" may not mean
     if m and m.group("w").islower():
         w = m.group("w")
         if w in _COPULA:
@@ -234,6 +259,67 @@ def _agent_noun(noun: str) -> bool:
     return noun.endswith(("er", "or", "ist", "ian", "ess", "ant", "ent"))
 
 
+# nouns for people that carry no agent ending: "The poet", "The couple" may well be the person subject
+_PERSON_NOUNS = {"man", "woman", "boy", "girl", "child", "king", "queen", "prince", "poet", "chef", "monk", "priest", "nun",
+                 "bishop", "judge", "pope", "duke", "lord", "lady", "saint", "couple", "pair", "duo", "family", "chief",
+                 "captain", "pilot", "coach", "guide", "nurse", "athlete", "architect", "scientist", "native", "widow"}
+
+
+def person_like(name: str, things: set[str]) -> bool:
+    """Whether a name may be a person's ("Ada Lind"): two or three capitalised words of letters,
+    none of the `things` (`thing_like`)."""
+    words = name.split()
+    return name not in things and 2 <= len(words) <= 3 and all(w[:1].isupper() and w.isalpha() for w in words)
+
+
+def thing_like(name: str, articled: set[str], types: dict[str, set[str]], lowercase_words: set[str]) -> bool:
+    """Whether the text shows a name is no person's: written after "the" (`articled`: "leads the Varo
+    Ensemble"), typed with a noun that names no agent ("X is a brewery"), or built on a word the
+    texts write in lower case ("Kell Airport": "the airport")."""
+    return name in articled or any(not _agent_noun(x) and x not in _PERSON_NOUNS for x in types.get(name, ())) \
+        or name.split()[-1].lower() in lowercase_words
+
+
+_ROLE_IS = re.compile(r"^'s (?:[a-z-]+ ){0,2}(?P<noun>[a-z]+) (?:is|was)$")
+_HOLDS_ROLE = re.compile(r"^(?:became|is|was|has been|had been|has served as|served as|serves as) (?:the )?[^']*'s (?:[a-z-]+ ){0,2}?(?P<noun>[a-z]+)(?: [a-z]+)?$")
+
+
+def role_holder(subject: str, relation: str, answer: str) -> tuple[str, str] | None:
+    """(name, role) of a person a fact shows: the answer of "'s artistic director is" ("Its artistic
+    director is X": X, "director"), the subject of "became Kell Airport's director in" or of "was
+    born in" (no role)."""
+    m = _ROLE_IS.match(relation)
+    if m and (_agent_noun(m.group("noun")) or m.group("noun") in _PERSON_NOUNS):
+        return answer, m.group("noun")
+    m = _HOLDS_ROLE.match(relation)
+    if m and (_agent_noun(m.group("noun")) or m.group("noun") in _PERSON_NOUNS):
+        return subject, m.group("noun")
+    return (subject, "") if relation.startswith("was born") else None
+
+
+def role_noun(noun: str, roles: set[str]) -> bool:
+    """Whether "The <noun>" may name a person: one of the `roles` the text gave, a noun for people
+    ("The poet"), or an agent noun not in -er, which many things end in ("The paper", "The tower")."""
+    return noun in roles or noun in _PERSON_NOUNS or _agent_noun(noun) and not noun.endswith("er")
+
+
+def it_referent(last: str, mentions: list[tuple[str, str]], persons: set[str], things: set[str]) -> str:
+    """What "it"/"its" refers to: the last subject, unless that may be a person (`persons`), whom
+    "it" never names, and a thing (`things`) stands near: the latest thing a verb took since
+    ("Ada Lind leads the Varo Ensemble. Its home is ...": the ensemble), else the latest thing
+    subject before ("The X is ... Ada Lind became its director, and it handles ...": X)."""
+    if last not in persons:
+        return last
+    k = max((i for i, (name, how) in enumerate(mentions) if how == "subject" and name == last), default=len(mentions))
+    for name, how in reversed(mentions[k + 1 :]):
+        if how in ("direct", "taken") and name in things:
+            return name
+    for name, how in reversed(mentions[:k]):
+        if how == "subject" and name in things:
+            return name
+    return last
+
+
 def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[str]], last: str,
               persons: set[str]) -> str:
     """What "The <noun>" refers to: the latest entity introduced with that noun ("a novel", "the
@@ -255,4 +341,6 @@ def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[s
             return name
     if last in persons and since:
         return since[-1][0]
+    if types.get(last) and since:
+        return since[-1][0]                 # "X is a lager that Y brews. The brewery ...": not the lager
     return last

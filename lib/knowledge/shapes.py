@@ -20,7 +20,11 @@ name states, each as (relation, answer) of a known subject.
 - "Ada Lind (born 1961)", "Hujiax Peak (1,930 m)": a parenthesis after a name is the name's;
 - "The first ascent was made by X": an ordinal and a noun are the entity's thing ("'s first ascent");
 - "was signed by A and B": the last of listed answers takes the first's relation, the list named;
-  "... and Ivo Brask bought": a name with a verb after "and" opens a clause of its own.
+  "... and Ivo Brask bought": a name with a verb after "and" opens a clause of its own;
+- "the X, which the University of Y has run since 1946", "X, a playhouse the architect Y completed
+  in 1792": a name after "which (the)" is the subject of a clause whose object is the name before;
+- "Y has served as its editor since 1995": the entity's editor is Y ("became its director": Y
+  became the director of the entity).
 
 Trade-off: each is a rule about English word order, not about a domain, so each misses what it
 does not see (a fronted time phrase with no verb phrase after the subject, an age "At 90, ...")
@@ -33,7 +37,7 @@ import re
 from typing import Sequence
 
 from lib.knowledge.forms import _IRREGULAR, ADVERBS, AUXILIARIES, base_verb
-from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
+from lib.knowledge.relations import _PERSON_NOUNS, _PREPOSITIONS, ORDINALS, _agent_noun, without_answers
 from lib.knowledge.spans import _Span
 
 # a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")
@@ -181,6 +185,27 @@ def relative_fact(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tup
     return None
 
 
+# what comes between a relative clause's object (a name before it) and its subject: ", which the",
+# ", a playhouse the architect" (a reduced clause in an apposition), " is a lager that the"
+_OBJECT_RELATIVE = re.compile(r"^(?:,? (?:which|that)|, (?:a|an) [a-z]+(?: [a-z]+)?(?: (?:which|that))?"
+                              r"| (?:is|was) (?:a|an|the) [a-z]+(?: [a-z]+)? (?:which|that)) (?:the (?:[a-z]+ )?)?$")
+
+
+def object_relative(sentence: str, names: Sequence[tuple[int, str]], answer: _Span, spans: Sequence[_Span]) -> tuple[str, str] | None:
+    """(object, verb) when `answer` is the subject of a relative clause whose object is the name
+    before it (`names`: (end, name) of the sentence's subject and earlier answers): "leads the X,
+    which the University of Y has run since 1946" → (X, "has run"); "X, a playhouse the architect Y
+    completed in 1792" → (X, "completed"); "X is a lager that the Y has brewed" → (X, "has
+    brewed"). None where no verb follows the answer or the verb has an object of its own."""
+    before = [(end, name) for end, name in names if end <= answer.start]
+    if answer.kind not in ("proper", "name") or not before or not _OBJECT_RELATIVE.match(sentence[before[-1][0] : answer.start]):
+        return None
+    vp = verb_phrase(sentence, answer.end, spans)
+    if vp is None or vp != vp.lower() or vp.split()[-1] in AUXILIARIES or sentence[before[-1][0] : answer.start].startswith(" is") and len(before) > 1:
+        return None
+    return before[-1][1], vp
+
+
 def apposed_object(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tuple[str, str] | None:
     """(object, relation) when `answer` stands in an apposition that describes an earlier name:
     "holds Evening in Kowous, a portrait painted by Ada Lind" → ("Evening in Kowous", "is a portrait
@@ -278,6 +303,29 @@ def ordinal_thing(words: Sequence[str]) -> str | None:
     if not noun.isalpha() or not noun.islower() or noun in AUXILIARIES or noun in _STOPS or base_verb(noun) and base_verb(noun)[1] == "did":
         return None
     return f"{words[1]} {noun}"
+
+
+_POSSESSED_ROLE = re.compile(r"^ (?P<verb>is|was|has been|had been|serves as|served as|has served as|became) (?:its|their) "
+                             r"(?P<words>[a-z][a-z -]*)")
+
+
+def pronoun_role(sentence: str, subj_end: int) -> tuple[str, str] | None:
+    """(relation, direction) of a role the subject holds through "its": "Ada Lind has served as its
+    chief engineer since 2001" → ("'s chief engineer is", "held": the entity's chief engineer is Ada
+    Lind); "was its director" → "'s director was"; "became its director in 1990" → ("became the
+    director of", "holder": Ada Lind became the director of the entity, who may no longer be). None
+    where the noun names no person's role ("is its largest town")."""
+    m = _POSSESSED_ROLE.match(sentence[subj_end:])
+    if not m:
+        return None
+    words = m.group("words").split()
+    k = next((i for i, w in enumerate(words) if w in _STOPS or w in AUXILIARIES), len(words))
+    role = " ".join(words[:k])
+    if not 0 < k <= 3 or not (_agent_noun(role.split()[-1]) or role.split()[-1] in _PERSON_NOUNS) or role.split()[-1] in ORDINALS:
+        return None
+    if m.group("verb") == "became":
+        return f"became the {role} of", "holder"
+    return f"'s {role} {'was' if m.group('verb') in ('was', 'had been', 'served as') else 'is'}", "held"
 
 
 def pronoun_object(sentence: str, subj_end: int) -> str | None:

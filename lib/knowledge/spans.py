@@ -211,11 +211,20 @@ def _gerund(sentence: str, word: tuple[int, int, str]) -> bool:
     return bool(phrase) and not set(phrase.group("words").split()) & AUXILIARIES
 
 
+# a predicate that opens a fronted phrase before its subject: "Home to some 300 researchers, the X ...", "Close to Y, X ..."
+FRONTED_PREDICATES = {"home", "close", "next", "adjacent"}
+# participles of a state, which still holds: "Based in Y, X ..." → X is based in Y
+STATIVE_PARTICIPLES = {"based", "located", "situated", "headquartered", "housed", "sited", "centred", "centered", "perched", "nestled"}
+
+
 def _common_opener(sentence: str, word: tuple[int, int, str]) -> bool:
-    """ "Version 3.6 of X ...", "Forces led by X defeated ...": a lone capitalised word before a
-    number and "of", or before a participle and "by" (a reduced relative clause), is a common noun
-    at the sentence start, not a name ("Apollo 11 landed", "Kell led by 3 points" keep theirs)."""
+    """ "Version 3.6 of X ...", "Forces led by X defeated ...", "Home to some 300 researchers, X ...":
+    a lone capitalised word before a number and "of", before a participle and "by" (a reduced
+    relative clause), or a fronted predicate before "to", is a common word at the sentence start,
+    not a name ("Apollo 11 landed", "Kell led by 3 points" keep theirs)."""
     rest = sentence[word[1] :]
+    if word[2].lower() in FRONTED_PREDICATES and rest.startswith(" to "):
+        return True
     return bool(re.match(r" \d+(?:\.\d+)* of ", rest)) or bool(re.match(r" (?P<w>[a-z]+) by ", rest)) \
         and (re.match(r" (?P<w>[a-z]+)", rest).group("w") in _PARTICIPLES or re.match(r" [a-z]{3,}ed ", rest) is not None)
 

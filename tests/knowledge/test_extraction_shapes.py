@@ -305,3 +305,99 @@ def test_a_second_object_of_one_verb_and_a_named_scale():
     # never: a second object after a preposition ("lies between the Vask and the Kell") cut to the verb
     t = _triples(["Harl Mill lies between the Vask Water and the Kell Water."])
     assert not any(r in ("lies the", "lies") for _, r, _ in t)
+
+
+def test_it_never_names_a_person_subject_when_the_text_shows_a_thing():
+    t = _triples(["Hitrel Pafaxard leads the Daistim Observatory. Its largest telescope was built by Bouhos Instruments.",
+                  "Zeifom Stequoundson bought the Coudail Brewing Company in 1998. It brews some 480,581 hectolitres each year, "
+                  "and its head brewer is Tenoum Daijunard.",
+                  "Graice Airport is the main airport of Tejithby. Feibo Hiaborkley became its director in 2011, and it handles "
+                  "roughly 738 flights a week.",
+                  "The Wizil Gazette is a daily newspaper. Cimex Voubroun has served as its editor since 1995. The paper sells about 309,607 copies a day."])
+    assert ("Daistim Observatory", "'s largest telescope was built by", "Bouhos Instruments") in t
+    assert ("Coudail Brewing Company", "brews some", "480,581") in t and ("Coudail Brewing Company", "'s head brewer is", "Tenoum Daijunard") in t
+    assert ("Graice Airport", "handles roughly", "738") in t and ("Feibo Hiaborkley", "became Graice Airport's director in", "2011") in t
+    assert ("Wizil Gazette", "sells about", "309,607") in t
+    assert not {s for s, _, a in t if a in ("Bouhos Instruments", "480,581", "738", "309,607")} & {"Hitrel Pafaxard", "Zeifom Stequoundson",
+                                                                                                    "Feibo Hiaborkley", "Cimex Voubroun"}
+    # never: "it" moved off a subject the text does not show is a person, nor "The singer" off the person it names
+    t = _triples(["Kell Brask bought Vask Mills in 1901. It employs 300 people.",
+                  "Fawouss RFC have won the Dokeis Premier League. The team's coach, Ada Lind, joined in 1999.",
+                  "Vask Hall is a concert hall. Its singer is Ada Lind. The singer was born in 1950."])
+    assert ("Kell Brask", "employs", "300") in t and ("Fawouss RFC", "'s coach is", "Ada Lind") in t
+    assert ("Ada Lind", "was born in", "1950") in t
+
+
+def test_a_fronted_state_holds_and_a_fronted_predicate_is_no_name():
+    t = _triples(["Home to some 139 researchers, the Miagriark Institute was set up in 1935 by the Vihe Trust.",
+                  "Based in Mevaithford, the Breper Observatory was founded in 1972.",
+                  "Located near Reitaith Market in Ceipouby, the Zounaind Library holds some 325,348 volumes."])
+    assert ("Miagriark Institute", "is home to some", "139") in t and ("Miagriark Institute", "was set up in", "1935") in t
+    assert ("Breper Observatory", "is based in", "Mevaithford") in t and ("Breper Observatory", "was founded in", "1972") in t
+    assert ("Zounaind Library", "is located near", "Reitaith Market") in t and ("Zounaind Library", "is located in", "Ceipouby") in t
+    assert "Home" not in {s for s, _, _ in t}
+    # never: an event's participle made a state, or a preposition made of a predicate ("According to", "Due to")
+    t = _triples(["Built in 1901, the Kell Mill stands in Vask.", "Due to Ada Lind, the Vask Mill was sold in 1950."])
+    assert ("Kell Mill", "was built in", "1901") in t and not any(r.startswith(("is due", "is according")) for _, r, _ in t)
+
+
+def test_a_name_after_which_or_in_a_reduced_clause_is_the_subject_of_a_relative_clause_about_the_name_before():
+    t = _triples(["Hitrel Pafaxard leads the Daistim Observatory, which the University of Dreheirkton has run since 1946.",
+                  "The Jeimia Chronicle, which the Zastian Press Trust bought in 2016, is published in Gobairkton.",
+                  "Ratem Wuvaison runs the Riapeil Playhouse, a playhouse the architect Pozi Hapouez completed in 1792.",
+                  "Greidirk Gold is a lager that the Maigia Brewing Company has brewed since 1741."])
+    assert ("University of Dreheirkton", "has run", "Daistim Observatory") in t
+    assert ("University of Dreheirkton", "has run Daistim Observatory since", "1946") in t
+    assert ("Zastian Press Trust", "bought Jeimia Chronicle in", "2016") in t and ("Jeimia Chronicle", "is published in", "Gobairkton") in t
+    assert ("Pozi Hapouez", "completed Riapeil Playhouse in", "1792") in t and ("Riapeil Playhouse", "was completed by", "Pozi Hapouez") in t
+    assert ("Maigia Brewing Company", "has brewed Greidirk Gold since", "1741") in t and ("Greidirk Gold", "has been brewed by", "Maigia Brewing Company") in t
+    assert not any(r in ("the", "which") or "which" in r or "that the" in r or s == "Hitrel Pafaxard" and a == "1946" for s, r, a in t)
+    # never: a subject relative ("which links"), or a name in apposition with no verb after it
+    t = _triples(["The Kell Bridge, which links Vask and Harl, opened in 1901.", "Ivo Brask met Ada Lind, a painter the critic Ola Brisk admired."])
+    assert ("Kell Bridge", "opened in", "1901") in t and not any(s in ("Vask", "Harl") for s, _, _ in t)
+
+
+def test_a_role_apposed_with_the_and_a_description_that_a_typed_subject_cannot_be():
+    t = _triples(["The Koukaind Ferries carries roughly 707,843 passengers a year. Its flagship, the MV Weicur, was launched in 1994 by Postairk Shipyard.",
+                  "Greidirk Gold is a lager that the Maigia Brewing Company has brewed since 1741. The brewery is owned by Cuquil Jehixard."])
+    assert ("Koukaind Ferries", "'s flagship is", "MV Weicur") in t and ("MV Weicur", "was launched in", "1994") in t
+    assert ("MV Weicur", "was launched by", "Postairk Shipyard") in t and ("Maigia Brewing Company", "is owned by", "Cuquil Jehixard") in t
+    assert not any(r.startswith("'s was") or r.endswith(", the") or s == "Greidirk Gold" and a == "Cuquil Jehixard" for s, r, a in t)
+    # never: a description that is the typed subject's own noun moved off it
+    t = _triples(["Greidirk Gold is a lager that the Maigia Brewing Company has brewed since 1741. The lager is sold in Vask."])
+    assert ("Greidirk Gold", "is sold in", "Vask") in t
+
+
+def test_a_coordinated_clause_whose_subject_describes_a_named_entity_is_that_entitys():
+    t = _triples(["Draigeix Titruthez has managed Stiaquair International Airport since 2007. Its main terminal was designed by "
+                  "Wougross Dibrerkine, and the airport serves about 21 million passengers a year.",
+                  "The Quudrond Library was founded in 1924. Its chief librarian is Quougrum Cuborkson, and the library is visited by some 31,529 readers each month."])
+    assert ("Stiaquair International Airport", "serves about", "21") in t
+    assert ("Quudrond Library", "is visited by some", "31,529") in t and ("Quudrond Library", "'s chief librarian is", "Quougrum Cuborkson") in t
+    assert not any(r.startswith("'s serves") or s == "Quougrum Cuborkson" for s, r, _ in t)
+    # never: a description that names no entity of the text ("the crew")
+    t = _triples(["The Giabo Heron left Wevissport in 1871, and the crew reached Cotroxia in 1872."])
+    assert not any(a in ("Cotroxia", "1872") for _, _, a in t)
+
+
+def test_a_role_held_through_its_is_the_entitys():
+    t = _triples(["The Wizil Gazette is a daily newspaper. Cimex Voubroun has served as its editor since 1995.",
+                  "Graice Airport lies near Tejithby. Feibo Hiaborkley became its director in 2011.",
+                  "The Kell Works opened in 1950. Ada Lind was its chief engineer."])
+    assert ("Wizil Gazette", "'s editor is", "Cimex Voubroun") in t and ("Cimex Voubroun", "has served as Wizil Gazette's editor since", "1995") in t
+    assert ("Feibo Hiaborkley", "became the director of", "Graice Airport") in t   # who became it may no longer be
+    assert ("Kell Works", "'s chief engineer was", "Ada Lind") in t
+    assert not any(r == "'s director is" for _, r, _ in t)
+    assert ("Vask", "'s first settler was", "Ada Lind") in _triples(["Vask is a town in Harl. Ada Lind was its first settler."])
+    # never: "its" and a noun that names no person's role
+    t = _triples(["Vask is a town in Harl. Kell Mill is its oldest building.", "Harl is a town in Kell. Ada Lind was its first."])
+    assert not any(a in ("Kell Mill", "Ada Lind") and s in ("Vask", "Harl") for s, _, a in t)
+
+
+def test_a_role_held_through_its_in_a_clause_of_its_own():
+    t = _triples(["The Driatur Brewery is owned by Dreiniax Keiselez, and Stojia Ligrourez has served as its head brewer since 2015."])
+    assert ("Driatur Brewery", "'s head brewer is", "Stojia Ligrourez") in t and ("Driatur Brewery", "is owned by", "Dreiniax Keiselez") in t
+    assert not any(a in ("Stojia Ligrourez", "2015") and s == "Dreiniax Keiselez" for s, _, a in t)
+    # never: a clause whose role is no person's
+    t = _triples(["The Kell Mill was sold to Ada Lind, and Vask Hall is its oldest building."])
+    assert not any(a == "Vask Hall" for _, _, a in t)
