@@ -51,9 +51,10 @@ from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
+_IS_A = (" is a ", " was a ", " is an ", " was an ")
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
@@ -150,6 +151,22 @@ def _names_outside_dates(text: str, lowercase_words: set[str], values: list[_Spa
 _SCALE_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]*(?: [a-z°]+)? on the $")
 # a number and its unit word right before a name: the name is the unit's scale ("346 degrees Celsius")
 _UNIT_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]* (?!(?:" + "|".join(sorted(_NOT_UNITS | _NOUN_STOP | AUXILIARIES)) + r") )[a-z]+ $")
+
+
+def _note_names(sentence: str, propers: Sequence[_Span], subj_end: int, subject: str, mentions: list[tuple[str, str]],
+                types: dict[str, set[str]], articled: set[str]) -> None:
+    """The names of a sentence after its subject (`subject`, "" where it has none), for the
+    descriptions of later sentences: how each is introduced (`_object_role`), the noun it is typed
+    with, and whether "the" comes before it."""
+    for p in propers:
+        name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
+        if p.text.startswith("The ") or sentence[: p.start].endswith(("the ", "The ")):
+            articled.add(name)
+        if p.start >= subj_end and (not subject or p.text not in subject and subject not in p.text):
+            how, noun = _object_role(sentence, p)
+            mentions.append((name, how))
+            if noun:
+                types[name].add(noun)
 
 
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
@@ -275,7 +292,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 else:                                  # only a description the text typed, or a name's own head word
                     subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
-            if subject is None:
+            if subject is None:                    # "Sailors on the X steer by the Y, a 43-metre tower ...": Y's apposition only
+                _note_names(sentence, propers, 0, "", mentions, types, articled)
+                found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
             if main is None:
                 main = subject
@@ -315,15 +334,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         if of_head and subject == propers[0].text and not subj_form:
             types[subject].add(of_head.group("noun").lower())   # "The village of Wrenby lies ..."
         mentions.append((subject, "subject"))
-        for p in propers:
-            name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
-            if p.text.startswith("The ") or sentence[: p.start].endswith(("the ", "The ")):
-                articled.add(name)
-            if p.start >= subj_end and p.text not in subject and subject not in p.text:
-                how, noun = _object_role(sentence, p)
-                mentions.append((name, how))
-                if noun:
-                    types[name].add(noun)
+        _note_names(sentence, propers, subj_end, subject, mentions, types, articled)
         said = name_parenthesis(sentence, subj_end, values) if lead not in _PRONOUNS else None
         if said:                                   # "Ada Lind (born 1961) has led ...", "X (1,930 m)": the name's own
             subj_end = said[0]
@@ -362,6 +373,12 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 found.append(_Found(-1, owner, joined[0], a.text, a.kind, n))
             if clause_subject(sentence, a):
                 break                                  # "was sold in 1901 and Ivo Brask bought ...": a clause with a subject of its own
+            unit = hyphen_measure(sentence, a)
+            if unit is not None:                       # "the X, a 43-metre tower", "is a 12-kilometre canal": a length
+                named = measured_name(sentence, earlier, a) or (subject if sentence[subj_end : a.start] in _IS_A else None)
+                if unit and named and named not in a.text:
+                    found.append(_Found(-1, named, unit, a.text, a.kind, n))
+                continue
             first = listed_first(sentence, earlier, a)
             twin = next((f for f in reversed(found[here:]) if f.answer == first.text), None) if first else None
             if twin is not None:                       # "was signed by A and B" → "was signed by A and": A's relation, A named

@@ -401,3 +401,27 @@ def test_a_role_held_through_its_in_a_clause_of_its_own():
     # never: a clause whose role is no person's
     t = _triples(["The Kell Mill was sold to Ada Lind, and Vask Hall is its oldest building."])
     assert not any(a == "Vask Hall" for _, _, a in t)
+
+
+def test_a_plural_common_noun_opening_a_sentence_is_no_name():
+    t = _triples(["Sailors on the Griabrain Sea steer by the Tridro Lighthouse.",
+                  "Commuters cross the River Vask on the Kell Bridge.",
+                  "Engineers at Bebrir Contractors restored the Vask Canal in 1990."])
+    assert not any(s.startswith(("Sailors", "Commuters", "Engineers")) for s, _, _ in t)
+    # never: a name that ends in -s before a verb of its own, or before a preposition and a year
+    t = _triples(["Tiates lies on the Wana Sea.", "Athens in 1896 hosted the Kell Games."])
+    assert ("Tiates", "lies on the", "Wana Sea") in t
+    assert ("Athens", "hosted the", "Kell Games") in t
+
+
+def test_an_apposition_with_a_hyphened_measure_is_its_names_whatever_the_subject():
+    t = _triples(["Sailors on the Griabrain Sea steer by the Tridro Lighthouse, a 43-metre tower built in 1812 at the tip of Cape Hiakoum Ness.",
+                  "Ada Lind designed the Kell Bridge, a 120-metre span built by Vask Ironworks."])
+    assert ("Tridro Lighthouse", "measures", "43") in t
+    assert ("Tridro Lighthouse", "is a tower built in", "1812") in t
+    assert ("Tridro Lighthouse", "is a tower built at the tip of", "Cape Hiakoum Ness") in t
+    assert ("Kell Bridge", "measures", "120") in t and ("Kell Bridge", "is a span built by", "Vask Ironworks") in t
+    # never: the generic subject's items, a count as a length, or the measure inside a relation
+    t = _triples(["Parents in Wodby praise the Kell Academy, a 1,200-pupil school founded in 1901."])
+    assert not any(a == "1,200" for _, _, a in t) and not any(s == "Parents" for s, _, _ in t)
+    assert ("Kell Academy", "is a school founded in", "1901") in t
