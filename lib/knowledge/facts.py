@@ -169,8 +169,10 @@ def _note_names(sentence: str, propers: Sequence[_Span], subj_end: int, subject:
                 types[name].add(noun)
 
 
-def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
-    """Facts of one document, and its main entity (the first named sentence subject)."""
+def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
+                   name_heads: frozenset[str] = frozenset()) -> tuple[list[_Found], str | None]:
+    """Facts of one document, and its main entity (the first named sentence subject); `name_heads`
+    (`shared_heads`) are words that end several names, which no person's name is built on."""
     found: list[_Found] = []
     main: str | None = None
     last: str | None = None
@@ -192,6 +194,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         if not shown:
             persons |= {name for name, _ in mentions if person_like(name, things)}
         return it_referent(last, mentions, persons, things)
+
+    def described_as(name: str, noun: str) -> bool:
+        """Whether "The <noun>" may mean `name`, the last subject `_referent` fell back on: a person
+        (`roles`, the gendered text's main entity, a name like a person's that no noun shows a
+        thing) only where the noun is a role the text gave them or a noun for people (`role_noun`),
+        or the noun they were typed with."""
+        things = {m for m, _ in mentions if thing_like(m, articled, types, lowercase_words | name_heads)}
+        person = name in roles or (gendered and name == main) or person_like(name, things)
+        return not person or role_noun(noun, roles.get(name, set())) or noun in types.get(name, ())
 
     for n, (s, e) in enumerate(split_sentences(text)):
         for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
@@ -255,8 +266,11 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 subject = _referent(noun, mentions, types, last or main, {main} if gendered and main else set())
                 if subject in roles and not role_noun(noun, roles[subject]) and noun not in types[subject]:
                     subject = it_means(subject, True)  # "Ada Lind is its editor. The paper sells ...": no person
-                subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
                 owned = ordinal_thing(words)
+                if not owned and subject == (last or main) and not described_as(subject, noun):
+                    _note_names(sentence, propers, 0, "", mentions, types, articled)
+                    continue                           # "Ada Lind kept the light. The lighthouse ...": not Ada Lind
+                subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
                 if owned:                              # "The first ascent was made by": the entity's first ascent
                     subject, subj_form, subj_end = last or main, "'s " + owned, len(words[0]) + 1 + len(owned)
                 else:
@@ -492,13 +506,14 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         raise ValueError(f"extract_facts: {len(texts)} texts but {len(doc_ids)} ids")
     forms = list(question_forms or QUESTION_FORMS)
     lower = _lowercase_words(texts)
+    heads = shared_heads(texts, lower)
     per_doc: list[list[_Found]] = []
     mains: set[str] = set()
     for i, text in enumerate(texts):
         if looks_like_code_document(text):
             per_doc.append([])
             continue
-        found, main = document_facts(text, lower)
+        found, main = document_facts(text, lower, name_heads=heads)
         for f in found:
             f.doc = i
         per_doc.append(found)
@@ -545,6 +560,21 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         cue = join_cue(f.subject, f.relation)
         out.append(FactItem(fid, str(doc_ids[f.doc]), f.subject, f.relation, f.answer, f.kind, cue, question, distractors))
     return out
+
+
+def shared_heads(texts: Sequence[str], lowercase_words: set[str]) -> frozenset[str]:
+    """The last words, in lower case, that end two or more different names of `texts` ("Gopin
+    Manufacturing", "Hahask Manufacturing": "manufacturing"): a kind of thing a name is built on,
+    as a word the texts write in lower case is ("Kell Airport": "the airport"), never a person's
+    surname unless two persons share it."""
+    firsts: dict[str, set[str]] = defaultdict(set)
+    for text in texts:
+        for s, e in split_sentences(text):
+            for p in _proper_spans(text[s:e], lowercase_words):
+                words = p.text.split()
+                if len(words) > 1:
+                    firsts[words[-1].lower()].add(" ".join(words[:-1]))
+    return frozenset(w for w, names in firsts.items() if len(names) > 1)
 
 
 def join_cue(subject: str, relation: str) -> str:

@@ -425,3 +425,19 @@ def test_an_apposition_with_a_hyphened_measure_is_its_names_whatever_the_subject
     t = _triples(["Parents in Wodby praise the Kell Academy, a 1,200-pupil school founded in 1901."])
     assert not any(a == "1,200" for _, _, a in t) and not any(s == "Parents" for s, _, _ in t)
     assert ("Kell Academy", "is a school founded in", "1901") in t
+
+
+def test_a_description_of_a_thing_never_means_a_person_the_text_gives_no_such_role():
+    t = _triples(["Roubuth Moudeixwick kept the light at Staitiass for many years. The lighthouse, first lit in 1951, "
+                  "guards Cape Stajan Head, and its tower is 43 metres tall.",
+                  "Ivo Brask took command of the RV Kell Star in 2011. The vessel, built at Vask Yards in 1990, is based in Pell."])
+    assert ("Roubuth Moudeixwick", "kept the light at", "Staitiass") in t
+    assert not any(s in ("Roubuth Moudeixwick", "Ivo Brask") and a in ("1951", "Cape Stajan Head", "43", "Vask Yards", "1990", "Pell")
+                   for s, _, a in t)
+    # still: a description of a thing named with the same word, a role the text gave, a name other names are built on
+    t = _triples(["Ada Lind drew the plans for the Kell Bridge. The bridge was opened in 1901.",
+                  "Its editor is Ama Reed. The editor was born in 1950.",
+                  "Gopin Manufacturing was founded by Ola Voss. The company is headquartered in Vaskby.",
+                  "Hahask Manufacturing makes rope."])
+    assert ("Kell Bridge", "was opened in", "1901") in t
+    assert ("Gopin Manufacturing", "is headquartered in", "Vaskby") in t
