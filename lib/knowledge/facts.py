@@ -260,17 +260,28 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             # fits it (`_referent`): one typed with that noun, else the object a verb just took, else
             # the last entity
             words = sentence.split()
-            if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main) \
-                    and not any(p.start < len(words[0]) + len(words[1]) + 2 for p in propers):
+            # "The 12-kilometre canal was dug in": the noun after a hyphened measure, the measure its length
+            measured = len(words) > 3 and re.match(r"^\d[\d,.]*-[a-z]+$", words[1]) and words[2].isalpha() and words[2].islower()
+            if measured:
+                words = [words[0]] + words[2:]
+            head_len = len(words[0]) + 1 + len(words[1].rstrip(",;:")) + (len(sentence.split()[1]) + 1 if measured else 0)
+            if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main or measured) \
+                    and not any(p.start < head_len + 1 for p in propers):
                 noun = re.sub(r"['’]s$", "", words[1].rstrip(",;:"))
-                subject = _referent(noun, mentions, types, last or main, {main} if gendered and main else set())
+                subject = _referent(noun, mentions, types, last or main, {main} if gendered and main else set()) if last or main else \
+                    next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 if subject in roles and not role_noun(noun, roles[subject]) and noun not in types[subject]:
                     subject = it_means(subject, True)  # "Ada Lind is its editor. The paper sells ...": no person
                 owned = ordinal_thing(words)
-                if not owned and subject == (last or main) and not described_as(subject, noun):
+                if subject is None or not owned and subject == (last or main) and not described_as(subject, noun):
                     _note_names(sentence, propers, 0, "", mentions, types, articled)
                     continue                           # "Ada Lind kept the light. The lighthouse ...": not Ada Lind
-                subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
+                subj_end = head_len
+                if measured:
+                    value = next((v for v in values if v.start == len(words[0]) + 1), None)
+                    unit = hyphen_measure(sentence, value) if value else None
+                    if unit:
+                        found.append(_Found(-1, subject, unit, value.text, value.kind, n))
                 if owned:                              # "The first ascent was made by": the entity's first ascent
                     subject, subj_form, subj_end = last or main, "'s " + owned, len(words[0]) + 1 + len(owned)
                 else:

@@ -441,3 +441,13 @@ def test_a_description_of_a_thing_never_means_a_person_the_text_gives_no_such_ro
                   "Hahask Manufacturing makes rope."])
     assert ("Kell Bridge", "was opened in", "1901") in t
     assert ("Gopin Manufacturing", "is headquartered in", "Vaskby") in t
+
+
+def test_a_description_after_a_hyphened_measure_is_the_named_thing_and_measures_it():
+    t = _triples(["Barges on the Kell Canal carry grain. The 12-kilometre canal was dug in 1790.",
+                  "Farmers below the Vask Dam depend on its water. The 95-metre dam holds back the River Sask."])
+    assert ("Kell Canal", "measures", "12") in t and ("Kell Canal", "was dug in", "1790") in t
+    assert ("Vask Dam", "measures", "95") in t and ("Vask Dam", "holds back the", "River Sask") in t
+    # never: a description no name of the text is built on, when no sentence before has a subject
+    t = _triples(["Barges on the Kell Navigation carry grain. The 12-kilometre canal was dug in 1790."])
+    assert not any(a in ("12", "1790") for _, _, a in t)
