@@ -25,6 +25,9 @@ name states, each as (relation, answer) of a known subject.
   in 1792": a name after "which (the)" is the subject of a clause whose object is the name before;
 - "Y has served as its editor since 1995": the entity's editor is Y ("became its director": Y
   became the director of the entity).
+- "Sailors on the Wana Sea steer by the X, a 43-metre tower built in 1812": a sentence whose subject
+  is no name still gives its objects' appositions (`object_appositions`); "a 43-metre tower" is
+  X's length (`hyphen_measure`), "a 1,200-pupil school" no relation.
 
 Trade-off: each is a rule about English word order, not about a domain, so each misses what it
 does not see (a fronted time phrase with no verb phrase after the subject, an age "At 90, ...")
