@@ -51,9 +51,10 @@ from lib.knowledge.relations import (_COPULA, _NOUN_STOP, ORDINALS, PARENTHESIS_
 from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
+_IS_A = (" is a ", " was a ", " is an ", " was an ")
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
@@ -152,8 +153,26 @@ _SCALE_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]*(?: [a-z°]+)? on the $")
 _UNIT_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]* (?!(?:" + "|".join(sorted(_NOT_UNITS | _NOUN_STOP | AUXILIARIES)) + r") )[a-z]+ $")
 
 
-def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12) -> tuple[list[_Found], str | None]:
-    """Facts of one document, and its main entity (the first named sentence subject)."""
+def _note_names(sentence: str, propers: Sequence[_Span], subj_end: int, subject: str, mentions: list[tuple[str, str]],
+                types: dict[str, set[str]], articled: set[str]) -> None:
+    """The names of a sentence after its subject (`subject`, "" where it has none), for the
+    descriptions of later sentences: how each is introduced (`_object_role`), the noun it is typed
+    with, and whether "the" comes before it."""
+    for p in propers:
+        name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
+        if p.text.startswith("The ") or sentence[: p.start].endswith(("the ", "The ")):
+            articled.add(name)
+        if p.start >= subj_end and (not subject or p.text not in subject and subject not in p.text):
+            how, noun = _object_role(sentence, p)
+            mentions.append((name, how))
+            if noun:
+                types[name].add(noun)
+
+
+def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
+                   name_heads: frozenset[str] = frozenset()) -> tuple[list[_Found], str | None]:
+    """Facts of one document, and its main entity (the first named sentence subject); `name_heads`
+    (`shared_heads`) are words that end several names, which no person's name is built on."""
     found: list[_Found] = []
     main: str | None = None
     last: str | None = None
@@ -175,6 +194,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         if not shown:
             persons |= {name for name, _ in mentions if person_like(name, things)}
         return it_referent(last, mentions, persons, things)
+
+    def described_as(name: str, noun: str) -> bool:
+        """Whether "The <noun>" may mean `name`, the last subject `_referent` fell back on: a person
+        (`roles`, the gendered text's main entity, a name like a person's that no noun shows a
+        thing) only where the noun is a role the text gave them or a noun for people (`role_noun`),
+        or the noun they were typed with."""
+        things = {m for m, _ in mentions if thing_like(m, articled, types, lowercase_words | name_heads)}
+        person = name in roles or (gendered and name == main) or person_like(name, things)
+        return not person or role_noun(noun, roles.get(name, set())) or noun in types.get(name, ())
 
     for n, (s, e) in enumerate(split_sentences(text)):
         for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
@@ -232,14 +260,28 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             # fits it (`_referent`): one typed with that noun, else the object a verb just took, else
             # the last entity
             words = sentence.split()
-            if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main) \
-                    and not any(p.start < len(words[0]) + len(words[1]) + 2 for p in propers):
+            # "The 12-kilometre canal was dug in": the noun after a hyphened measure, the measure its length
+            measured = len(words) > 3 and re.match(r"^\d[\d,.]*-[a-z]+$", words[1]) and words[2].isalpha() and words[2].islower()
+            if measured:
+                words = [words[0]] + words[2:]
+            head_len = len(words[0]) + 1 + len(words[1].rstrip(",;:")) + (len(sentence.split()[1]) + 1 if measured else 0)
+            if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main or measured) \
+                    and not any(p.start < head_len + 1 for p in propers):
                 noun = re.sub(r"['’]s$", "", words[1].rstrip(",;:"))
-                subject = _referent(noun, mentions, types, last or main, {main} if gendered and main else set())
+                subject = _referent(noun, mentions, types, last or main, {main} if gendered and main else set()) if last or main else \
+                    next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 if subject in roles and not role_noun(noun, roles[subject]) and noun not in types[subject]:
                     subject = it_means(subject, True)  # "Ada Lind is its editor. The paper sells ...": no person
-                subj_end = len(words[0]) + 1 + len(words[1].rstrip(",;:"))
                 owned = ordinal_thing(words)
+                if subject is None or not owned and subject == (last or main) and not described_as(subject, noun):
+                    _note_names(sentence, propers, 0, "", mentions, types, articled)
+                    continue                           # "Ada Lind kept the light. The lighthouse ...": not Ada Lind
+                subj_end = head_len
+                if measured:
+                    value = next((v for v in values if v.start == len(words[0]) + 1), None)
+                    unit = hyphen_measure(sentence, value) if value else None
+                    if unit:
+                        found.append(_Found(-1, subject, unit, value.text, value.kind, n))
                 if owned:                              # "The first ascent was made by": the entity's first ascent
                     subject, subj_form, subj_end = last or main, "'s " + owned, len(words[0]) + 1 + len(owned)
                 else:
@@ -275,7 +317,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 else:                                  # only a description the text typed, or a name's own head word
                     subject = next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
-            if subject is None:
+            if subject is None:                    # "Sailors on the X steer by the Y, a 43-metre tower ...": Y's apposition only
+                _note_names(sentence, propers, 0, "", mentions, types, articled)
+                found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
             if main is None:
                 main = subject
@@ -315,15 +359,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         if of_head and subject == propers[0].text and not subj_form:
             types[subject].add(of_head.group("noun").lower())   # "The village of Wrenby lies ..."
         mentions.append((subject, "subject"))
-        for p in propers:
-            name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
-            if p.text.startswith("The ") or sentence[: p.start].endswith(("the ", "The ")):
-                articled.add(name)
-            if p.start >= subj_end and p.text not in subject and subject not in p.text:
-                how, noun = _object_role(sentence, p)
-                mentions.append((name, how))
-                if noun:
-                    types[name].add(noun)
+        _note_names(sentence, propers, subj_end, subject, mentions, types, articled)
         said = name_parenthesis(sentence, subj_end, values) if lead not in _PRONOUNS else None
         if said:                                   # "Ada Lind (born 1961) has led ...", "X (1,930 m)": the name's own
             subj_end = said[0]
@@ -362,6 +398,12 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 found.append(_Found(-1, owner, joined[0], a.text, a.kind, n))
             if clause_subject(sentence, a):
                 break                                  # "was sold in 1901 and Ivo Brask bought ...": a clause with a subject of its own
+            unit = hyphen_measure(sentence, a)
+            if unit is not None:                       # "the X, a 43-metre tower", "is a 12-kilometre canal": a length
+                named = measured_name(sentence, earlier, a) or (subject if sentence[subj_end : a.start] in _IS_A else None)
+                if unit and named and named not in a.text:
+                    found.append(_Found(-1, named, unit, a.text, a.kind, n))
+                continue
             first = listed_first(sentence, earlier, a)
             twin = next((f for f in reversed(found[here:]) if f.answer == first.text), None) if first else None
             if twin is not None:                       # "was signed by A and B" → "was signed by A and": A's relation, A named
@@ -475,13 +517,14 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         raise ValueError(f"extract_facts: {len(texts)} texts but {len(doc_ids)} ids")
     forms = list(question_forms or QUESTION_FORMS)
     lower = _lowercase_words(texts)
+    heads = shared_heads(texts, lower)
     per_doc: list[list[_Found]] = []
     mains: set[str] = set()
     for i, text in enumerate(texts):
         if looks_like_code_document(text):
             per_doc.append([])
             continue
-        found, main = document_facts(text, lower)
+        found, main = document_facts(text, lower, name_heads=heads)
         for f in found:
             f.doc = i
         per_doc.append(found)
@@ -528,6 +571,21 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         cue = join_cue(f.subject, f.relation)
         out.append(FactItem(fid, str(doc_ids[f.doc]), f.subject, f.relation, f.answer, f.kind, cue, question, distractors))
     return out
+
+
+def shared_heads(texts: Sequence[str], lowercase_words: set[str]) -> frozenset[str]:
+    """The last words, in lower case, that end two or more different names of `texts` ("Gopin
+    Manufacturing", "Hahask Manufacturing": "manufacturing"): a kind of thing a name is built on,
+    as a word the texts write in lower case is ("Kell Airport": "the airport"), never a person's
+    surname unless two persons share it."""
+    firsts: dict[str, set[str]] = defaultdict(set)
+    for text in texts:
+        for s, e in split_sentences(text):
+            for p in _proper_spans(text[s:e], lowercase_words):
+                words = p.text.split()
+                if len(words) > 1:
+                    firsts[words[-1].lower()].add(" ".join(words[:-1]))
+    return frozenset(w for w, names in firsts.items() if len(names) > 1)
 
 
 def join_cue(subject: str, relation: str) -> str:

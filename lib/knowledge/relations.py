@@ -266,10 +266,10 @@ _PERSON_NOUNS = {"man", "woman", "boy", "girl", "child", "king", "queen", "princ
 
 
 def person_like(name: str, things: set[str]) -> bool:
-    """Whether a name may be a person's ("Ada Lind"): two or three capitalised words of letters,
-    none of the `things` (`thing_like`)."""
+    """Whether a name may be a person's ("Ada Lind"): two or three capitalised words of letters, no
+    acronym among them ("Fawouss RFC"), none of the `things` (`thing_like`)."""
     words = name.split()
-    return name not in things and 2 <= len(words) <= 3 and all(w[:1].isupper() and w.isalpha() for w in words)
+    return name not in things and 2 <= len(words) <= 3 and all(w[:1].isupper() and w.isalpha() and not w.isupper() for w in words)
 
 
 def thing_like(name: str, articled: set[str], types: dict[str, set[str]], lowercase_words: set[str]) -> bool:

@@ -25,6 +25,9 @@ name states, each as (relation, answer) of a known subject.
   in 1792": a name after "which (the)" is the subject of a clause whose object is the name before;
 - "Y has served as its editor since 1995": the entity's editor is Y ("became its director": Y
   became the director of the entity).
+- "Sailors on the Wana Sea steer by the X, a 43-metre tower built in 1812": a sentence whose subject
+  is no name still gives its objects' appositions (`object_appositions`); "a 43-metre tower" is
+  X's length (`hyphen_measure`), "a 1,200-pupil school" no relation.
 
 Trade-off: each is a rule about English word order, not about a domain, so each misses what it
 does not see (a fronted time phrase with no verb phrase after the subject, an age "At 90, ...")
@@ -209,13 +212,55 @@ def object_relative(sentence: str, names: Sequence[tuple[int, str]], answer: _Sp
 def apposed_object(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tuple[str, str] | None:
     """(object, relation) when `answer` stands in an apposition that describes an earlier name:
     "holds Evening in Kowous, a portrait painted by Ada Lind" → ("Evening in Kowous", "is a portrait
-    painted by")."""
+    painted by"); a measure joined to its noun is left out of the relation ("the X, a 43-metre tower
+    built in" → "is a tower built in") and is a fact of its own (`hyphen_measure`)."""
     for k in range(len(earlier) - 1, -1, -1):
         e = earlier[k]
-        m = re.match(r"^, (?P<relation>(?:a|an) [a-z][^,]*)$", sentence[e.end : answer.start])
+        m = re.match(r"^, (?P<relation>(?:a|an) (?:[a-z]|\d[\d,.]*-[a-z])[^,]*)$", sentence[e.end : answer.start])
         if m and e.kind == "proper":
-            return e.text, without_answers("is " + " ".join(m.group("relation").split()), [x.text for x in earlier[k + 1 :]])
+            relation = re.sub(r"^a (?=[aeiou])", "an ", _HYPHENED.sub("", " ".join(m.group("relation").split())))
+            return e.text, without_answers("is " + relation, [x.text for x in earlier[k + 1 :]])
     return None
+
+
+_HYPHENED = re.compile(r"(?<![\w.,])\d[\d,.]*-[a-z]+ ")
+_HYPHEN_UNIT = re.compile(r"^-(?P<unit>[a-z]+)\b")
+
+
+def hyphen_measure(sentence: str, answer: _Span) -> str | None:
+    """What a number joined to its unit by a hyphen states of the thing its noun phrase names: "a
+    43-metre tower" → "measures" (a length, as in "At 43 metres, ..."), "a 9-tonne bell" → "weighs";
+    "" for another unit ("a 1,200-pupil school", "a 12th-century priory": no relation the words
+    state); None where no hyphen follows the number."""
+    m = _HYPHEN_UNIT.match(sentence[answer.end :]) if answer.kind in ("number", "year") else None
+    if not m:
+        return None
+    return next((v for v, units in _UNITS.items() if m.group("unit") in units), "")
+
+
+def measured_name(sentence: str, earlier: Sequence[_Span], answer: _Span) -> str | None:
+    """The name a hyphened measure (`hyphen_measure`) opens the apposition of: "the X, a 43-metre
+    tower" → X; None elsewhere."""
+    for e in reversed(earlier):
+        if e.kind == "proper" and sentence[e.end : answer.start] in (", a ", ", an "):
+            return e.text
+    return None
+
+
+def object_appositions(sentence: str, spans: Sequence[_Span]) -> list[tuple[str, str, _Span]]:
+    """(name, relation, answer) of the appositions of a sentence whose subject is no name
+    ("Sailors on the Wana Sea steer by the X, a 43-metre tower built in 1812 at the tip of Y"): the
+    apposition describes its name whatever the subject is: (X, measures, 43), (X, is a tower built
+    in, 1812), (X, is a tower built at the tip of, Y); nothing else of the sentence is a name's."""
+    spans = sorted(spans, key=lambda x: x.start)
+    out = []
+    for k, a in enumerate(spans):
+        unit = hyphen_measure(sentence, a)
+        named = measured_name(sentence, spans[:k], a) if unit else None
+        got = (named, unit) if named else apposed_object(sentence, spans[:k], a) if unit is None else None
+        if got and len(got[1].split()) <= 12 and got[1][-1:] not in ",;:(" and a.text not in got[0] and got[0] not in a.text:
+            out.append((got[0], got[1], a))
+    return out
 
 
 def without_appositions(raw: str) -> str:

@@ -121,7 +121,8 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
         # written in lower case
         while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
                                                 or len(r) == 1 and _fronting_word(r[0][2]) or len(r) == 1 and _gerund(sentence, r[0])
-                                                or len(r) == 1 and _common_opener(sentence, r[0])):
+                                                or len(r) == 1 and _common_opener(sentence, r[0])
+                                                or len(r) == 1 and _plural_opener(sentence, r[0])):
             r = r[1:]
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
@@ -227,6 +228,31 @@ def _common_opener(sentence: str, word: tuple[int, int, str]) -> bool:
         return True
     return bool(re.match(r" \d+(?:\.\d+)* of ", rest)) or bool(re.match(r" (?P<w>[a-z]+) by ", rest)) \
         and (re.match(r" (?P<w>[a-z]+)", rest).group("w") in _PARTICIPLES or re.match(r" [a-z]{3,}ed ", rest) is not None)
+
+
+# prepositions after a plural common noun that opens a generic sentence ("Sailors on the X", "Visitors to X")
+_PLACE_PREPOSITIONS = {"in", "on", "at", "to", "from", "of", "aboard", "below", "above", "near", "along", "across", "around",
+                       "inside", "outside", "beyond", "behind", "beside", "under", "over", "throughout", "within", "across"}
+
+
+def _plural_opener(sentence: str, word: tuple[int, int, str]) -> bool:
+    """ "Sailors on the X steer by ...", "Visitors to X often stop ...", "Pilgrims reach the X ...": a
+    lone capitalised word in the plural (-s, -men) before a preposition and a word (not a number:
+    "Athens in 1896 hosted" keeps its name), or before a lower-case word that is no verb of a
+    singular subject and then an article or a name ("Commuters cross the X": a plural verb), is a
+    common noun, the subject of a generic sentence, not a name ("Athens lies", "Athens was", "Jones
+    said" keep theirs)."""
+    w = word[2]
+    if not (w.endswith("men") or w.endswith("s") and not w.endswith(("ss", "us", "is"))) or not w.isalpha():
+        return False
+    nxt = re.match(r" (?P<w>[a-z]+) (?P<after>\S+)", sentence[word[1] :])
+    if not nxt:
+        return False
+    v, after = nxt.group("w"), nxt.group("after")
+    if v in _PLACE_PREPOSITIONS:
+        return not after[:1].isdigit()
+    verb_like = v in AUXILIARIES or v in ADVERBS or base_verb(v) is not None or v in _PARTICIPLES
+    return not verb_like and (after in ("the", "a", "an") or after[:1].isupper())
 
 
 def _fronting_word(word: str) -> bool:

@@ -401,3 +401,53 @@ def test_a_role_held_through_its_in_a_clause_of_its_own():
     # never: a clause whose role is no person's
     t = _triples(["The Kell Mill was sold to Ada Lind, and Vask Hall is its oldest building."])
     assert not any(a == "Vask Hall" for _, _, a in t)
+
+
+def test_a_plural_common_noun_opening_a_sentence_is_no_name():
+    t = _triples(["Sailors on the Griabrain Sea steer by the Tridro Lighthouse.",
+                  "Commuters cross the River Vask on the Kell Bridge.",
+                  "Engineers at Bebrir Contractors restored the Vask Canal in 1990."])
+    assert not any(s.startswith(("Sailors", "Commuters", "Engineers")) for s, _, _ in t)
+    # never: a name that ends in -s before a verb of its own, or before a preposition and a year
+    t = _triples(["Tiates lies on the Wana Sea.", "Athens in 1896 hosted the Kell Games."])
+    assert ("Tiates", "lies on the", "Wana Sea") in t
+    assert ("Athens", "hosted the", "Kell Games") in t
+
+
+def test_an_apposition_with_a_hyphened_measure_is_its_names_whatever_the_subject():
+    t = _triples(["Sailors on the Griabrain Sea steer by the Tridro Lighthouse, a 43-metre tower built in 1812 at the tip of Cape Hiakoum Ness.",
+                  "Ada Lind designed the Kell Bridge, a 120-metre span built by Vask Ironworks."])
+    assert ("Tridro Lighthouse", "measures", "43") in t
+    assert ("Tridro Lighthouse", "is a tower built in", "1812") in t
+    assert ("Tridro Lighthouse", "is a tower built at the tip of", "Cape Hiakoum Ness") in t
+    assert ("Kell Bridge", "measures", "120") in t and ("Kell Bridge", "is a span built by", "Vask Ironworks") in t
+    # never: the generic subject's items, a count as a length, or the measure inside a relation
+    t = _triples(["Parents in Wodby praise the Kell Academy, a 1,200-pupil school founded in 1901."])
+    assert not any(a == "1,200" for _, _, a in t) and not any(s == "Parents" for s, _, _ in t)
+    assert ("Kell Academy", "is a school founded in", "1901") in t
+
+
+def test_a_description_of_a_thing_never_means_a_person_the_text_gives_no_such_role():
+    t = _triples(["Roubuth Moudeixwick kept the light at Staitiass for many years. The lighthouse, first lit in 1951, "
+                  "guards Cape Stajan Head, and its tower is 43 metres tall.",
+                  "Ivo Brask took command of the RV Kell Star in 2011. The vessel, built at Vask Yards in 1990, is based in Pell."])
+    assert ("Roubuth Moudeixwick", "kept the light at", "Staitiass") in t
+    assert not any(s in ("Roubuth Moudeixwick", "Ivo Brask") and a in ("1951", "Cape Stajan Head", "43", "Vask Yards", "1990", "Pell")
+                   for s, _, a in t)
+    # still: a description of a thing named with the same word, a role the text gave, a name other names are built on
+    t = _triples(["Ada Lind drew the plans for the Kell Bridge. The bridge was opened in 1901.",
+                  "Its editor is Ama Reed. The editor was born in 1950.",
+                  "Gopin Manufacturing was founded by Ola Voss. The company is headquartered in Vaskby.",
+                  "Hahask Manufacturing makes rope."])
+    assert ("Kell Bridge", "was opened in", "1901") in t
+    assert ("Gopin Manufacturing", "is headquartered in", "Vaskby") in t
+
+
+def test_a_description_after_a_hyphened_measure_is_the_named_thing_and_measures_it():
+    t = _triples(["Barges on the Kell Canal carry grain. The 12-kilometre canal was dug in 1790.",
+                  "Farmers below the Vask Dam depend on its water. The 95-metre dam holds back the River Sask."])
+    assert ("Kell Canal", "measures", "12") in t and ("Kell Canal", "was dug in", "1790") in t
+    assert ("Vask Dam", "measures", "95") in t and ("Vask Dam", "holds back the", "River Sask") in t
+    # never: a description no name of the text is built on, when no sentence before has a subject
+    t = _triples(["Barges on the Kell Navigation carry grain. The 12-kilometre canal was dug in 1790."])
+    assert not any(a in ("12", "1790") for _, _, a in t)
