@@ -21,6 +21,7 @@ question word ("what year", "what date", "how many", "whom", "what").
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -140,14 +141,50 @@ def question_relation(relation: str) -> str:
     return " ".join(words)
 
 
+# agent nouns in -er that name people: -er alone also ends "tower", "river", "paper", "water"
+_ER_PEOPLE = {"keeper", "founder", "owner", "manager", "leader", "designer", "builder", "producer", "writer", "singer",
+              "player", "teacher", "member", "partner", "farmer", "brewer", "engineer", "officer", "minister", "publisher",
+              "commander", "skipper", "ranger", "preacher", "painter", "photographer", "trainer", "caretaker"}
+
+
+def person_role(noun: str) -> bool:
+    """Whether a role noun names a person: relations.role_noun's nouns (captain, poet, an agent
+    noun in -or, -ist, -ian ...) or an -er noun of `_ER_PEOPLE`."""
+    from lib.knowledge.relations import role_noun  # relations builds on this module
+
+    return noun in _ER_PEOPLE or role_noun(noun, set())
+
+
+# "'s captain is", "'s last keeper was": a role of the subject named by a copula, lower-case words only
+_POSSESSIVE_ROLE = re.compile(r"[’']s ((?:[a-z][a-z-]* ){0,3}[a-z][a-z-]*) (is|was|are|were)")
+
+
+def possessive_question(subject: str, relation: str, kind: str, *, strand: bool) -> str | None:
+    """A role of the subject asked the way people ask for it: "'s captain is" → "Who is the captain
+    of X?" (strand=False) or "Who is X's captain?" (strand=True). "Who" for a name (an answer that
+    is some document's own entity) or a role people hold (`person_role`: captain, keeper,
+    governor), "what" for the rest (a town, a port, a tributary); a number or a year in a role
+    ("'s tower is 43") has no such question: None."""
+    m = _POSSESSIVE_ROLE.fullmatch(relation)
+    if not m or kind not in ("name", "proper"):
+        return None
+    role, copula = m.groups()
+    wh = "Who" if kind == "name" or person_role(role.split()[-1]) else "What"
+    return f"{wh} {copula} {subject}'s {role}?" if strand else f"{wh} {copula} the {role} of {subject}?"
+
+
 def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -> str | None:
     """The relation turned into a wh-question, the way people ask: "was born in" → "In what year
     was X born?" (strand=False) or "What year was X born in?" (strand=True); "worked for" → "For
-    whom did X work?". Generic: an auxiliary or a do-support verb, a trailing preposition, leading
-    adverbs; None when the relation is not of that shape (a possessive, no verb)."""
+    whom did X work?"; a possessive role, "'s captain is" → "Who is the captain of X?"
+    (possessive_question). Generic: an auxiliary or a do-support verb, a trailing preposition,
+    leading adverbs; None when the relation is not of that shape (no verb, a possessive with more
+    after it)."""
     words = relation.split()
-    if not words or relation.startswith(("'s", "’s")):
+    if not words:
         return None
+    if relation.startswith(("'s", "’s")):
+        return possessive_question(subject, relation, kind, strand=strand)
     adverbs = []
     while words and words[0].lower() in ADVERBS:
         adverbs.append(words.pop(0))

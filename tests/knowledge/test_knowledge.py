@@ -468,8 +468,18 @@ def test_questions_are_inverted_the_way_people_ask_for_any_relation_of_that_shap
     assert inverted_question("The Vela", "carries a crew of", "number", strand=False) == "Of what number does The Vela carry a crew?"
     assert inverted_question("Ann Oru", "studied", "proper", strand=False) == "What did Ann Oru study?"
     assert inverted_question("Ann Oru", "retired in", "year", strand=False) == "In what year did Ann Oru retire?"
-    # not of that shape: a possessive, no verb; the form then asks with its fallback, still a question
+    # a possessive role: "the N of X" or "X's N", who for a name (an entity of the night), what otherwise
+    assert inverted_question("The Vela", "'s captain is", "name", strand=False) == "Who is the captain of The Vela?"
+    assert inverted_question("Vofeth Lighthouse", "'s last keeper was", "name", strand=True) == "Who was Vofeth Lighthouse's last keeper?"
+    assert inverted_question("Kell", "'s chief town is", "proper", strand=False) == "What is the chief town of Kell?"
+    assert inverted_question("The Vela", "'s captain is", "proper", strand=True) == "Who is The Vela's captain?"
+    assert inverted_question("Kell", "'s current governor is", "proper", strand=False) == "Who is the current governor of Kell?"
+    assert inverted_question("Kell", "'s river is", "proper", strand=False) == "What is the river of Kell?"
+    # not of that shape: a possessive with more after its copula, a role that is a number, no verb;
+    # the form then asks with its fallback, still a question
     assert inverted_question("Ann Oru", "'s sister lives in", "proper", strand=False) is None
+    assert inverted_question("Kell", "'s tower is", "number", strand=False) is None
+    assert inverted_question("Kell", "'s home is the Gaibeind Auditorium, where most of its", "proper", strand=False) is None
     assert inverted_question("Ann Oru", "near", "proper", strand=False) is None
     front = next(f for f in QUESTION_FORMS if f.name == "front")
     assert front.render("Ann Oru", "'s sister lives in", "proper") == "Question: Tell me, Ann Oru's sister lives in what?\nAnswer:"
