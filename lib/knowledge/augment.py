@@ -137,7 +137,7 @@ def augment_documents(ids: Sequence[str], texts: Sequence[str], facts: Sequence[
     for doc_id, text in zip(ids, texts):
         if doc_id not in by_doc:
             continue  # no fact to make retrievable: the document trains as captured
-        _, entity = document_facts(text, lower)
+        _, entity, _ = document_facts(text, lower)
         for a in augment_document(doc_id, text, by_doc.get(doc_id, []), entity=entity, forms_per_document=forms_per_document,
                                   kinds=kinds, heldout_share=heldout_share, forms=forms, seed=seed):
             if a.id not in seen:

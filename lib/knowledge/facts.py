@@ -170,8 +170,10 @@ def _note_names(sentence: str, propers: Sequence[_Span], subj_end: int, subject:
 
 
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
-                   name_heads: frozenset[str] = frozenset()) -> tuple[list[_Found], str | None]:
-    """Facts of one document, and its main entity (the first named sentence subject); `name_heads`
+                   name_heads: frozenset[str] = frozenset()) -> tuple[list[_Found], str | None, bool]:
+    """Facts of one document, its main entity (the first named sentence subject), and whether that
+    may be a person (not where the text shows a thing, `thing_like`: "the Varo Ensemble", "X is a
+    brewery"; an answer naming it is then asked with "what", not "whom"); `name_heads`
     (`shared_heads`) are words that end several names, which no person's name is built on."""
     found: list[_Found] = []
     main: str | None = None
@@ -501,7 +503,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             relation = _resolve((form + " " + relation).strip(), main, thing)
             if owner not in a.text and a.text not in owner:
                 found.append(_Found(-1, owner, relation, a.text, a.kind, n))
-    return found, main
+    if main and thing_like(main, articled, types, lowercase_words | name_heads):
+        return found, main, False
+    return found, main, bool(main)
 
 
 def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequence[FactItem] = (),
@@ -524,11 +528,11 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         if looks_like_code_document(text):
             per_doc.append([])
             continue
-        found, main = document_facts(text, lower, name_heads=heads)
+        found, main, person = document_facts(text, lower, name_heads=heads)
         for f in found:
             f.doc = i
         per_doc.append(found)
-        if main:
+        if person:
             mains.add(main)
     doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
     everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}

@@ -451,3 +451,14 @@ def test_a_description_after_a_hyphened_measure_is_the_named_thing_and_measures_
     # never: a description no name of the text is built on, when no sentence before has a subject
     t = _triples(["Barges on the Kell Navigation carry grain. The 12-kilometre canal was dug in 1790."])
     assert not any(a in ("12", "1790") for _, _, a in t)
+
+
+def test_an_answer_naming_a_nights_entity_is_asked_with_whom_only_where_the_entity_may_be_a_person():
+    texts = ["The Varo Ensemble was founded in 1901 in Kell. Ada Lind became its conductor in 1990.",
+             "The Osk Quartet was founded in 1950 in Mirr. Bo Tam became its conductor in 2001.",
+             "Mara Quillon was born in Oslo in 1950. She married Tor Vik in 1975.",
+             "Tor Vik was born in Bergen in 1948. He later married Mara Quillon."]
+    items = {(it.subject, it.relation, it.answer): it.kind for it in extract_facts(texts, ["a", "b", "c", "d"])}
+    # "the Varo Ensemble": a thing; the night's people stay names, asked with "whom"
+    assert items[("Ada Lind", "became the conductor of", "Varo Ensemble")] == "proper"
+    assert items[("Mara Quillon", "married", "Tor Vik")] == items[("Tor Vik", "later married", "Mara Quillon")] == "name"
