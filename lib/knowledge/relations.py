@@ -44,21 +44,20 @@ _PREPOSITIONS = ("in", "on", "at", "by", "of", "from", "for", "to", "with", "und
 def without_answers(relation: str, answers: Sequence[str]) -> str:
     """The relation without the earlier answers its sentence states inside it, each with the
     preposition before it: "was launched in 1979 from the yard of" → "was launched from the yard
-    of"; "worked for Brill Tanneries in Harrow until" → "worked until". Kept where the removal would
-    leave the relation ending in the preposition it took away ("was born in Oslo in" stays: "was
-    born in" is the relation of Oslo itself, and two answers of one subject must not share it). An
+    of"; "worked for Brill Tanneries in Harrow until" → "worked until"; "in Kell was laid out in" →
+    "was laid out in". Kept where the removal would leave the answer's own relation ("was born in
+    Oslo in" stays: "was born in" is the relation of Oslo itself, and two answers of one subject
+    must not share it). An
     article between the preposition and the answer goes with them ("rises in the Oska Hills and").
     An answer that names the noun after it stays ("lies in the Zigriark district of"); a verb or a
     preposition after it is no noun ("The X in Y was opened by", "was fought on 8 May 1552 between")."""
-    words = relation.split()
-    last = words[-1] if words else ""
     for answer in answers:
         m = re.search(r"(?:^|\s)(?P<prep>" + "|".join(_PREPOSITIONS) + r")\s+(?:the\s+|a\s+|an\s+)?" + re.escape(answer) + r"(?=[\s,;]|$)", relation)
         noun = re.match(r" ([a-z]+)", relation[m.end() :]) if m else None
         if noun and noun.group(1) not in _NOUN_STOP and noun.group(1) not in ("while", "until", "because", "once") \
                 and noun.group(1) not in AUXILIARIES and base_verb(noun.group(1)) is None:
             continue                        # "lies in the Zigriark district of": the answer names the noun after it
-        if m and m.group("prep") != last:
+        if m and (relation[: m.start()] + " " + m.group("prep")).split() != (relation[: m.start()] + " " + relation[m.end() :]).split():
             relation = relation[: m.start()] + " " + relation[m.end():]
     return re.sub(r"\s+,", ",", " ".join(relation.split()))
 

@@ -27,7 +27,11 @@ _GENDERED = {"he", "she", "his", "her", "him", "hers", "himself", "herself"}
 _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "when", "while", "this", "that", "these",
              "those", "there", "here", "as", "by", "for", "from", "with", "without", "since", "until", "then", "but",
              "and", "or", "if", "although", "because", "later", "today", "yesterday", "born", "question", "answer", "q", "a",
-             "we", "i", "you", "our", "my", "your", "every", "each", "both", "some", "many", "most", "one", "two", "three"}
+             "we", "i", "you", "our", "my", "your", "every", "each", "both", "some", "many", "most", "one", "two", "three",
+             # the other prepositions: "Under its curator, X, the collection has grown" has no name "Under"
+             "under", "over", "across", "through", "near", "behind", "beside", "beyond", "among", "between", "along",
+             "around", "against", "towards", "toward", "within", "upon", "into", "onto", "despite", "unlike", "via",
+             "according", "throughout", "beneath", "above", "below", "inside", "outside"}
 _PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", "run", "sold", "taken", "given", "written",
                 "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught", "bound"}
 _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.$")

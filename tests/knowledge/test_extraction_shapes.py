@@ -462,3 +462,15 @@ def test_an_answer_naming_a_nights_entity_is_asked_with_whom_only_where_the_enti
     # "the Varo Ensemble": a thing; the night's people stay names, asked with "whom"
     assert items[("Ada Lind", "became the conductor of", "Varo Ensemble")] == "proper"
     assert items[("Mara Quillon", "married", "Tor Vik")] == items[("Tor Vik", "later married", "Mara Quillon")] == "name"
+
+
+def test_a_fronted_preposition_is_no_name_and_a_place_after_the_subject_leaves_the_next_relation():
+    texts = ["Visitors to Kellham often stop at the Osk Garden, which opened in 1901. Under its curator, Ada Lind, the "
+             "collection has grown to some 4000 species.",
+             "The Varo Garden in Mirrburgh was laid out in 1850. It grows about 2391 species of plants.",
+             "Tor Vik was born in Oslo in 1950. He worked for Brill Tanneries in Harrow until 1990."]
+    items = {(it.subject, it.relation, it.answer) for it in extract_facts(texts, ["a", "b", "c"])}
+    assert not any(s == "Under" for s, _, _ in items)                      # "Under its curator, ...": no subject "Under"
+    assert ("Varo Garden", "is in", "Mirrburgh") in items
+    assert ("Varo Garden", "was laid out in", "1850") in items           # not "in Mirrburgh was laid out in"
+    assert ("Tor Vik", "was born in Oslo in", "1950") in items           # "was born in" is Oslo's own relation
