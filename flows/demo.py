@@ -4,11 +4,9 @@ evaluation before/after, the gate's decision, the lineage, and a PNG of it all.
 - `DEMO_SETTINGS` trims the tiny preset so the whole story, installation included, fits in about
   ten minutes on 2 CPU cores: v0 pre-trains 300 steps of 8×256 tokens (~115 s) instead of 500
   (~190 s). The night keeps the corpus replay at 75%: tonight's augmented forms get 15% and the
-  documents 10% (the preset's 25% new-data share, split), at lr_scale 1.0. The forms ask for 60
-  exposures each (the preset's 28 were measured on a buffer of facts alone, whose documents the
-  night also repeats ~200 times; here 12 towns are a few kB among code), so the night grows to
-  its cap, 1,000 steps (~3 min), for ~43. At the preset's own mix the forms took half the replay
-  and v0 forgot (old_val +6.66%, the gate refused the night); at 28 exposures (658 steps) the
+  documents 10% (the preset's 25% new-data share, split), at lr_scale 1.0. The forms ask for the
+  preset's 60 exposures each, so the night grows to its cap, 1,000 steps (~3 min), for ~43. At
+  the preset's own mix the forms took half the replay and v0 forgot (old_val +6.66%, the gate refused the night); at 28 exposures (658 steps) the
   towns went 3 → 4 of 36 and the night's probes 7% → 17%, at 60: 3 → 8 of 36 (chance 3) and
   7% → 23%, old_val −18.7%, identical in two runs (docs/knowledge.md, "The demo's night"). A
   user's `--set` still wins.
@@ -32,8 +30,7 @@ from lib.registry.lineage import Lineage
 from lib.workspace import Workspace
 
 DEMO_SETTINGS = ["model.pretrain_iterations=300",
-                 "sampling.new_data_ratio=0.1", "knowledge.ratio=0.15", "training.lr_scale=1.0",
-                 "knowledge.min_exposures=60"]
+                 "sampling.new_data_ratio=0.1", "knowledge.ratio=0.15", "training.lr_scale=1.0"]
 
 
 def story_figures(cfg: ConsolidationConfig, night: dict[str, Any]) -> dict[str, Any]:
