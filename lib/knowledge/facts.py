@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, split_forms, third_person
-from lib.knowledge.relations import (_COPULA, _NOUN_STOP, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _object_role, _pronoun_clause,
-                                     _referent, described_clause, it_referent, person_like, role_holder, role_noun, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
-from lib.knowledge.spans import (_NOT_UNITS, FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, role_noun, split_forms, third_person
+from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
+                                     _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
+from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
 from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
@@ -135,38 +135,6 @@ class _Found:
     sentence: int
 
 
-
-
-def _names_outside_dates(text: str, lowercase_words: set[str], values: list[_Span]) -> list[_Span]:
-    """The proper-name spans of `text` but a month inside one of its dates ("on 8 May 1810" is one
-    date, not a name of its own) and the scale of a measure ("melts at 346 degrees Celsius", "a
-    hardness of 7 on the Mohs scale": the unit's name, not a thing of its own); `values` are the
-    text's value spans."""
-    dates = [v for v in values if v.kind == "date"]
-    return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)
-            and not _UNIT_BEFORE.search(text[: p.start]) and not _SCALE_BEFORE.search(text[: p.start])]
-
-
-# a number measured "on the" named scale: "a hardness of 7 on the Mohs scale", "6.1 on the Richter scale"
-_SCALE_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]*(?: [a-z°]+)? on the $")
-# a number and its unit word right before a name: the name is the unit's scale ("346 degrees Celsius")
-_UNIT_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]* (?!(?:" + "|".join(sorted(_NOT_UNITS | _NOUN_STOP | AUXILIARIES)) + r") )[a-z]+ $")
-
-
-def _note_names(sentence: str, propers: Sequence[_Span], subj_end: int, subject: str, mentions: list[tuple[str, str]],
-                types: dict[str, set[str]], articled: set[str]) -> None:
-    """The names of a sentence after its subject (`subject`, "" where it has none), for the
-    descriptions of later sentences: how each is introduced (`_object_role`), the noun it is typed
-    with, and whether "the" comes before it."""
-    for p in propers:
-        name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
-        if p.text.startswith("The ") or sentence[: p.start].endswith(("the ", "The ")):
-            articled.add(name)
-        if p.start >= subj_end and (not subject or p.text not in subject and subject not in p.text):
-            how, noun = _object_role(sentence, p)
-            mentions.append((name, how))
-            if noun:
-                types[name].add(noun)
 
 
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
@@ -266,9 +234,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             measured = len(words) > 3 and re.match(r"^\d[\d,.]*-[a-z]+$", words[1]) and words[2].isalpha() and words[2].islower()
             if measured:
                 words = [words[0]] + words[2:]
-            head_len = len(words[0]) + 1 + len(words[1].rstrip(",;:")) + (len(sentence.split()[1]) + 1 if measured else 0)
-            if len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main or measured) \
-                    and not any(p.start < head_len + 1 for p in propers):
+            described = len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main or measured)
+            head_len = len(words[0]) + 1 + len(words[1].rstrip(",;:")) + (len(sentence.split()[1]) + 1 if measured else 0) if described else 0
+            if described and not any(p.start < head_len + 1 for p in propers):
                 noun = re.sub(r"['’]s$", "", words[1].rstrip(",;:"))
                 subject = _referent(noun, mentions, types, last or main, {main} if gendered and main else set()) if last or main else \
                     next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
@@ -575,27 +543,6 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         cue = join_cue(f.subject, f.relation)
         out.append(FactItem(fid, str(doc_ids[f.doc]), f.subject, f.relation, f.answer, f.kind, cue, question, distractors))
     return out
-
-
-def shared_heads(texts: Sequence[str], lowercase_words: set[str]) -> frozenset[str]:
-    """The last words, in lower case, that end two or more different names of `texts` ("Gopin
-    Manufacturing", "Hahask Manufacturing": "manufacturing"): a kind of thing a name is built on,
-    as a word the texts write in lower case is ("Kell Airport": "the airport"), never a person's
-    surname unless two persons share it."""
-    firsts: dict[str, set[str]] = defaultdict(set)
-    for text in texts:
-        for s, e in split_sentences(text):
-            for p in _proper_spans(text[s:e], lowercase_words):
-                words = p.text.split()
-                if len(words) > 1:
-                    firsts[words[-1].lower()].add(" ".join(words[:-1]))
-    return frozenset(w for w, names in firsts.items() if len(names) > 1)
-
-
-def join_cue(subject: str, relation: str) -> str:
-    """ "Mara Quillon" + "was born in" → "Mara Quillon was born in"; a possessive relation ("'s
-    sister lives in") joins without a space."""
-    return subject + ("" if relation.startswith(("'s", "’s")) else " ") + relation
 
 
 def _relation_key(relation: str, words: int = 3) -> str:

@@ -43,7 +43,9 @@ _IRREGULAR = {
 }
 
 
-def _cue(subject: str, relation: str) -> str:
+def join_cue(subject: str, relation: str) -> str:
+    """ "Mara Quillon" + "was born in" → "Mara Quillon was born in"; a possessive relation ("'s
+    sister lives in") joins without a space."""
     return subject + ("" if relation.startswith(("'s", "’s")) else " ") + relation
 
 
@@ -141,6 +143,24 @@ def question_relation(relation: str) -> str:
     return " ".join(words)
 
 
+def _agent_noun(noun: str) -> bool:
+    """A noun that names a person by what they do ("author", "singer", "pianist"): a description
+    with it may well be the person subject itself, so it is left to mean the last subject."""
+    return noun.endswith(("er", "or", "ist", "ian", "ess", "ant", "ent"))
+
+
+# nouns for people that carry no agent ending: "The poet", "The couple" may well be the person subject
+_PERSON_NOUNS = {"man", "woman", "boy", "girl", "child", "king", "queen", "prince", "poet", "chef", "monk", "priest", "nun",
+                 "bishop", "judge", "pope", "duke", "lord", "lady", "saint", "couple", "pair", "duo", "family", "chief",
+                 "captain", "pilot", "coach", "guide", "nurse", "athlete", "architect", "scientist", "native", "widow"}
+
+
+def role_noun(noun: str, roles: set[str]) -> bool:
+    """Whether "The <noun>" may name a person: one of the `roles` the text gave, a noun for people
+    ("The poet"), or an agent noun not in -er, which many things end in ("The paper", "The tower")."""
+    return noun in roles or noun in _PERSON_NOUNS or _agent_noun(noun) and not noun.endswith("er")
+
+
 # agent nouns in -er that name people: -er alone also ends "tower", "river", "paper", "water"
 _ER_PEOPLE = {"keeper", "founder", "owner", "manager", "leader", "designer", "builder", "producer", "writer", "singer",
               "player", "teacher", "member", "partner", "farmer", "brewer", "engineer", "officer", "minister", "publisher",
@@ -148,10 +168,8 @@ _ER_PEOPLE = {"keeper", "founder", "owner", "manager", "leader", "designer", "bu
 
 
 def person_role(noun: str) -> bool:
-    """Whether a role noun names a person: relations.role_noun's nouns (captain, poet, an agent
+    """Whether a role noun names a person: `role_noun`'s nouns (captain, poet, an agent
     noun in -or, -ist, -ian ...) or an -er noun of `_ER_PEOPLE`."""
-    from lib.knowledge.relations import role_noun  # relations builds on this module
-
     return noun in _ER_PEOPLE or role_noun(noun, set())
 
 
@@ -220,7 +238,7 @@ class QuestionForm:
     def render(self, subject: str, relation: str, kind: str) -> str:
         if self.invert or "{wh}" in self.template or "{noun}" in self.template:
             relation = question_relation(relation)  # a question; a blank or cloze keeps "won the ____"
-        values = dict(cue=_cue(subject, relation), subject=subject, relation=relation,
+        values = dict(cue=join_cue(subject, relation), subject=subject, relation=relation,
                       wh=wh_word(relation, kind), noun=NOUN.get(kind, "name"))
         if self.invert:
             question = inverted_question(subject, relation, kind, strand=self.invert == "strand")

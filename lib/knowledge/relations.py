@@ -5,10 +5,11 @@ what a definite description ("The novel ...") refers to (`_referent`)."""
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from typing import Sequence
 
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
-from lib.knowledge.spans import _PARTICIPLES, _Span
+from lib.knowledge.forms import _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb
+from lib.knowledge.spans import _NOT_UNITS, _PARTICIPLES, _Span, _proper_spans, split_sentences
 
 
 def _resolve(relation: str, person: str | None, thing: str | None = None) -> str:
@@ -252,18 +253,6 @@ def name_head(name: str) -> str:
     return words[-1].lower()
 
 
-def _agent_noun(noun: str) -> bool:
-    """A noun that names a person by what they do ("author", "singer", "pianist"): a description
-    with it may well be the person subject itself, so it is left to mean the last subject."""
-    return noun.endswith(("er", "or", "ist", "ian", "ess", "ant", "ent"))
-
-
-# nouns for people that carry no agent ending: "The poet", "The couple" may well be the person subject
-_PERSON_NOUNS = {"man", "woman", "boy", "girl", "child", "king", "queen", "prince", "poet", "chef", "monk", "priest", "nun",
-                 "bishop", "judge", "pope", "duke", "lord", "lady", "saint", "couple", "pair", "duo", "family", "chief",
-                 "captain", "pilot", "coach", "guide", "nurse", "athlete", "architect", "scientist", "native", "widow"}
-
-
 def person_like(name: str, things: set[str]) -> bool:
     """Whether a name may be a person's ("Ada Lind"): two or three capitalised words of letters, no
     acronym among them ("Fawouss RFC"), none of the `things` (`thing_like`)."""
@@ -294,12 +283,6 @@ def role_holder(subject: str, relation: str, answer: str) -> tuple[str, str] | N
     if m and (_agent_noun(m.group("noun")) or m.group("noun") in _PERSON_NOUNS):
         return subject, m.group("noun")
     return (subject, "") if relation.startswith("was born") else None
-
-
-def role_noun(noun: str, roles: set[str]) -> bool:
-    """Whether "The <noun>" may name a person: one of the `roles` the text gave, a noun for people
-    ("The poet"), or an agent noun not in -er, which many things end in ("The paper", "The tower")."""
-    return noun in roles or noun in _PERSON_NOUNS or _agent_noun(noun) and not noun.endswith("er")
 
 
 def it_referent(last: str, mentions: list[tuple[str, str]], persons: set[str], things: set[str]) -> str:
@@ -343,3 +326,50 @@ def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[s
     if types.get(last) and since:
         return since[-1][0]                 # "X is a lager that Y brews. The brewery ...": not the lager
     return last
+
+
+def _names_outside_dates(text: str, lowercase_words: set[str], values: list[_Span]) -> list[_Span]:
+    """The proper-name spans of `text` but a month inside one of its dates ("on 8 May 1810" is one
+    date, not a name of its own) and the scale of a measure ("melts at 346 degrees Celsius", "a
+    hardness of 7 on the Mohs scale": the unit's name, not a thing of its own); `values` are the
+    text's value spans."""
+    dates = [v for v in values if v.kind == "date"]
+    return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)
+            and not _UNIT_BEFORE.search(text[: p.start]) and not _SCALE_BEFORE.search(text[: p.start])]
+
+
+# a number measured "on the" named scale: "a hardness of 7 on the Mohs scale", "6.1 on the Richter scale"
+_SCALE_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]*(?: [a-z°]+)? on the $")
+# a number and its unit word right before a name: the name is the unit's scale ("346 degrees Celsius")
+_UNIT_BEFORE = re.compile(r"(?<![\w.,])\d[\d,.]* (?!(?:" + "|".join(sorted(_NOT_UNITS | _NOUN_STOP | AUXILIARIES)) + r") )[a-z]+ $")
+
+
+def _note_names(sentence: str, propers: Sequence[_Span], subj_end: int, subject: str, mentions: list[tuple[str, str]],
+                types: dict[str, set[str]], articled: set[str]) -> None:
+    """The names of a sentence after its subject (`subject`, "" where it has none), for the
+    descriptions of later sentences: how each is introduced (`_object_role`), the noun it is typed
+    with, and whether "the" comes before it."""
+    for p in propers:
+        name = p.text[4:] if p.text.startswith("The ") and len(p.text.split()) > 2 else p.text
+        if p.text.startswith("The ") or sentence[: p.start].endswith(("the ", "The ")):
+            articled.add(name)
+        if p.start >= subj_end and (not subject or p.text not in subject and subject not in p.text):
+            how, noun = _object_role(sentence, p)
+            mentions.append((name, how))
+            if noun:
+                types[name].add(noun)
+
+
+def shared_heads(texts: Sequence[str], lowercase_words: set[str]) -> frozenset[str]:
+    """The last words, in lower case, that end two or more different names of `texts` ("Gopin
+    Manufacturing", "Hahask Manufacturing": "manufacturing"): a kind of thing a name is built on,
+    as a word the texts write in lower case is ("Kell Airport": "the airport"), never a person's
+    surname unless two persons share it."""
+    firsts: dict[str, set[str]] = defaultdict(set)
+    for text in texts:
+        for s, e in split_sentences(text):
+            for p in _proper_spans(text[s:e], lowercase_words):
+                words = p.text.split()
+                if len(words) > 1:
+                    firsts[words[-1].lower()].add(" ".join(words[:-1]))
+    return frozenset(w for w, names in firsts.items() if len(names) > 1)

@@ -39,8 +39,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from lib.knowledge.forms import _IRREGULAR, ADVERBS, AUXILIARIES, base_verb
-from lib.knowledge.relations import _PERSON_NOUNS, _PREPOSITIONS, ORDINALS, _agent_noun, without_answers
+from lib.knowledge.forms import _IRREGULAR, _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb
+from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
 from lib.knowledge.spans import _Span
 
 # a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")

@@ -474,3 +474,10 @@ def test_a_fronted_preposition_is_no_name_and_a_place_after_the_subject_leaves_t
     assert ("Varo Garden", "is in", "Mirrburgh") in items
     assert ("Varo Garden", "was laid out in", "1850") in items           # not "in Mirrburgh was laid out in"
     assert ("Tor Vik", "was born in Oslo in", "1950") in items           # "was born in" is Oslo's own relation
+
+
+def test_a_sentence_of_one_word_gives_nothing_and_breaks_nothing():
+    # a package's docstring line "Sphinx." once stopped a night's knowledge stage (IndexError)
+    texts = ["Sphinx.", "Numpy", "The Kell Bridge crosses the Osk River. Finished.", "The Varo Bridge crosses the Imm River."]
+    items = {(it.subject, it.relation, it.answer) for it in extract_facts(texts, ["a", "b", "c", "d"])}
+    assert ("Kell Bridge", "crosses the", "Osk River") in items and not any(s in ("Sphinx", "Numpy") for s, _, _ in items)
