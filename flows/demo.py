@@ -6,10 +6,10 @@ evaluation before/after, the gate's decision, the lineage, and a PNG of it all.
   (~190 s). The night keeps the corpus replay at 75%: tonight's augmented forms get 15% and the
   documents 10% (the preset's 25% new-data share, split), at lr_scale 1.0. The forms ask for the
   preset's 60 exposures each, so the night grows to its cap, 1,000 steps (~3 min), for ~43. At
-  the preset's own mix the forms took half the replay and v0 forgot (old_val +6.66%, the gate refused the night); at 28 exposures (658 steps) the
-  towns went 3 → 4 of 36 and the night's probes 7% → 17%, at 60: 3 → 8 of 36 (chance 3) and
-  7% → 23%, old_val −18.7%, identical in two runs (docs/knowledge.md, "The demo's night"). A
-  user's `--set` still wins.
+  the preset's own mix the forms took half the replay and v0 forgot (old_val +6.66%, the gate
+  refused the night); at 28 exposures (658 steps) the towns went 3 → 4 of 36 and the night's
+  probes 7% → 17%, at 60: 3 → 8 of 36 (chance 3) and 7% → 23%, old_val −18.7%, identical in two
+  runs (docs/knowledge.md, "The demo's night"). A user's `--set` still wins.
 - The picture (lib/evaluation/demo_plot.py) shows both loss curves and old/new bits per byte.
 
 Trade-off: 300 pre-training steps leave v0 weaker (higher BPB) than 500 would; the night's

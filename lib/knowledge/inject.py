@@ -28,7 +28,6 @@ Cost: rule-based extraction and augmentation take ~10 ms per document on the 2-c
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -281,8 +280,3 @@ def night_plan(num_iterations: int, total_batch_size: int, knowledge: "Knowledge
             f"exposures each at a share of {top:.3g}{capped}; the night runs {steps} steps instead of {num_iterations} "
             f"(~{exposures:.1f} exposures{'; capped by knowledge.max_steps_factor' if steps < steps_needed else ''})")
     return steps, share_new, share_old, note
-
-
-def read_stats(run_dir: str | Path) -> dict | None:
-    path = knowledge_dir(run_dir) / "stats.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

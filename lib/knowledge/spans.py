@@ -41,7 +41,6 @@ _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.
 # 1995; most of its people live in") is prose's, one that ends a statement ("x += 1;", "f(x); g(y)") code's
 _CODE_CHARS = re.compile(r"[{}\[\]=<>]|(?<![\w'’\"”)]);|;(?! [A-Za-z][a-z'’]* [a-z0-9])|\bdef |^\s*(?:from \S+ )?import |^\s*return\b|::|->|#include|\(\)")
 FOOTNOTE = re.compile(r"\[(?:\d{1,3}|citation needed)\]")
-KIND_WORDS = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name"}
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
