@@ -124,6 +124,10 @@ def main() -> None:
         print(f"step {step:4d}  held-out form {f.accuracy:6.1%} (exact {f.exact_match:5.1%}, rank {f.mean_rank:5.2f}, chance {f.chance:.1%}, n {f.n})"
               f"  natural {n.accuracy:6.1%} (chance {n.chance:.1%})  trained form {tq.accuracy:6.1%}  cue {cue.accuracy:6.1%}"
               f"  old_val bpb {bpb:.4f}  {time.perf_counter() - t0:.0f} s", flush=True)
+        by_attr: dict[str, list[bool]] = {}
+        for it, r in zip(natural, n.items):
+            by_attr.setdefault(it.relation, []).append(r["correct"])
+        print("           natural by attribute: " + ", ".join(f"{a} {sum(c) / len(c):.0%}" for a, c in by_attr.items()), flush=True)
         model.train()
 
     t0 = time.perf_counter()
