@@ -55,7 +55,8 @@ _NOT_TERM = _DETERMINERS | _PREPOSITIONS | AUXILIARIES | _PERFECT | {
     "thousands", "millions", "percent", "per", "cent", "career", "life", "public", "people", "world", "home", "death",
     "ever", "again", "too", "well", "instead", "together", "alone", "away", "back", "up", "down", "out", "off",
     "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "twenty", "thirty",
-    "forty", "fifty", "hundred", "thousand", "million", "billion", "once", "twice"}
+    "forty", "fifty", "hundred", "thousand", "million", "billion", "once", "twice",
+    "hard", "fast", "late", "early", "abroad", "long", "far", "little", "best", "better", "worse", "least", "overseas"}
 # endings of adjectives and manner adverbs: "patient", "precise" have none, and are stopped elsewhere
 _ADJECTIVE_ENDINGS = ("ly", "ous", "ful", "ive", "able", "ible", "less", "ish")
 # a light object a relation reads through to its prepositional object: "took a degree in", "has a collection of"
