@@ -13,8 +13,8 @@ Extraction (`extract_facts`), rule-based, no model:
   a whole document whose lines are more than 20% code (a source file's docstrings);
 - candidate answers: dates (three formats), years, numbers, and runs of capitalised words joined
   by name connectors (of, de, van, &), a title with lower-case words whole where quotes or commas
-  close it ("album, Songs for the Harbour,"); a sentence-initial (or quote-initial) capital counts
-  only if the texts never write that word in lower case ("After", "Born" do not);
+  close it ("album, Songs for the Harbour,"), a sentence-initial capital only if the texts never
+  write it in lower case ("After"); lower-case ones ("studied geology"), kind "term": terms.py;
 - the subject is the name that opens the sentence, a pronoun resolved (he/she/his/her → the
   document's main entity, it/its/they → the last named one, "The novel ..." → the latest entity
   typed "novel", else the object a verb last took, else the last named one), or the name after
@@ -23,11 +23,8 @@ Extraction (`extract_facts`), rule-based, no model:
 - dropped: answers that are (part of) the subject, answers found in every document (≥ 3), facts
   with no same-kind distractor; distractors come from the same relation first, then the same kind.
 
-Trade-off: rules find the salient spans of encyclopedic prose (the bench's 24 biographies give
-80 items, 24 ship records 96) in ~10 ms a document and never invent an answer, but they miss
-facts stated only with lower-case words ("studied geology") or with the subject after the
-answer ("Commanding her was X", "some 5,000 people gather in Y for the Z") beyond the shapes of
-lib/knowledge/shapes.py (fronted time and measure phrases, appositions, "X joins it").
+Trade-off: rules find the salient spans of prose (24 biographies give 80 items, 24 terms) in ~10 ms
+a document, never invent an answer, and miss facts whose subject follows ("Commanding her was X").
 
 Stored as JSON Lines, one item a line, written atomically (lib.files): a night's set lies at
 `<run_dir>/knowledge/facts.jsonl`.
@@ -48,6 +45,7 @@ from lib.files import JsonLineError, json_lines, write_text
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, role_noun, split_forms, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
+from lib.knowledge.terms import night_terms
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
@@ -135,14 +133,12 @@ class _Found:
     sentence: int
 
 
-
-
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
-                   name_heads: frozenset[str] = frozenset()) -> tuple[list[_Found], str | None, bool]:
+                   name_heads: frozenset[str] = frozenset(), clauses: list | None = None) -> tuple[list[_Found], str | None, bool]:
     """Facts of one document, its main entity (the first named sentence subject), and whether that
     may be a person (not where the text shows a thing, `thing_like`: "the Varo Ensemble", "X is a
     brewery"; an answer naming it is then asked with "what", not "whom"); `name_heads`
-    (`shared_heads`) are words that end several names, which no person's name is built on."""
+    (`shared_heads`) are words that end several names, which no person's name is built on; `clauses` gets each sentence's subject (terms.py)."""
     found: list[_Found] = []
     main: str | None = None
     last: str | None = None
@@ -338,6 +334,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         # parenthesis states facts of X in its own words and is not part of the main clause's relation
         paren = _PARENTHETICAL.match(sentence[subj_end:])
         paren_end = subj_end + paren.end() if paren else subj_end
+        clauses is None or clauses.append((n, subject, subj_form, sentence, subj_end))
         answers = [without_honorific(p) for p in propers if p.start >= subj_end and not sentence[p.end :].startswith(("'s", "’s"))] \
             + [v for v in values if v.start >= subj_end]   # "met Ada Lind's brother": the owner is not what was met
         it_verb = pronoun_object(sentence, subj_end) if lead not in _PRONOUNS and not fronted else None
@@ -492,16 +489,19 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     heads = shared_heads(texts, lower)
     per_doc: list[list[_Found]] = []
     mains: set[str] = set()
+    clauses: list[list[tuple]] = [[] for _ in texts]   # each sentence's subject, for the terms
     for i, text in enumerate(texts):
         if looks_like_code_document(text):
             per_doc.append([])
             continue
-        found, main, person = document_facts(text, lower, name_heads=heads)
+        found, main, person = document_facts(text, lower, name_heads=heads, clauses=clauses[i])
         for f in found:
             f.doc = i
         per_doc.append(found)
         if person:
             mains.add(main)
+    for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those
+        per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
     doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
     everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}
     items: list[_Found] = []

@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-WH = {"year": "what year", "date": "what date", "number": "what number", "name": "whom", "proper": "what"}
-NOUN = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name"}
+WH = {"year": "what year", "date": "what date", "number": "what number", "name": "whom", "proper": "what", "term": "what"}
+NOUN = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name", "term": "thing"}
 
 AUXILIARIES = {"was", "is", "were", "are", "has", "had", "have", "will", "would", "can", "could"}
 _COPULAS = {"is", "was", "are", "were"}
@@ -238,6 +238,8 @@ class QuestionForm:
     def render(self, subject: str, relation: str, kind: str) -> str:
         if self.invert or "{wh}" in self.template or "{noun}" in self.template:
             relation = question_relation(relation)  # a question; a blank or cloze keeps "won the ____"
+            if kind == "term" and relation.split()[-1:] in (["its"], ["their"], ["his"], ["her"]) and len(relation.split()) > 1:
+                relation = relation.rsplit(" ", 1)[0]  # "is famous for its": "What is X famous for?"
         values = dict(cue=join_cue(subject, relation), subject=subject, relation=relation,
                       wh=wh_word(relation, kind), noun=NOUN.get(kind, "name"))
         if self.invert:

@@ -1,0 +1,103 @@
+"""Terms: facts whose answer is a lower-case noun phrase (lib/knowledge/terms.py), read from
+multi-document nights, and the shapes that must never be read."""
+
+from bench.fact_sets import records
+from lib.knowledge.facts import extract_facts
+from lib.knowledge.terms import clause_term
+
+GARDENS = [
+    "The Treinar Botanical Garden in Stabriasburgh was laid out in 1990. It grows about 2391 species of plants, "
+    "and its glasshouses are known for their alpine plants. The garden's curator is Grequund Quaikarton.",
+    "The Faigeith Botanical Garden in Ziasunham was laid out in 1804. It grows about 7215 species of plants, "
+    "and its glasshouses are known for their camellias. The garden's curator is Hounair Liadendton.",
+    "Quudreiss Poquusard has looked after the Samess Botanical Garden since the spring of 2009. Founded in 1850 "
+    "on the edge of Nouposham, the garden now holds around 16559 species and a celebrated collection of orchids.",
+]
+MUSEUMS = [
+    "The Oskar Museum in Lessow opened in 1901. Its collection is mostly ceramics. The museum specialises in rare books.",
+    "The Brill Museum in Harrow opened in 1921. Its collection is mostly textiles. The museum specialises in old maps.",
+    "The Tamber Museum in Elmsby opened in 1950. It is famous for its orchids. Most of its visitors come in summer.",
+    "The Kellin Museum in Quenby opened in 1930. It is famous for its tapestries. The museum said that it would close.",
+]
+MUSICIANS = [
+    "Ada Lind was born in Oslo in 1961. She plays the cello and teaches at the Varo School. "
+    "Critics remember her as patient and precise.",
+    "Ivo Brask was born in Lisbon in 1970. He plays the oboe and gives about 40 concerts a year. He is patient.",
+    "Vera Holm was born in Turku in 1955. She plays the harp. She worked first as an assistant at the Holm Trust.",
+    "Ona Brisk was born in Riga in 1980. She works as a translator and lives in Tallinn.",
+    "Pel Arvo was born in Bergen in 1966. He works as a carpenter. He became its conductor after a long search.",
+]
+
+
+def _terms(texts):
+    items = extract_facts(texts, [f"d{i}" for i in range(len(texts))])
+    return {(i.subject, i.relation, i.answer) for i in items if i.kind == "term"}, items
+
+
+def test_bio_fields_of_study_are_terms():
+    recs = records("bio", 1, 24)
+    terms, items = _terms([r.text for r in recs])
+    by_subject = {s: a for s, _, a in terms}
+    assert len(terms) == 24                        # one a biography: its field, in each of the three phrasings
+    assert all(by_subject[r.subject] == r.questions["field"][1] for r in recs)
+    relations = {r for _, r, _ in terms}
+    assert relations == {"studied", "took a degree in", "read"}
+    for item in items:
+        if item.kind == "term":                    # ranked only among terms
+            assert item.distractors and all(d in {a for _, _, a in terms} for d in item.distractors)
+            assert "what" in item.question.lower() or "thing" in item.question or "____" in item.question
+
+
+def test_old_items_are_kept_before_terms():
+    recs = records("bio", 1, 24)
+    items = extract_facts([r.text for r in recs], [f"d{i}" for i in range(len(recs))])
+    other = [i for i in items if i.kind != "term"]
+    assert len(other) == 80                        # the 80 items of docs/knowledge.md, unchanged
+    assert all(d not in {t.answer for t in items if t.kind == "term"} for i in other for d in i.distractors)
+
+
+def test_gardens_museums_musicians():
+    terms, _ = _terms(GARDENS)
+    assert terms == {("Treinar Botanical Garden", "'s glasshouses are known for their", "alpine plants"),
+                     ("Faigeith Botanical Garden", "'s glasshouses are known for their", "camellias")}
+    terms, items = _terms(MUSEUMS)
+    assert terms == {("Oskar Museum", "'s collection is mostly", "ceramics"), ("Brill Museum", "'s collection is mostly", "textiles"),
+                     ("Oskar Museum", "specialises in", "rare books"), ("Brill Museum", "specialises in", "old maps"),
+                     ("Tamber Museum", "is famous for its", "orchids"), ("Kellin Museum", "is famous for its", "tapestries")}
+    famous = next(i for i in items if i.answer == "orchids")
+    assert famous.distractors[0] == "tapestries"   # the same relation first
+    terms, _ = _terms(MUSICIANS)
+    assert terms == {("Ada Lind", "plays the", "cello"), ("Ivo Brask", "plays the", "oboe"), ("Vera Holm", "plays the", "harp"),
+                     ("Ona Brisk", "works as a", "translator"), ("Pel Arvo", "works as a", "carpenter")}
+
+
+def test_a_night_of_one_document_has_no_terms():
+    assert not _terms(MUSEUMS[:1])[0]
+    assert not _terms([records("bio", 1, 24)[0].text])[0]
+
+
+def test_never_read():
+    # manner, adjectives, pronouns, quantities, generic time and measure nouns, clauses, places
+    for clause in (" remember him as patient and precise.", " is patient.", " was patient and kind.",
+                   " gives about 33 concerts a year.", " plays roughly 50 concerts each season.", " rises 69 metres above the rocks.",
+                   " stands above the rocks.", " began a long search.", " spent most of its life abroad.", " studied hard and won.",
+                   " decided to retire.", " said that the road was closed.", " is a painter.", " has two sons.",
+                   " met him there.", " moved to the coast.", " studied there for years.", " joined Grilith Industries."):
+        assert clause_term(clause) is None, clause
+    assert clause_term(" colleagues at Stidraith Works remember him as patient.", owned=True) is None
+    # two documents that differ only in such words still give no term
+    pairs = [("She remembers him as patient.", "He remembers her as kind."),
+             ("She gives 12 concerts each season.", "He gives 30 concerts a year."),
+             ("She became its director after a vote.", "He became its conductor after a long search."),
+             ("She worked first as an assistant.", "He worked first as a clerk.")]
+    for a, b in pairs:
+        texts = [f"Ada Lind was born in Oslo in 1961. {a}", f"Ivo Brask was born in Riga in 1970. {b}"]
+        assert not _terms(texts)[0], (a, b)
+
+
+def test_clause_shapes():
+    assert clause_term(" took a degree in marine biology.") == ("took a degree in", "marine biology")
+    assert clause_term(" studied organic chemistry and later worked for Trisi Group.") == ("studied", "organic chemistry")
+    assert clause_term(" sells sourdough bread.") == ("sells", "sourdough bread")
+    assert clause_term(" glasshouses are known for their alpine plants.", owned=True) == \
+        ("'s glasshouses are known for their", "alpine plants")
