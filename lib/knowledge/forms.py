@@ -126,11 +126,24 @@ def third_person(participle: str) -> str | None:
     return base + "s"
 
 
+# a name after these is a place (born in, based in, performs at, comes from): asked "where" / "which place"
+PLACE_PREPOSITIONS = {"in", "at", "from"}
+
+
+def place_relation(relation: str, kind: str) -> bool:
+    """Whether the answer of `relation` is a place: a name after "in", "at" or "from" ("was born
+    in", "performs at the"), not a year or a number after them ("was founded in 1915")."""
+    return kind == "proper" and question_relation(relation).split()[-1:] in ([p] for p in PLACE_PREPOSITIONS)
+
+
 def wh_word(relation: str, kind: str) -> str:
     """The question word of a kind; a name after a passive "by" is an agent, asked with "whom"
-    ("was built by" → "by whom"), whatever kind of name it is."""
+    ("was built by" → "by whom"), whatever kind of name it is; a name after a place preposition
+    is a place ("was born in" → "in which place")."""
     if kind == "proper" and relation.split()[-1:] == ["by"]:
         return "whom"
+    if place_relation(relation, kind):
+        return "which place"
     return WH.get(kind, "what")
 
 
@@ -222,6 +235,8 @@ def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -
     if strand and wh == "whom":
         wh = "who"
     body = " ".join([aux, subject] + adverbs + rest)
+    if strand and prep and place_relation(relation, kind):
+        return f"Where {body}{' from' if prep.lower() == 'from' else ''}?"  # "Where was X born?", "Where is X from?"
     if prep and not strand:
         return f"{prep.capitalize()} {wh} {body}?"
     return f"{wh[:1].upper() + wh[1:]} {body}{' ' + prep if prep else ''}?"
@@ -241,7 +256,7 @@ class QuestionForm:
             if kind == "term" and relation.split()[-1:] in (["its"], ["their"], ["his"], ["her"]) and len(relation.split()) > 1:
                 relation = relation.rsplit(" ", 1)[0]  # "is famous for its": "What is X famous for?"
         values = dict(cue=join_cue(subject, relation), subject=subject, relation=relation,
-                      wh=wh_word(relation, kind), noun=NOUN.get(kind, "name"))
+                      wh=wh_word(relation, kind), noun="place" if place_relation(relation, kind) else NOUN.get(kind, "name"))
         if self.invert:
             question = inverted_question(subject, relation, kind, strand=self.invert == "strand")
             if question is None:

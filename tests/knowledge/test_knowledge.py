@@ -508,7 +508,24 @@ def test_questions_are_inverted_the_way_people_ask_for_any_relation_of_that_shap
     assert inverted_question("Kell", "'s home is the Gaibeind Auditorium, where most of its", "proper", strand=False) is None
     assert inverted_question("Ann Oru", "near", "proper", strand=False) is None
     front = next(f for f in QUESTION_FORMS if f.name == "front")
-    assert front.render("Ann Oru", "'s sister lives in", "proper") == "Question: Tell me, Ann Oru's sister lives in what?\nAnswer:"
+    assert front.render("Ann Oru", "'s sister lives in", "proper") == "Question: Tell me, Ann Oru's sister lives in which place?\nAnswer:"
+
+
+def test_a_name_after_in_at_or_from_is_asked_as_a_place():
+    """"Where was X born?", "In which place is X based?": the way people ask for a place, so a
+    question in words no form uses ("In which city was X born?") is one word from a trained one.
+    A year or a number after the same preposition keeps its own question; "near" does not make
+    a place question ("Where is X near?")."""
+    forms = {f.name: f for f in QUESTION_FORMS}
+    assert inverted_question("Mara Quillon", "was born in", "proper", strand=True) == "Where was Mara Quillon born?"
+    assert inverted_question("Mara Quillon", "was born in", "proper", strand=False) == "In which place was Mara Quillon born?"
+    assert inverted_question("Ivo Dane", "comes from", "proper", strand=True) == "Where does Ivo Dane come from?"
+    assert forms["strand"].render("Hiase Orchestra", "performs at the", "proper") == "Q: Where does Hiase Orchestra perform?\nA:"
+    assert forms["which"].render("Hiase Orchestra", "is based in", "proper") == \
+        "Q: According to what we know, Hiase Orchestra is based in which place?\nA:"
+    assert inverted_question("Hiase Orchestra", "was founded in", "year", strand=True) == "What year was Hiase Orchestra founded in?"
+    assert inverted_question("Mara Quillon", "worked for", "proper", strand=True) == "What did Mara Quillon work for?"
+    assert inverted_question("Mara Quillon", "lives near", "proper", strand=True) == "What does Mara Quillon live near?"
 
 
 def test_question_forms_ask_in_english_for_verbs_agents_and_articles():
