@@ -270,19 +270,18 @@ def night_plan(num_iterations: int, total_batch_size: int, knowledge: "Knowledge
     each be drawn `knowledge.min_exposures` times, the memory's rehearsal forms
     `knowledge.rehearsal_exposures` times.
 
-    - The forms get the share of the night's tokens that takes in `num_iterations` steps, taken from
-      the corpus replay: together at most `knowledge.ratio` and at most half the replay's share
-      `corpus` (the corpus keeps the rest). A night with a few facts spends a few tokens on them.
-      Rehearsal gets at most half of what they get.
+    - Tonight's documents (`document_tokens` long, drawn at `new_share`) need no more than
+      `min_exposures` draws either: what their share holds beyond that goes to their forms first
+      (a small day's documents would otherwise be repeated hundreds of times while their forms,
+      which carry the same facts in the phrasings that make them answerable, went short).
+    - Then the forms take from the corpus replay what they still need in `num_iterations` steps,
+      together at most `knowledge.ratio` and at most half the replay's share `corpus` (the corpus
+      keeps the rest): a night with a few facts spends a few tokens on them. Rehearsal gets at
+      most half of what they get.
     - When that is not enough, the night is lengthened, up to `knowledge.max_steps_factor` ×
-      num_iterations, and the note says so.
-    - A night at its cap gives the forms what tonight's documents (`document_tokens` long, drawn at
-      `new_share`) do not need for `min_exposures` draws of their own: a small day's documents
-      would otherwise be drawn hundreds of times while their forms went short. Past that, both get
-      fewer exposures.
+      num_iterations, and the note says so; past the cap both get fewer exposures.
     Measured on the tiny preset (docs/knowledge.md): 28 exposures of each form made 69-91% of a
-    night's facts answerable in a held-out question form, 60 made 85-97%; the orchestras' long
-    names, capped at 26, 61% (39 with the documents' spare share: 90%)."""
+    night's facts answerable in a held-out question form, 60 made 85-97%."""
     top = min(knowledge.ratio, corpus / 2)
     if not knowledge.enabled or top <= 0 or form_tokens + rehearsal_tokens <= 0:
         return NightPlan(num_iterations, 0.0, 0.0, None)
@@ -292,22 +291,32 @@ def night_plan(num_iterations: int, total_batch_size: int, knowledge: "Knowledge
     need_new = knowledge.min_exposures * form_tokens
     need_old = min(knowledge.rehearsal_exposures * rehearsal_tokens, need_new if form_tokens else float("inf"))
     need = need_new + need_old
-    steps_needed = max(num_iterations, math.ceil(need / (top * batch) - 1e-9))
+    documents = knowledge.min_exposures * document_tokens if document_tokens > 0 and new_share > 0 else None
+
+    def spare(tokens: float) -> float:  # of a night of `tokens`, what tonight's documents do not need
+        return max(0.0, new_share * tokens - documents) if documents is not None else 0.0
+
+    steps_needed = num_iterations
+    if need > top * num_iterations * batch + spare(num_iterations * batch):
+        tokens = need / top
+        if documents is not None and new_share * (need + documents) / (top + new_share) >= documents:
+            tokens = (need + documents) / (top + new_share)
+        steps_needed = math.ceil(tokens / batch - 1e-9)
     steps = min(steps_needed, int(knowledge.max_steps_factor * num_iterations))
     tokens = steps * batch
-    if steps == steps_needed == num_iterations:
-        return NightPlan(steps, need_new / tokens, need_old / tokens, None)
-    # at its cap, the night's forms take what tonight's documents do not need for min_exposures draws
-    spare = max(0.0, new_share * tokens - knowledge.min_exposures * document_tokens) if document_tokens > 0 else 0.0
-    got = top * tokens + (min(need - top * tokens, spare) if steps < steps_needed else 0.0)
-    from_new = (got - top * tokens) / tokens
+    got = need if steps == num_iterations else top * tokens + spare(tokens)  # lengthened: all it may take
+    from_new = min(got, spare(tokens)) / tokens
     share_new, share_old = got / tokens * need_new / need, got / tokens * need_old / need
+    if steps == num_iterations and from_new <= 0:
+        return NightPlan(steps, share_new, share_old, None)
     exposures = share_new * tokens / form_tokens if form_tokens else 0.0
     capped = "" if top >= knowledge.ratio else f" (knowledge.ratio {knowledge.ratio:g} capped at half the corpus replay's share)"
     also = f" and {rehearsal_tokens:,} of the memory's rehearsal forms" if rehearsal_tokens else ""
-    given = (f"; tonight's {document_tokens:,} tokens of documents give them {from_new:.3g} of the new-data share, which "
-             f"they do not need for {knowledge.min_exposures:g} draws of their own" if from_new > 0 else "")
+    given = (f" plus {from_new:.3g} of the new-data share, which tonight's {document_tokens:,} tokens of documents do not need "
+             f"for {knowledge.min_exposures:g} draws of their own" if from_new > 0 else "")
+    length = (f"the night runs {steps} steps instead of {num_iterations}" if steps != num_iterations
+              else f"the night keeps its {steps} steps")
     note = (f"knowledge: {form_tokens:,} tokens of augmented forms{also} need {steps_needed} steps for {knowledge.min_exposures:g} "
-            f"exposures each at a share of {top:.3g}{capped}; the night runs {steps} steps instead of {num_iterations}"
-            f"{'; capped by knowledge.max_steps_factor' if steps < steps_needed else ''}{given} (~{exposures:.1f} exposures)")
+            f"exposures each at a share of {top:.3g}{capped}{given}; {length} "
+            f"(~{exposures:.1f} exposures{'; capped by knowledge.max_steps_factor' if steps < steps_needed else ''})")
     return NightPlan(steps, share_new, share_old, note, from_new)
