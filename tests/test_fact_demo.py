@@ -102,7 +102,7 @@ def test_the_demo_night_keeps_the_corpus_replay_while_its_forms_get_their_exposu
 
     def corpus_left(cfg) -> tuple[float, int, float]:
         corpus = 1 - cfg.sampling.new_data_ratio  # night 1: no memory to replay yet
-        steps, share, _, _, _ = night_plan(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge, 7_238, corpus)
+        steps, share, _, _ = night_plan(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge, 7_238, corpus)
         return corpus - share, steps, share * steps * cfg.training.total_batch_size / 7_238
 
     preset_corpus, _, _ = corpus_left(load_config(preset="tiny"))

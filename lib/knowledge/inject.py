@@ -17,11 +17,10 @@ the CLI and the tests call:
    that needs the forms re-derives them from those (rules are deterministic and take ms).
 
 `night_plan` says what share of the night's tokens the forms get (enough for each to be drawn
-`knowledge.min_exposures` times: first what the new-data share holds beyond the documents' own
-`min_exposures` draws, then at most `knowledge.ratio` of the corpus replay's) and lengthens a night
-that needs more (at most `max_steps_factor` × training.num_iterations), saying so;
-`knowledge_sources(sources, run_dir, knowledge, share, rehearsal, from_new)` adds the forms to the
-night's mix at that share, taken from those two.
+`knowledge.min_exposures` times, at most `knowledge.ratio`) and lengthens a night that needs more
+(at most `max_steps_factor` × training.num_iterations), saying so; `knowledge_sources(sources,
+run_dir, knowledge, share)` adds the forms to the night's mix at that share, taken from the corpus
+replay's.
 
 Cost: rule-based extraction and augmentation take ~10 ms per document on the 2-core CPU
 (24 biographies: well under a second), nothing next to a night's training.
@@ -33,7 +32,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,7 +42,6 @@ from lib.knowledge.augment import augment_documents
 from lib.knowledge.facts import FactItem, extract_facts, read_facts, write_facts
 from lib.config import SourceConfig
 from lib.data.memory import FACTS_FILE, MEMORY_NIGHT
-from lib.data.sampling import NEW_SOURCE
 from lib.data.token_cache import _heldout_hash, heldout_cut
 from lib.data.tokenizer import load_tokenizer
 from lib.knowledge.writer import written_forms
@@ -201,33 +199,28 @@ def _count(values) -> dict[str, int]:
 
 
 def knowledge_sources(sources: list["SourceConfig"], run_dir: str | Path, knowledge: "KnowledgeConfig",
-                      share: float | None = None, rehearsal: float = 0.0, from_new: float = 0.0) -> list["SourceConfig"]:
+                      share: float | None = None, rehearsal: float = 0.0) -> list["SourceConfig"]:
     """`sources` with the run's augmented forms added at `share` of the tokens (default
     `knowledge.ratio`; `night_plan` says how much a night needs) and the memory's rehearsal forms
-    at `rehearsal`: `from_new` of that taken from tonight's documents' weight (the new-data share
-    they do not need, `night_plan`), the rest from the corpus replay's; unchanged when injection is
-    off or wrote nothing."""
+    at `rehearsal`, both taken from the corpus replay's weight; unchanged when injection is off or
+    wrote nothing."""
     share = knowledge.ratio if share is None else share
     if not knowledge.enabled:
         return sources
     add = [(name, folder, w) for name, folder, w in ((KNOWLEDGE_SOURCE, augmented_dir(run_dir), share),
                                                       (REHEARSAL_SOURCE, rehearsal_dir(run_dir), rehearsal))
            if w > 0 and any(folder.glob("*.parquet"))]
+    taken = sum(w for _, _, w in add)
     if not add:
         return sources
-    taken = sum(w for _, _, w in add)
-    documents = next((s for s in sources if s.kind == "buffer" and s.name == NEW_SOURCE), None)
-    corpus = next((s for s in sources if s.kind == "corpus"), None)
-    from_new = min(from_new, taken) if documents is not None else 0.0
-    takes = {"corpus replay": (corpus, taken - from_new), "tonight's documents": (documents, from_new)}
+    corpus = [s for s in sources if s.kind == "corpus"]
     out = []
     for s in sources:
-        for what, (giver, w) in takes.items():
-            if s is giver and w > 0:
-                if s.weight - w <= 1e-9:
-                    raise ValueError(f"knowledge.ratio {taken:.3g} leaves the {what} no share (it had {s.weight:.3g}); "
-                                     f"lower knowledge.ratio or sampling.new_data_ratio / memory_ratio")
-                s = s.model_copy(update={"weight": s.weight - w})
+        if corpus and s is corpus[0]:
+            if s.weight - taken <= 1e-9:
+                raise ValueError(f"knowledge.ratio {taken:.3g} leaves the corpus replay no share (it had {s.weight:.3g}); "
+                                 f"lower knowledge.ratio or sampling.new_data_ratio / memory_ratio")
+            s = s.model_copy(update={"weight": s.weight - taken})
         out.append(s)
     out += [SourceConfig(name=name, path=folder, weight=w, kind="curated") for name, folder, w in add]
     return out
@@ -238,85 +231,52 @@ def corpus_share(sources: Sequence["SourceConfig"]) -> float:
     return next((s.weight for s in sources if s.kind == "corpus"), 0.0)
 
 
-def new_share(sources: Sequence["SourceConfig"]) -> float:
-    """The weight of tonight's curated documents among `sources` (sampling.new_data_ratio)."""
-    return next((s.weight for s in sources if s.kind == "buffer" and s.name == NEW_SOURCE), 0.0)
-
-
-def knowledge_tokens(run_dir: str | Path, tokenizer_dir: str | Path) -> tuple[int, int, int]:
-    """(tokens of tonight's augmented forms, of the memory's rehearsal forms, of tonight's curated
-    documents) under the night's tokenizer, one separator each; the tokenizer is loaded once."""
-    folders = [augmented_dir(run_dir), rehearsal_dir(run_dir), RunDir(Path(run_dir)).curated]
+def knowledge_tokens(run_dir: str | Path, tokenizer_dir: str | Path) -> tuple[int, int]:
+    """(tokens of tonight's augmented forms, tokens of the memory's rehearsal forms) under the
+    night's tokenizer, one separator each; the tokenizer is loaded once."""
+    folders = [augmented_dir(run_dir), rehearsal_dir(run_dir)]
     texts = [[t for part in sorted(f.glob("*.parquet")) for t in pq.read_table(part, columns=["text"]).column("text").to_pylist()]
              for f in folders]
-    if not any(texts[:2]):
-        return 0, 0, 0
+    if not any(texts):
+        return 0, 0
     tokenizer = load_tokenizer(tokenizer_dir)
-    forms, old, documents = (sum(len(ids) + 1 for ids in tokenizer.encode_batch(t)) if t else 0 for t in texts)
-    return forms, old, documents
-
-
-class NightPlan(NamedTuple):
-    steps: int              # the night's length
-    share: float            # of its tokens, tonight's augmented forms
-    rehearsal: float        # the memory's rehearsal forms
-    note: str | None        # what changed and why, when the night is lengthened or its documents give up share
-    from_new: float = 0.0   # of share + rehearsal, what tonight's documents give up (the rest: the corpus replay)
+    new, old = (sum(len(ids) + 1 for ids in tokenizer.encode_batch(t)) if t else 0 for t in texts)
+    return new, old
 
 
 def night_plan(num_iterations: int, total_batch_size: int, knowledge: "KnowledgeConfig", form_tokens: int,
-               corpus: float = 1.0, rehearsal_tokens: int = 0, *, document_tokens: int = 0, new_share: float = 0.0) -> NightPlan:
-    """How long the night is and what its forms get. Tonight's forms (`form_tokens` long) should
-    each be drawn `knowledge.min_exposures` times, the memory's rehearsal forms
-    `knowledge.rehearsal_exposures` times.
+               corpus: float = 1.0, rehearsal_tokens: int = 0) -> tuple[int, float, float, str | None]:
+    """(steps, share of tonight's forms, share of the rehearsal forms, a note when the night
+    changes). Tonight's forms (`form_tokens` long) should each be drawn `knowledge.min_exposures`
+    times, the memory's rehearsal forms `knowledge.rehearsal_exposures` times.
 
-    - Tonight's documents (`document_tokens` long, drawn at `new_share`) need no more than
-      `min_exposures` draws either: what their share holds beyond that goes to their forms first
-      (a small day's documents would otherwise be repeated hundreds of times while their forms,
-      which carry the same facts in the phrasings that make them answerable, went short).
-    - Then the forms take from the corpus replay what they still need in `num_iterations` steps,
-      together at most `knowledge.ratio` and at most half the replay's share `corpus` (the corpus
-      keeps the rest): a night with a few facts spends a few tokens on them. Rehearsal gets at
-      most half of what they get.
-    - When that is not enough, the night is lengthened, up to `knowledge.max_steps_factor` ×
-      num_iterations, and the note says so; past the cap both get fewer exposures.
+    - The shares are what that needs in `num_iterations` steps, together at most `knowledge.ratio`
+      and at most half the corpus replay's share `corpus` (the corpus keeps the rest): a night with
+      a few facts spends a few tokens on them. Rehearsal gets at most half of that.
+    - When the largest share is not enough, the night is lengthened, up to
+      `knowledge.max_steps_factor` × num_iterations, and the note says so; past the cap both get
+      fewer exposures.
     Measured on the tiny preset (docs/knowledge.md): 28 exposures of each form made 69-91% of a
     night's facts answerable in a held-out question form, 60 made 85-97%."""
     top = min(knowledge.ratio, corpus / 2)
     if not knowledge.enabled or top <= 0 or form_tokens + rehearsal_tokens <= 0:
-        return NightPlan(num_iterations, 0.0, 0.0, None)
+        return num_iterations, 0.0, 0.0, None
     if knowledge.min_exposures <= 0:
-        return NightPlan(num_iterations, top, 0.0, None)
+        return num_iterations, top, 0.0, None
     batch = total_batch_size
     need_new = knowledge.min_exposures * form_tokens
     need_old = min(knowledge.rehearsal_exposures * rehearsal_tokens, need_new if form_tokens else float("inf"))
     need = need_new + need_old
-    documents = knowledge.min_exposures * document_tokens if document_tokens > 0 and new_share > 0 else None
-
-    def spare(tokens: float) -> float:  # of a night of `tokens`, what tonight's documents do not need
-        return max(0.0, new_share * tokens - documents) if documents is not None else 0.0
-
-    steps_needed = num_iterations
-    if need > top * num_iterations * batch + spare(num_iterations * batch):
-        tokens = need / top
-        if documents is not None and new_share * (need + documents) / (top + new_share) >= documents:
-            tokens = (need + documents) / (top + new_share)
-        steps_needed = math.ceil(tokens / batch - 1e-9)
+    if need <= top * num_iterations * batch:
+        tokens = num_iterations * batch
+        return num_iterations, need_new / tokens, need_old / tokens, None
+    steps_needed = math.ceil(need / (top * batch))
     steps = min(steps_needed, int(knowledge.max_steps_factor * num_iterations))
-    tokens = steps * batch
-    got = need if steps == num_iterations else top * tokens + spare(tokens)  # lengthened: all it may take
-    from_new = min(got, spare(tokens)) / tokens
-    share_new, share_old = got / tokens * need_new / need, got / tokens * need_old / need
-    if steps == num_iterations and from_new <= 0:
-        return NightPlan(steps, share_new, share_old, None)
-    exposures = share_new * tokens / form_tokens if form_tokens else 0.0
+    share_new, share_old = top * need_new / need, top * need_old / need
+    exposures = share_new * steps * batch / form_tokens if form_tokens else 0.0
     capped = "" if top >= knowledge.ratio else f" (knowledge.ratio {knowledge.ratio:g} capped at half the corpus replay's share)"
     also = f" and {rehearsal_tokens:,} of the memory's rehearsal forms" if rehearsal_tokens else ""
-    given = (f" plus {from_new:.3g} of the new-data share, which tonight's {document_tokens:,} tokens of documents do not need "
-             f"for {knowledge.min_exposures:g} draws of their own" if from_new > 0 else "")
-    length = (f"the night runs {steps} steps instead of {num_iterations}" if steps != num_iterations
-              else f"the night keeps its {steps} steps")
     note = (f"knowledge: {form_tokens:,} tokens of augmented forms{also} need {steps_needed} steps for {knowledge.min_exposures:g} "
-            f"exposures each at a share of {top:.3g}{capped}{given}; {length} "
+            f"exposures each at a share of {top:.3g}{capped}; the night runs {steps} steps instead of {num_iterations} "
             f"(~{exposures:.1f} exposures{'; capped by knowledge.max_steps_factor' if steps < steps_needed else ''})")
-    return NightPlan(steps, share_new, share_old, note, from_new)
+    return steps, share_new, share_old, note

@@ -311,11 +311,6 @@ def test_inject_knowledge_cuts_heldout_before_augmenting(tmp_path):
     mixed = knowledge_sources(base, run, KnowledgeConfig(ratio=0.25))
     assert [(s.name, s.kind, round(s.weight, 3)) for s in mixed] == [
         ("stdlib", "corpus", 0.5), ("new", "buffer", 0.25), (KNOWLEDGE_SOURCE, "curated", 0.25)]
-    # what tonight's documents give up (night_plan's from_new) comes off their weight, the rest off the corpus's
-    mixed = knowledge_sources(base, run, KnowledgeConfig(ratio=0.25), 0.3, 0.0, 0.2)
-    assert [(s.name, round(s.weight, 3)) for s in mixed] == [("stdlib", 0.65), ("new", 0.05), (KNOWLEDGE_SOURCE, 0.3)]
-    with pytest.raises(ValueError, match="leaves the tonight's documents no share"):
-        knowledge_sources(base, run, KnowledgeConfig(), 0.3, 0.0, 0.25)
     assert knowledge_sources(base, run, KnowledgeConfig(enabled=False)) == base
     with pytest.raises(ValueError, match="knowledge.ratio"):
         knowledge_sources(base, run, KnowledgeConfig(ratio=0.8))
@@ -447,44 +442,23 @@ def test_augmented_forms_are_their_own_manifest_source_and_never_held_out(tmp_pa
 def test_a_night_gives_its_forms_the_share_they_need_and_is_lengthened_when_the_largest_is_not_enough():
     k = KnowledgeConfig(ratio=0.25, min_exposures=6, max_steps_factor=3, rehearsal_exposures=2)
     # 200 × 2048 = 409,600 tokens; 10,000 tokens × 6 exposures need a share of 0.146: no more
-    steps, share, old, note, _ = night_plan(200, 2048, k, 10_000, corpus=0.9)
+    steps, share, old, note = night_plan(200, 2048, k, 10_000, corpus=0.9)
     assert steps == 200 and note is None and share == pytest.approx(60_000 / 409_600) and old == 0
-    steps, share, old, note, _ = night_plan(200, 2048, k, 100_000, corpus=0.9)  # needs 1,172 steps at 0.25, capped at 600
+    steps, share, old, note = night_plan(200, 2048, k, 100_000, corpus=0.9)  # needs 1,172 steps at 0.25, capped at 600
     assert (steps, share) == (600, 0.25) and "capped by knowledge.max_steps_factor" in note and "100,000 tokens" in note
-    plan = night_plan(200, 2048, k, 40_000, corpus=0.9)
-    assert plan.steps == 469 and "469 steps instead of 200" in plan.note
+    steps, share, old, note = night_plan(200, 2048, k, 40_000, corpus=0.9)
+    assert steps == 469 and "469 steps instead of 200" in note
     # the corpus replay keeps at least half its share: 0.3 of corpus allows 0.15, so the night is longer
-    plan = night_plan(200, 2048, k, 40_000, corpus=0.3)
-    assert plan.share == 0.15 and plan.steps == 600 and "capped at half the corpus replay's share" in plan.note
-    assert night_plan(200, 2048, KnowledgeConfig(min_exposures=0, ratio=0.25), 10**9) == (200, 0.25, 0.0, None, 0.0)
-    assert night_plan(200, 2048, KnowledgeConfig(enabled=False), 10**5) == (200, 0.0, 0.0, None, 0.0)
+    steps, share, old, note = night_plan(200, 2048, k, 40_000, corpus=0.3)
+    assert share == 0.15 and steps == 600 and "capped at half the corpus replay's share" in note
+    assert night_plan(200, 2048, KnowledgeConfig(min_exposures=0, ratio=0.25), 10**9) == (200, 0.25, 0.0, None)
+    assert night_plan(200, 2048, KnowledgeConfig(enabled=False), 10**5) == (200, 0.0, 0.0, None)
     # rehearsal: 20,000 tokens × 2 exposures beside tonight's 10,000 × 6 fit in 200 steps at 0.25
-    steps, share, old, note, _ = night_plan(200, 2048, k, 10_000, corpus=0.9, rehearsal_tokens=20_000)
+    steps, share, old, note = night_plan(200, 2048, k, 10_000, corpus=0.9, rehearsal_tokens=20_000)
     assert steps == 200 and old == pytest.approx(40_000 / 409_600) and share == pytest.approx(60_000 / 409_600)
     # a large memory never takes more than tonight's own forms: at most half the knowledge share
-    steps, share, old, note, _ = night_plan(200, 2048, k, 10_000, corpus=0.9, rehearsal_tokens=10**6)
+    steps, share, old, note = night_plan(200, 2048, k, 10_000, corpus=0.9, rehearsal_tokens=10**6)
     assert old == pytest.approx(share) and share + old <= 0.25 + 1e-9 and "rehearsal forms" in note
-
-
-def test_a_small_days_documents_give_their_forms_the_new_data_share_they_do_not_need():
-    """24 short documents (2,000 tokens) at a new-data share of 0.25 would be drawn ~250 times in
-    a 1,000-step night; they need min_exposures (6) draws, 12,000 tokens: the rest of their share
-    goes to their forms first, so the forms need fewer steps and the corpus replay gives up less."""
-    k = KnowledgeConfig(ratio=0.25, min_exposures=6, max_steps_factor=3)
-    # 100,000 tokens × 6 = 600,000: 1,172 steps at 0.25 alone, capped at 600 (see above); with the
-    # documents' spare share: (600,000 + 12,000) / (0.25 + 0.25) / 2048 = 598 steps, every exposure
-    plan = night_plan(200, 2048, k, 100_000, corpus=0.75, document_tokens=2_000, new_share=0.25)
-    tokens = plan.steps * 2048
-    assert plan.steps == 598 and 600_000 <= plan.share * tokens < 601_000
-    assert plan.from_new * tokens == pytest.approx(0.25 * tokens - 12_000)      # the documents keep their 6 draws
-    assert (plan.share - plan.from_new) <= 0.25 + 1e-9                           # the corpus gives up no more than before
-    assert "of the new-data share, which tonight's 2,000 tokens of documents do not need" in plan.note and "~6.0 exposures" in plan.note
-    # a night that fits: the forms come from the documents' spare share before the corpus replay's
-    plan = night_plan(200, 2048, k, 10_000, corpus=0.75, document_tokens=2_000, new_share=0.25)
-    assert plan.steps == 200 and plan.share == pytest.approx(60_000 / 409_600) and plan.from_new == pytest.approx(plan.share)
-    # a big day (its documents need their whole share): nothing moves, the plan is the one above
-    big = night_plan(200, 2048, k, 100_000, corpus=0.75, document_tokens=200_000, new_share=0.25)
-    assert big == night_plan(200, 2048, k, 100_000, corpus=0.75) and big.from_new == 0
 
 
 def test_questions_are_inverted_the_way_people_ask_for_any_relation_of_that_shape():
