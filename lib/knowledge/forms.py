@@ -133,7 +133,8 @@ PLACE_PREPOSITIONS = {"in", "at", "from"}
 def place_relation(relation: str, kind: str) -> bool:
     """Whether the answer of `relation` is a place: a name after "in", "at" or "from" ("was born
     in", "performs at the"), not a year or a number after them ("was founded in 1915")."""
-    return kind == "proper" and question_relation(relation).split()[-1:] in ([p] for p in PLACE_PREPOSITIONS)
+    words = question_relation(relation).split()
+    return kind == "proper" and bool(words) and words[-1] in PLACE_PREPOSITIONS
 
 
 def wh_word(relation: str, kind: str) -> str:

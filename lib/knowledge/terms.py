@@ -29,7 +29,7 @@ import re
 from collections import defaultdict
 from typing import Sequence
 
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
+from lib.knowledge.forms import _COPULAS, ADVERBS, AUXILIARIES, base_verb
 from lib.knowledge.spans import split_sentences
 
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d[\d,.]*|[^\sA-Za-z\d]")
@@ -37,7 +37,6 @@ _DETERMINERS = {"the", "a", "an", "its", "their", "his", "her"}
 _PREPOSITIONS = {"in", "on", "at", "for", "as", "of", "with", "from", "into", "about", "by", "to", "near", "under", "over",
                  "after", "before", "since", "during", "until", "through", "across", "above", "below", "beyond", "among",
                  "between", "behind", "around", "along", "against", "without", "within", "towards", "toward", "like", "than"}
-_COPULAS = {"is", "was", "are", "were"}
 _PERFECT = {"has", "have", "had", "been", "being", "be"}
 # words that no term is made of: function words, pronouns, quantifiers, and nouns of time, measure
 # and order that say how much or when, not what
