@@ -14,7 +14,10 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
           "November", "December")
 WEEKDAYS = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"}
 _MONTH = "(?:" + "|".join(MONTHS) + ")"
-_DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}|\d{{4}}-\d{{2}}-\d{{2}}|{_MONTH} \d{{4}})\b")
+# a day and month without a year is a date too ("ships on October 15", "by 13 January"): notes and news
+# leave the year to the reader, as they leave the weekday; a number after the day is no year ("May 12 2027")
+_DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?,? \d{{4}}|\d{{4}}-\d{{2}}-\d{{2}}|{_MONTH} \d{{4}}"
+                   rf"|\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}(?!,? \d)|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?(?![\d,.]\d|,? \d))\b")
 _YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?!\d|[.,]\d)")
 _NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w,]\d)|(?<![\w.,])\d+(?:\.\d+)?%?(?![\w.,]?\d)")
 _WORD = re.compile(r"[^\W\d_][\w'’\-]*")
@@ -130,9 +133,10 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
         end = r[-1][1] - 2 if r and r[-1][2].endswith(("'s", "’s")) and len(r[-1][2]) > 3 else (r[-1][1] if r else 0)
-        if r and not (len(r) == 1 and r[0][2] in WEEKDAYS):
+        if r and not (len(r) == 1 and (r[0][2] in WEEKDAYS or r[0][2] in MONTHS and not r[0][2] == "May")):
             # "The Subon Gallery's director": the owner's name without its possessive ending; a weekday ("on
-            # Monday") is a news report's time, relative to a day the text does not state
+            # Monday") or a lone month ("at the end of March") is a time relative to a day or a year the text
+            # does not state ("May" is also a name)
             out.append(_Span(r[0][0], end, sentence[r[0][0] : end], "proper"))
     return _titles(sentence, [_with_version(sentence, sp) for sp in out])
 

@@ -1,0 +1,26 @@
+"""Fact extraction on the shapes of start-up news, species accounts and meeting notes, measured on
+three sets no rule had seen (2026-11-26): each rule with what it must find and what it must not."""
+
+from __future__ import annotations
+
+from lib.knowledge.facts import extract_facts
+
+# two documents with an answer of every kind, so that each fact under test has a distractor
+_OTHERS = ["Ola Pask was seen in Pell on 2 May 1900 with 12 men in 1890.", "Ama Reed met Ola Pask."]
+
+
+def _triples(texts):
+    return {(i.subject, i.relation, i.answer) for i in extract_facts(texts + _OTHERS, [f"d{i}" for i in range(len(texts) + 2)])}
+
+
+def _kinds(texts):
+    return {i.answer: i.kind for i in extract_facts(texts + _OTHERS, [f"d{i}" for i in range(len(texts) + 2)])}
+
+
+def test_a_day_and_month_without_a_year_is_a_date_and_a_lone_month_no_name():
+    k = _kinds(["The Velk bridge opens on October 15.", "Ivo Brask sailed from Kell on 13 December.",
+                "The Orla Mill reopened on 2 May 1901.", "Teja Lund had 18 staff at the end of March."])
+    assert k.get("October 15") == "date" and k.get("13 December") == "date"
+    assert "15" not in k and "13" not in k and "October" not in k and "December" not in k   # not a number and a name
+    assert k.get("2 May 1901") == "date"                                       # the year stays with its date
+    assert "March" not in k                                                    # a month alone is a time, like a weekday
