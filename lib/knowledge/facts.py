@@ -26,22 +26,18 @@ Extraction (`extract_facts`), rule-based, no model:
 Trade-off: rules find the salient spans of prose (24 biographies give 80 items, 24 terms) in ~10 ms
 a document, never invent an answer, and miss facts whose subject follows ("Commanding her was X").
 
-Stored as JSON Lines, one item a line, written atomically (lib.files): a night's set lies at
-`<run_dir>/knowledge/facts.jsonl`.
+The item and its file format (JSON Lines): lib/knowledge/fact_items.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import re
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
-from lib.files import JsonLineError, json_lines, write_text
+from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts  # noqa: F401  (the item, where callers import it)
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, role_noun, split_forms, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
@@ -55,71 +51,6 @@ from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, hyphen_measure, 
 _IS_A = (" is a ", " was a ", " is an ", " was an ")
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
-
-
-@dataclass(frozen=True)
-class FactItem:
-    id: str            # stable: short hash of (subject, relation, answer)
-    doc_id: str        # the document it came from (its content hash, as curation/ingest name documents)
-    subject: str       # the entity the fact is about, named in full ("Mara Quillon")
-    relation: str      # the words that link subject and answer in the text ("was born in")
-    answer: str        # the answer span exactly as in the text ("Lisbon")
-    kind: str          # the answer's type: "name", "number", "date", "year", "proper", ...
-    cue: str           # the trained phrasing: the text before the answer in its sentence, subject named
-    question: str      # a held-out phrasing: a prompt that ends where the answer starts, never trained on
-    distractors: tuple[str, ...] = ()  # same-kind answers from other documents / earlier nights
-
-    @property
-    def options(self) -> tuple[str, ...]:
-        """The answer first, then the distractors: what multiple choice ranks."""
-        return (self.answer,) + tuple(self.distractors)
-
-    def to_json(self) -> dict:
-        row = asdict(self)
-        row["distractors"] = list(self.distractors)
-        return row
-
-    @classmethod
-    def from_json(cls, row: dict) -> "FactItem":
-        names = {f.name for f in fields(cls)}
-        missing = sorted(names - set(row) - {"distractors"})
-        if missing:
-            raise ValueError(f"fact item lacks field(s) {', '.join(missing)}")
-        values = {k: row[k] for k in names if k in row}
-        values["distractors"] = tuple(str(d) for d in row.get("distractors") or ())
-        return cls(**values)
-
-
-def fact_id(subject: str, relation: str, answer: str) -> str:
-    """Stable id of a fact: 16 hex digits of sha256 over its three parts."""
-    return hashlib.sha256("\x1f".join((subject, relation, answer)).encode("utf-8")).hexdigest()[:16]
-
-
-def write_facts(path: str | Path, items: Iterable[FactItem]) -> Path:
-    """Write `items` as JSON Lines to `path` atomically; returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(item.to_json(), ensure_ascii=False) + "\n" for item in items)
-    write_text(path, text)
-    return path
-
-
-def read_facts(path: str | Path) -> list[FactItem]:
-    """The items of a facts.jsonl file; an error names the file and line that is wrong."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"fact set {path} does not exist")
-    items = []
-    try:
-        with open(path, "rb") as fh:
-            for n, row in json_lines(fh):
-                try:
-                    items.append(FactItem.from_json(row))
-                except (TypeError, ValueError) as exc:
-                    raise ValueError(f"{path}:{n}: {exc}") from None
-    except JsonLineError as exc:
-        raise ValueError(f"{path}:{exc.line}: {exc.problem}") from None
-    return items
 
 
 # -- extraction (spans: lib/knowledge/spans.py; relations: lib/knowledge/relations.py) --------------

@@ -1,0 +1,82 @@
+"""A fact item (what lib/knowledge/facts.py extracts: subject, relation, answer, the held-out
+question and its distractors) and its file format.
+
+Stored as JSON Lines, one item a line, written atomically (lib.files): a night's set lies at
+`<run_dir>/knowledge/facts.jsonl`; a bad line is an error that names the file and the line. The id
+is a hash of (subject, relation, answer), so the same fact has the same id every night.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable
+
+from lib.files import JsonLineError, json_lines, write_text
+
+
+@dataclass(frozen=True)
+class FactItem:
+    id: str            # stable: short hash of (subject, relation, answer)
+    doc_id: str        # the document it came from (its content hash, as curation/ingest name documents)
+    subject: str       # the entity the fact is about, named in full ("Mara Quillon")
+    relation: str      # the words that link subject and answer in the text ("was born in")
+    answer: str        # the answer span exactly as in the text ("Lisbon")
+    kind: str          # the answer's type: "name", "number", "date", "year", "proper", ...
+    cue: str           # the trained phrasing: the text before the answer in its sentence, subject named
+    question: str      # a held-out phrasing: a prompt that ends where the answer starts, never trained on
+    distractors: tuple[str, ...] = ()  # same-kind answers from other documents / earlier nights
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The answer first, then the distractors: what multiple choice ranks."""
+        return (self.answer,) + tuple(self.distractors)
+
+    def to_json(self) -> dict:
+        row = asdict(self)
+        row["distractors"] = list(self.distractors)
+        return row
+
+    @classmethod
+    def from_json(cls, row: dict) -> "FactItem":
+        names = {f.name for f in fields(cls)}
+        missing = sorted(names - set(row) - {"distractors"})
+        if missing:
+            raise ValueError(f"fact item lacks field(s) {', '.join(missing)}")
+        values = {k: row[k] for k in names if k in row}
+        values["distractors"] = tuple(str(d) for d in row.get("distractors") or ())
+        return cls(**values)
+
+
+def fact_id(subject: str, relation: str, answer: str) -> str:
+    """Stable id of a fact: 16 hex digits of sha256 over its three parts."""
+    return hashlib.sha256("\x1f".join((subject, relation, answer)).encode("utf-8")).hexdigest()[:16]
+
+
+def write_facts(path: str | Path, items: Iterable[FactItem]) -> Path:
+    """Write `items` as JSON Lines to `path` atomically; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(item.to_json(), ensure_ascii=False) + "\n" for item in items)
+    write_text(path, text)
+    return path
+
+
+def read_facts(path: str | Path) -> list[FactItem]:
+    """The items of a facts.jsonl file; an error names the file and line that is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"fact set {path} does not exist")
+    items = []
+    try:
+        with open(path, "rb") as fh:
+            for n, row in json_lines(fh):
+                try:
+                    items.append(FactItem.from_json(row))
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"{path}:{n}: {exc}") from None
+    except JsonLineError as exc:
+        raise ValueError(f"{path}:{exc.line}: {exc.problem}") from None
+    return items
