@@ -45,7 +45,7 @@ from lib.knowledge.terms import night_terms
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, head_noun, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 _IS_A = (" is a ", " was a ", " is an ", " was an ")
@@ -125,7 +125,10 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             subject, subj_end = referent, first.end()
             subj_form = "'s" if _PRONOUNS[lead] == "possessive" else ""
         elif propers and sentence[: propers[0].start].strip().lower() in ("", "the"):
-            subject, subj_end, subj_form = propers[0].text, propers[0].end, ""
+            subj_end, subj_form = head_noun(sentence, propers[0].end), ""
+            subject = sentence[propers[0].start : subj_end]       # "The Nuheind creeper is": the name with its noun
+            if subj_end > propers[0].end:
+                articled.add(subject)
             if sentence[subj_end:].startswith(("'s ", "’s ")):
                 subj_end, subj_form = subj_end + 2, "'s"   # "The Subon Gallery's director, X, said": the gallery's director is X
             head, sep, owner = subject.partition(" of ")
@@ -197,7 +200,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 timed = FRONTED_TIME.match(before)     # "In 1798 Ada Lind took ...": a time phrase needs no comma
                 timed = timed if timed and any(v.start == timed.start("value") and v.end == timed.end("value") for v in values) else None
                 if p.start > 0 and rest[:1].islower() and (before.endswith(", ") or before.endswith(", the ") or timed):
-                    subject, subj_end = p.text, p.end
+                    subj_end = head_noun(sentence, p.end)  # ", the Viaveir glider is": the name with its noun
+                    subject = sentence[p.start : subj_end]
                     if subject.startswith("The ") and len(subject.split()) > 2:
                         subject = subject[4:]          # ", The Ciefal Lanterns released": as named at a sentence start
                     fronted = before[: timed.end("value")] if timed else before[: before.rindex(",")]

@@ -25,6 +25,8 @@ name states, each as (relation, answer) of a known subject.
   in 1792": a name after "which (the)" is the subject of a clause whose object is the name before;
 - "Y has served as its editor since 1995": the entity's editor is Y ("became its director": Y
   became the director of the entity).
+- "The Nuheind creeper is a species of ...", "Known only from X, the Viaveir glider is ...": a name
+  with a lower-case head noun before its verb is one subject, "Nuheind creeper" (`head_noun`);
 - "Sailors on the Wana Sea steer by the X, a 43-metre tower built in 1812": a sentence whose subject
   is no name still gives its objects' appositions (`object_appositions`); "a 43-metre tower" is
   X's length (`hyphen_measure`), "a 1,200-pupil school" no relation.
@@ -41,7 +43,8 @@ from typing import Sequence
 
 from lib.knowledge.forms import _IRREGULAR, _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb
 from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
-from lib.knowledge.spans import _Span
+from lib.knowledge.spans import _PARTICIPLES, _Span
+from lib.knowledge.terms import _NOT_TERM
 
 # a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")
 FRONTED_TIME = re.compile(r"^(?P<prep>In|On|Since|By|During|Until|From|After|Before) (?P<value>[^,]+?)(?P<comma>,)? (?:the )?$")
@@ -384,3 +387,24 @@ def pronoun_object(sentence: str, subj_end: int) -> str | None:
                                                                                               and base_verb(verb[1]) is None):
         return None
     return m.group("verb")
+
+
+_HEAD_NOUN = re.compile(r"^ (?P<noun>[a-z]{3,}(?:-[a-z]+)?)(?: (?P<next>[a-z]+)|, (?:a|an|which|who|the) )")
+
+
+def head_noun(sentence: str, name_end: int) -> int:
+    """Where a sentence subject that is a name ends, with the lower-case noun after it that heads
+    it ("The Nuheind creeper is", "the Traweirk project ships", "The Kell company, which ...":
+    species, projects and firms are named so), or `name_end`: the noun is no verb, adverb or
+    function word and a verb, an auxiliary or an apposition follows ("Ada Lind once lived", "The
+    Harl flows", "Ada Lind herself said" keep their name alone)."""
+    m = _HEAD_NOUN.match(sentence[name_end:])
+    if not m:
+        return name_end
+    noun, nxt = m.group("noun"), m.group("next")
+    if noun in _NOT_TERM or noun in ADVERBS or noun in AUXILIARIES or noun in _PARTICIPLES or noun.endswith(("ly", "ed", "ing", "self")) \
+            or base_verb(noun) is not None:
+        return name_end
+    if nxt is not None and not (nxt in AUXILIARIES or nxt in ADVERBS or base_verb(nxt) is not None):
+        return name_end
+    return name_end + 1 + len(noun)

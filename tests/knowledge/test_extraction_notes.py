@@ -24,3 +24,21 @@ def test_a_day_and_month_without_a_year_is_a_date_and_a_lone_month_no_name():
     assert "15" not in k and "13" not in k and "October" not in k and "December" not in k   # not a number and a name
     assert k.get("2 May 1901") == "date"                                       # the year stays with its date
     assert "March" not in k                                                    # a month alone is a time, like a weekday
+
+
+def test_a_name_with_a_lower_case_head_noun_is_one_subject():
+    t = _triples(["The Nuheind creeper is a species of lizard endemic to the Haquom Basin. It was first described in 1870.",
+                  "Known only from Mount Vouna, the Viaveir glider was described by Breilar Houleirkley in 1977.",
+                  "The Quozer creeper, a skink first described by Feirox Jeinoundley, is confined to the Dradex Valley.",
+                  "The Traweirk project ships on October 15."])
+    assert ("Nuheind creeper", "is a species of lizard endemic to the", "Haquom Basin") in t
+    assert ("Nuheind creeper", "was first described in", "1870") in t          # "It": the whole name
+    assert ("Viaveir glider", "was described by", "Breilar Houleirkley") in t   # after a fronted phrase
+    assert ("Quozer creeper", "is confined to the", "Dradex Valley") in t      # before an apposition
+    assert ("Traweirk project", "ships on", "October 15") in t
+    # never: a verb, an adverb or a pronoun after the name, nor a noun no verb follows
+    t = _triples(["Ada Lind once lived in Kell in 1901.", "The Harl flows into the Orla Sea.", "Ivo Brask himself built the Vask Mill.",
+                  "Teja Lund daughter of Ivo Brask was born in Pell."])
+    assert ("Ada Lind", "once lived in", "Kell") in t and ("Harl", "flows into the", "Orla Sea") in t
+    assert ("Ivo Brask", "himself built the", "Vask Mill") in t
+    assert not any(s.startswith("Teja Lund ") for s, _, _ in t)
