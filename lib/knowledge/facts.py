@@ -45,7 +45,7 @@ from lib.knowledge.terms import night_terms
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, head_noun, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 _IS_A = (" is a ", " was a ", " is an ", " was an ")
@@ -108,6 +108,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if _looks_like_code(sentence):
             continue
+        sentence = reported_clause(sentence) or sentence   # "Mara said the Velk project ships on": what she said
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
         values = _value_spans(sentence)

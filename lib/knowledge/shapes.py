@@ -27,6 +27,8 @@ name states, each as (relation, answer) of a known subject.
   became the director of the entity).
 - "The Nuheind creeper is a species of ...", "Known only from X, the Viaveir glider is ...": a name
   with a lower-case head noun before its verb is one subject, "Nuheind creeper" (`head_noun`);
+- "Troujial said the Traweirk project ships on October 15", "X told reporters that it would ...": what
+  a speaker said is read as a sentence of its own (`reported_clause`), the speaker dropped;
 - "Sailors on the Wana Sea steer by the X, a 43-metre tower built in 1812": a sentence whose subject
   is no name still gives its objects' appositions (`object_appositions`); "a 43-metre tower" is
   X's length (`hyphen_measure`), "a 1,200-pupil school" no relation.
@@ -408,3 +410,23 @@ def head_noun(sentence: str, name_end: int) -> int:
     if nxt is not None and not (nxt in AUXILIARIES or nxt in ADVERBS or base_verb(nxt) is not None):
         return name_end
     return name_end + 1 + len(noun)
+
+
+_SPEECH = r"(?:said|says|told [a-z]+|announced|mentioned|confirmed|added|noted|stated|reported|agreed|explained)"
+_REPORTED = re.compile(r"^(?:[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3}|He|She|They|We|I|It) " + _SPEECH
+                       + r"(?: on [A-Z][a-z]+| last [a-z]+| this [a-z]+)?(?: that)? (?P<clause>(?:(?:the |The )?[A-Z][\w'’-]*"
+                       r"(?: [A-Z][\w'’-]*)*(?: [a-z]+)?|the [a-z]+(?: [a-z]+)?|it|they) (?:is|are|was|were|has|have|had|will|would|"
+                       r"can|could|[a-z]+s|[a-z]+ed)\b.*)$")
+
+
+def reported_clause(sentence: str) -> str | None:
+    """What a speaker said, as a sentence of its own: "Troujial said the Traweirk project ships on
+    October 15" → "The Traweirk project ships on October 15", "Stosisly told reporters on Friday
+    that it would ..." → "It would ..."; None where no clause with a subject and a verb follows the
+    speech verb ("Ada Lind said nothing", "Ivo Brask told Ama Reed the news"). News and notes state
+    their facts so; the speaker's act itself is no fact a question asks."""
+    m = _REPORTED.match(sentence)
+    if not m:
+        return None
+    clause = m.group("clause")
+    return clause[:1].upper() + clause[1:]

@@ -46,9 +46,18 @@ _CODE_CHARS = re.compile(r"[{}\[\]=<>]|(?<![\w'’\"”)]);|;(?! [A-Za-z][a-z'�
 FOOTNOTE = re.compile(r"\[(?:\d{1,3}|citation needed)\]")
 
 
+# a colon before a clause with a subject and a verb of its own ends a sentence: a label, a speaker or a
+# heading in notes ("Quick recap: Pagress is being built for ...", "From the call: they want ..."), not a
+# list ("released three albums: Songs, Harbour and Night")
+_CLAUSE_SUBJECT = r"(?:(?:[Tt]he )?[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*(?: [a-z]+)?|the [a-z]+(?: [a-z]+)?|they|it|he|she|we)"
+_FINITE = r"(?:is|are|was|were|has|have|had|will|would|can|could|want|need|[a-z]+s|[a-z]+ed)\b"
+_COLON_CLAUSE = re.compile(rf": (?={_CLAUSE_SUBJECT} {_FINITE})")
+
+
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of `text`: ends at . ! ? before a space and an
-    upper-case letter, digit or quote (not after Dr., St., e.g.), and at line breaks."""
+    upper-case letter, digit or quote (not after Dr., St., e.g.), at line breaks, and at a colon
+    before a clause of its own (`_COLON_CLAUSE`)."""
     spans = []
     for block in re.finditer(r"[^\n]+", text):
         start = block.start()
@@ -62,7 +71,13 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
                 start += 1
         if start < block.end():
             spans.append((start, block.end()))
-    return [(s, e) for s, e in spans if text[s:e].strip()]
+    cut = []
+    for s, e in spans:
+        for m in _COLON_CLAUSE.finditer(text, s, e):
+            cut.append((s, m.start() + 1))
+            s = m.end()
+        cut.append((s, e))
+    return [(s, e) for s, e in cut if text[s:e].strip()]
 
 
 def _looks_like_code(sentence: str) -> bool:

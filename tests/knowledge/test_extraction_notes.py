@@ -4,6 +4,7 @@ three sets no rule had seen (2026-11-26): each rule with what it must find and w
 from __future__ import annotations
 
 from lib.knowledge.facts import extract_facts
+from lib.knowledge.spans import split_sentences
 
 # two documents with an answer of every kind, so that each fact under test has a distractor
 _OTHERS = ["Ola Pask was seen in Pell on 2 May 1900 with 12 men in 1890.", "Ama Reed met Ola Pask."]
@@ -42,3 +43,25 @@ def test_a_name_with_a_lower_case_head_noun_is_one_subject():
     assert ("Ada Lind", "once lived in", "Kell") in t and ("Harl", "flows into the", "Orla Sea") in t
     assert ("Ivo Brask", "himself built the", "Vask Mill") in t
     assert not any(s.startswith("Teja Lund ") for s, _, _ in t)
+
+
+def test_a_colon_before_a_clause_ends_a_sentence_and_a_list_stays():
+    t = _triples(["Quick recap for anyone who missed Wednesday: Pagress is being built for Treistind Insurance.",
+                  "Their records: Vask Harbour was released in 1990."])
+    assert ("Pagress", "is being built for", "Treistind Insurance") in t
+    assert ("Vask Harbour", "was released in", "1990") in t
+    assert not any(s in ("Quick", "Their") for s, _, _ in t)
+    assert split_sentences("The trio released three albums: Songs, Harbour and Night.") == [(0, 57)]   # a list, not a clause
+
+
+def test_what_a_speaker_said_is_a_sentence_of_its_own():
+    t = _triples(["Troujial said the Traweirk project ships on October 15.",
+                  "Vel Orrin told reporters on Friday that Kell Motors employs 310 people.",
+                  "We agreed the Vosk budget stays at 124,000 euros."])
+    assert ("Traweirk project", "ships on", "October 15") in t
+    assert ("Kell Motors", "employs", "310") in t
+    assert ("Vosk budget", "stays at", "124,000") in t
+    assert not any(s in ("Troujial", "Vel Orrin") for s, _, _ in t)
+    # never: a speech verb whose object is no clause keeps its own facts
+    t = _triples(["Ivo Brask told Ama Reed the news in Pell."])
+    assert ("Ivo Brask", "told", "Ama Reed") in t
