@@ -404,8 +404,8 @@ def head_noun(sentence: str, name_end: int) -> int:
     if not m:
         return name_end
     noun, nxt = m.group("noun"), m.group("next")
-    if noun in _NOT_TERM or noun in ADVERBS or noun in AUXILIARIES or noun in _PARTICIPLES or noun.endswith(("ly", "ed", "ing", "self")) \
-            or base_verb(noun) is not None:
+    if noun in _NOT_TERM or noun in ADVERBS or noun in AUXILIARIES or noun in _PARTICIPLES or noun.endswith(("ly", "ed", "self")) \
+            or noun.endswith("ing") and nxt is None or base_verb(noun) is not None:   # "The Kell building is", not "X, having"
         return name_end
     if nxt is not None and not (nxt in AUXILIARIES or nxt in ADVERBS or base_verb(nxt) is not None):
         return name_end

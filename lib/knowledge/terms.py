@@ -8,7 +8,10 @@ has settled each sentence's subject.
 - its verb phrase is read word by word: adverbs, auxiliaries, one verb (a copula only with a
   participle or adjective and a preposition: "is known for"; or "is mostly"), a preposition, a
   determiner, then 1-3 lower-case words that end the clause (punctuation, "and", a preposition);
-  "took a degree in marine biology" reads through the light object to `took a degree in`;
+  "took a degree in marine biology" reads through the light object to `took a degree in`; a
+  copula with a noun of classification names the class ("is a species of lizard endemic to",
+  the modifier ending it); an owned noun may take a verb ("Its diet consists largely of young
+  snails"), and an -ly adverb may stand between a verb and its preposition ("feeds mainly on");
 - never read: a pronoun or determiner alone, a number or a capitalised word (a name's, read as
   such), adverbs and adjectives of manner (-ly, -ous, -ful, -ive, -able, "is patient"), generic
   time and measure nouns ("a year", "each season", "a long search", "most of"), objects that are
@@ -29,8 +32,8 @@ import re
 from collections import defaultdict
 from typing import Sequence
 
-from lib.knowledge.forms import _COPULAS, ADVERBS, AUXILIARIES, base_verb
-from lib.knowledge.spans import split_sentences
+from lib.knowledge.forms import _COPULAS, _IRREGULAR, ADVERBS, AUXILIARIES, base_verb
+from lib.knowledge.spans import _PARTICIPLES, split_sentences
 
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d[\d,.]*|[^\sA-Za-z\d]")
 _DETERMINERS = {"the", "a", "an", "its", "their", "his", "her"}
@@ -82,6 +85,26 @@ def _closes(tokens: Sequence[str], i: int) -> bool:
     return i >= len(tokens) or tokens[i] in (",", ";", ".", ":", "!", "?", ")", "and", "but") or tokens[i] in _PREPOSITIONS
 
 
+# nouns of classification: "is a species of lizard", "is a variety of apple", "was a breed of sheep"
+_CLASS_NOUNS = {"species", "subspecies", "genus", "kind", "type", "sort", "form", "breed", "variety", "cultivar", "family", "style", "dialect"}
+
+
+def _class_term(tokens: Sequence[str], i: int, words: list[str]) -> tuple[str, str] | None:
+    """The class noun after "is a species of": 1-3 lower-case words, which a modifier after them
+    with its preposition ends ("of lizard endemic to", "of moth native to", "of fern found in"), as
+    punctuation, "and" or a preposition do."""
+    n = 0
+    while n < 3 and i + n < len(tokens) and re.fullmatch(r"[a-z][a-z-]*", tokens[i + n]) and tokens[i + n] not in _NOT_TERM:
+        w, nxt = tokens[i + n], tokens[i + n + 1] if i + n + 1 < len(tokens) else ""
+        if n and nxt in _PREPOSITIONS and (w.endswith(("ic", "ive", "ous", "ed")) or w in _PARTICIPLES or w in _IRREGULAR):
+            break                                  # "lizard endemic to": the modifier is no part of the noun
+        n += 1
+    end = i + n
+    if not n or not (_closes(tokens, end) or tokens[end] not in _NOT_TERM and end + 1 < len(tokens) and tokens[end + 1] in _PREPOSITIONS):
+        return None
+    return " ".join(words), " ".join(tokens[i:end])
+
+
 def clause_term(clause: str, owned: bool = False) -> tuple[str, str] | None:
     """(relation, answer) of a clause that opens right after its subject, or None: " studied
     marine biology and later ..." → ("studied", "marine biology"); `owned`, the subject was a
@@ -92,7 +115,9 @@ def clause_term(clause: str, owned: bool = False) -> tuple[str, str] | None:
     i = 0
     if owned:                                      # "'s glasshouses are": 1-2 nouns, then an auxiliary
         n = _noun_words(tokens, 0)
-        if not n or n > 2 or n >= len(tokens) or tokens[n] not in AUXILIARIES:
+        if n > 1 and tokens[1].endswith("s") and base_verb(tokens[1]) is not None and tokens[0] not in _NOT_TERM:
+            n = 1                                  # "Its diet consists of": one noun, then its verb
+        elif not n or n > 2 or n >= len(tokens) or tokens[n] not in AUXILIARIES:
             return None
         words, i = ["'s"] + list(tokens[:n]), n
     while i < len(tokens) and (tokens[i] in ADVERBS or tokens[i] in ("also", "currently", "now", "today", "mostly", "chiefly")
@@ -106,9 +131,14 @@ def clause_term(clause: str, owned: bool = False) -> tuple[str, str] | None:
         # a copula states a property, not a term, unless a participle or adjective with a preposition
         # follows ("is known for", "are famous for") or a proportion ("is mostly ceramics")
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
+        cls = tokens[i + 2] if i + 3 < len(tokens) and nxt in ("a", "an") and tokens[i + 3] == "of" else ""
         if nxt in _PROPORTION:
             words += [verb, nxt]
             i += 2
+        elif cls in _CLASS_NOUNS:                  # "is a species of lizard": the class it belongs to
+            words += [verb, nxt, cls, "of"]
+            i += 4
+            return _class_term(tokens, i, words)
         elif re.fullmatch(r"[a-z]+", nxt) and nxt not in _NOT_TERM and i + 2 < len(tokens) and tokens[i + 2] in ("for", "of", "in", "on", "with"):
             words += [verb, nxt, tokens[i + 2]]
             i += 3
@@ -124,6 +154,9 @@ def clause_term(clause: str, owned: bool = False) -> tuple[str, str] | None:
             return None
         words.append(verb)
         i += 1
+        if i + 1 < len(tokens) and tokens[i].endswith("ly") and tokens[i + 1] in _PREPOSITIONS - {"to", "than", "like"}:
+            words.append(tokens[i])                # "consists largely of", "feeds mainly on": how much, not what
+            i += 1
         if i < len(tokens) and tokens[i] in _PREPOSITIONS:
             if tokens[i] in ("to", "than", "like"):
                 return None                        # "decided to retire", "moved to the coast": a clause or a place

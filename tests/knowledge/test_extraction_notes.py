@@ -65,3 +65,17 @@ def test_what_a_speaker_said_is_a_sentence_of_its_own():
     # never: a speech verb whose object is no clause keeps its own facts
     t = _triples(["Ivo Brask told Ama Reed the news in Pell."])
     assert ("Ivo Brask", "told", "Ama Reed") in t
+
+
+def test_a_class_noun_and_an_owned_noun_with_its_verb_are_terms():
+    t = _triples(["The Nuheind creeper is a species of lizard endemic to the Haquom Basin. Its diet consists largely of young snails.",
+                  "The Feper spotwing is a species of tree frog. Its diet consists largely of fallen figs.",
+                  "Vask Moss is a species of fern found in Kell. Orla Tide feeds mainly on wild berries.",
+                  "Ama Vell is a kind of very old song. Teja Lund feeds mainly on dried peas."])
+    assert ("Nuheind creeper", "is a species of", "lizard") in t                # the modifier "endemic to" ends it
+    assert ("Feper spotwing", "is a species of", "tree frog") in t              # "-ing" noun before its verb
+    assert ("Vask Moss", "is a species of", "fern") in t
+    assert ("Nuheind creeper", "'s diet consists largely of", "young snails") in t
+    assert ("Orla Tide", "feeds mainly on", "wild berries") in t
+    # never: a class "of" words that are no noun, or a modifier as the class
+    assert not any(a in ("very old song", "lizard endemic", "fern found") for _, _, a in t)
