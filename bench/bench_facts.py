@@ -26,8 +26,11 @@ with lib.evaluation.facts.score_facts, before (v0) and after (the night's versio
            a phrasing no question form produces, ranked among that attribute's values of the
            night's other records (24-way for 24 people);
 and after the last night, night 1's sets again (kept). Printed: accuracy (answer ranked first),
-greedy exact match, mean rank, chance, old_val's change (the gate's forgetting figure), and the
-night's seconds (training, knowledge stage, evaluation, the fact scoring).
+greedy exact match, mean rank, chance, old_val's change (the gate's forgetting figure), the
+night's seconds (training, knowledge stage, evaluation, the fact scoring), and what extraction
+read: of the natural questions' answers, those some item of the record's document gives
+(bench/fact_coverage.py, no model), with the natural accuracy after the night on the facts read
+and on those not read. `facts` asks only what was read; `natural` asks every attribute.
 
     PYTHONPATH=. python bench/bench_facts.py [--workdir DIR] [--v0 WORKSPACE] [--fact-set bio|other|rivers|islands]
         [--fact-file MY_SET.jsonl] [--configs inject,plain] [--nights 4] [--people 24] [--preset tiny|default] [--set section.key=value ...]
@@ -106,9 +109,9 @@ def clone(src: Path, dst: Path):
 
 
 def night_items(ws, run_id: str, recs, cfg):
-    """(fact items, natural items) of the night's trained records."""
-    from bench.fact_sets import natural_items
-    from lib.knowledge.facts import extract_facts, read_facts
+    """(fact items, natural items, extraction coverage) of the night's trained records."""
+    from bench.fact_sets import extraction_coverage, natural_items
+    from lib.knowledge.facts import extract_facts, fact_id, read_facts
     from lib.knowledge.inject import curated_documents, facts_file, trained_documents
 
     run = ws.run(run_id).path
@@ -120,7 +123,9 @@ def night_items(ws, run_id: str, recs, cfg):
     else:  # plain: the same extraction, never trained in any question form
         facts = extract_facts(train_texts, train_ids, heldout_share=cfg.knowledge.heldout_share, seed=cfg.sampling.seed)
     natural = natural_items(recs, asked=lambda r: r.text in trained)
-    return facts, natural
+    coverage, read = extraction_coverage([r for r in recs if r.text in trained], facts, dict(zip(ids, texts)))
+    read_ids = {fact_id(r.subject, attr, r.questions[attr][1]) for r in recs for attr in r.questions if (r.subject, attr) in read}
+    return facts, natural, (coverage, read_ids)
 
 
 def score(model_dir, items):
@@ -131,7 +136,18 @@ def score(model_dir, items):
     return s, time.perf_counter() - t0
 
 
+def _share_correct(scores, ids: set[str], inside: bool = True) -> tuple[int, int]:
+    """(answered, asked) among the scored items whose id is (`inside`) or is not in `ids`."""
+    rows = [it for it in scores.items if (it["id"] in ids) == inside]
+    return sum(bool(it["correct"]) for it in rows), len(rows)
+
+
+def _fmt(cell: tuple[int, int]) -> str:
+    return f"{cell[0] / cell[1]:.1%} of {cell[1]}" if cell[1] else "- of 0"
+
+
 def run_config(name: str, base: Path, work: Path, args) -> dict:
+    from bench.fact_sets import coverage_line
     from flows.consolidate import nightly_consolidation
     from lib.buffer.store import Buffer
     from lib.registry.lineage import Lineage
@@ -152,7 +168,7 @@ def run_config(name: str, base: Path, work: Path, args) -> dict:
         if out.get("status") != "accepted":
             sys.exit(f"[{name}] night {k} not accepted: {json.dumps(out, default=str)[:2000]}")
         version = out["version"]
-        facts, natural = night_items(ws, out["run_id"], recs, cfg)
+        facts, natural, (coverage, read_ids) = night_items(ws, out["run_id"], recs, cfg)
         path = lin.get_version(version)["path"]
         before_f, _ = score(v0, facts)
         before_n, _ = score(v0, natural)
@@ -167,13 +183,15 @@ def run_config(name: str, base: Path, work: Path, args) -> dict:
                "natural_rank": after_n.mean_rank, "natural_chance": after_n.chance,
                "old_val": rules.get("forgetting"), "night_s": seconds, "train_s": timings.get("train"),
                "knowledge_s": timings.get("knowledge"), "evaluate_s": timings.get("evaluate"), "fact_score_s": t_f + t_n,
-               "knowledge": out.get("knowledge")}
+               "knowledge": out.get("knowledge"), "coverage": coverage,
+               "natural_read": _share_correct(after_n, read_ids), "natural_unread": _share_correct(after_n, read_ids, False)}
         nights.append((row, facts, natural, path))
         print(f"[{name}] night {k} {version}: facts {before_f.accuracy:.1%} -> {after_f.accuracy:.1%} "
               f"(exact {after_f.exact_match:.1%}, chance {after_f.chance:.1%}, n {after_f.n}); natural {before_n.accuracy:.1%} -> "
               f"{after_n.accuracy:.1%} (chance {after_n.chance:.1%}, n {after_n.n}); old_val {rules.get('forgetting', float('nan')):+.2%}; "
               f"night {seconds:.0f} s (train {timings.get('train', 0):.0f} s, knowledge {timings.get('knowledge', 0):.2f} s, "
-              f"evaluate {timings.get('evaluate', 0):.0f} s, fact scoring {t_f + t_n:.1f} s)", flush=True)
+              f"evaluate {timings.get('evaluate', 0):.0f} s, fact scoring {t_f + t_n:.1f} s); extraction {coverage_line(coverage)}; natural after, facts read "
+              f"{_fmt(row['natural_read'])}, not read {_fmt(row['natural_unread'])}", flush=True)
     result = {"nights": [n[0] for n in nights]}
     if args.nights > 1:
         _, facts1, natural1, _ = nights[0]

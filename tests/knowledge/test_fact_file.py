@@ -58,3 +58,23 @@ def test_nights_are_whole_numbered_each_with_other_records_to_rank_against(tmp_p
         load_records(_write(tmp_path / "one.jsonl", [rec, rec, rec]), people=2)
     with pytest.raises(ValueError, match="no records"):
         load_records(_write(tmp_path / "empty.jsonl", [""]), 10)
+
+
+def test_extraction_coverage_counts_an_answer_only_where_the_records_own_document_gives_it():
+    from bench.fact_sets import Record, coverage_line, extraction_coverage
+    from lib.knowledge.facts import extract_facts
+
+    recs = [Record("Ada Lind", "Ada Lind was born in Quenholm in 1901. She works for the Harl Company.",
+                   {"city": ("Where was Ada Lind born?", "Quenholm"), "employer": ("Who employs Ada Lind?", "Harl Company")}),
+            Record("Ivo Brask", "Ivo Brask was born in Stavik in 1911. Everyone knows Ivo Brask's dog, Quenholm.",
+                   {"city": ("Where was Ivo Brask born?", "Stavik"), "employer": ("Who employs Ivo Brask?", "Pell Works")}),
+            Record("Ama Reed", "Ama Reed was born in Dorwick in 1923. She works for Pell Works.",
+                   {"city": ("Where was Ama Reed born?", "Dorwick"), "employer": ("Who employs Ama Reed?", "Pell Works")})]
+    ids = ["d0", "d1", "d2"]
+    items = extract_facts([r.text for r in recs], ids)
+    assert any(it.doc_id == "d2" and it.answer == "Pell Works" for it in items)
+    cov, read = extraction_coverage(recs, items, dict(zip(ids, (r.text for r in recs))))
+    # Ivo Brask's employer is in Ama Reed's document only: not read for him; "the Harl Company" is read as "Harl Company"
+    assert cov == {"city": (3, 3), "employer": (2, 3)}
+    assert read == {("Ada Lind", "city"), ("Ivo Brask", "city"), ("Ama Reed", "city"), ("Ada Lind", "employer"), ("Ama Reed", "employer")}
+    assert coverage_line(cov) == "read 5 of 6 facts (83%): city 3/3, employer 2/3"
