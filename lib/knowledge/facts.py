@@ -41,6 +41,7 @@ from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, role_noun, split_forms, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
+from lib.knowledge.talk import heading, speaker_turn
 from lib.knowledge.terms import night_terms
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
@@ -108,11 +109,19 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if _looks_like_code(sentence):
             continue
+        turn = speaker_turn(sentence)                       # "Riss Hastiand: I'll take Doutux": the speaker's words
+        sentence = turn[1] if turn else sentence
         sentence = reported_clause(sentence) or sentence   # "Mara said the Velk project ships on": what she said
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
         values = _value_spans(sentence)
         propers = _names_outside_dates(sentence, lowercase_words, values)
+        if heading(sentence):                              # "Sync notes, Thursday.": no entity the text is about
+            named = [p.text for p in propers if p.start > 0]
+            if named:                                      # "From the call with X: they want": X is who "they" are
+                last = named[-1]
+                mentions.append((last, "object"))
+            continue
         subject, subj_end, subj_form = None, 0, ""
         of_subject = False  # "The first ascent of X, the highest summit of Y, was made": the apposition is X's
         previous = last  # the entity of the sentences before: what "its" means after a new name
@@ -299,6 +308,14 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             owner = it_means(subject) if joined and joined[1] == "held" else None
             if owner and owner not in a.text and a.text not in owner:   # ", and Y has served as its head brewer": the entity's
                 found.append(_Found(-1, owner, joined[0], a.text, a.kind, n))
+            acting = pronoun_object(sentence, a.end) if a.kind == "proper" and re.search(r"(?:,| and) $", sentence[: a.start]) else None
+            if acting and it_means(subject) not in a.text and a.text not in it_means(subject):
+                # "X is being built for Y, Moul Gobross runs it, and ...": a clause of its own, "it" the entity
+                thing = it_means(subject)
+                found.append(_Found(-1, a.text, acting, thing, "proper", n))
+                if passive(acting):
+                    found.append(_Found(-1, thing, passive(acting) + " by", a.text, a.kind, n))
+                continue
             if clause_subject(sentence, a):
                 break                                  # "was sold in 1901 and Ivo Brask bought ...": a clause with a subject of its own
             unit = hyphen_measure(sentence, a)

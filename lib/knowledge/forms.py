@@ -43,6 +43,18 @@ _IRREGULAR = {
 }
 
 
+# the past participles of the irregular verbs that differ from their past tense or that `_IRREGULAR` holds
+# ("run", not "ran"): the passive of "Ada Lind runs it" is "is run by"
+PAST_PARTICIPLES = {
+    "grow": "grown", "take": "taken", "spend": "spent", "leave": "left", "make": "made", "write": "written", "build": "built",
+    "lead": "led", "win": "won", "teach": "taught", "meet": "met", "buy": "bought", "sell": "sold", "find": "found",
+    "give": "given", "begin": "begun", "run": "run", "hold": "held", "read": "read", "know": "known", "see": "seen",
+    "choose": "chosen", "draw": "drawn", "keep": "kept", "lose": "lost", "pay": "paid", "send": "sent", "tell": "told",
+    "bring": "brought", "fight": "fought", "sing": "sung", "wear": "worn", "set": "set", "put": "put", "cut": "cut",
+    "shut": "shut", "split": "split", "let": "let", "fund": "funded", "head": "headed", "own": "owned", "chair": "chaired",
+}
+
+
 def join_cue(subject: str, relation: str) -> str:
     """ "Mara Quillon" + "was born in" → "Mara Quillon was born in"; a possessive relation ("'s
     sister lives in") joins without a space."""

@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from lib.knowledge.forms import _IRREGULAR, _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb
+from lib.knowledge.forms import _COPULAS, _IRREGULAR, _PERSON_NOUNS, ADVERBS, AUXILIARIES, PAST_PARTICIPLES, _agent_noun, base_verb, third_person
 from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
 from lib.knowledge.spans import _PARTICIPLES, _Span
 from lib.knowledge.terms import _NOT_TERM
@@ -158,21 +158,50 @@ _PLURAL_VERBS = {"live", "work", "speak", "come", "belong", "say", "hold", "own"
 
 
 def passive(verb: str) -> str | None:
-    """The passive of a verb whose participle is its past tense: "has governed" → "has been
-    governed", "governed" → "was governed", "governs" → "is governed", "joins" → "is joined"; None
-    for an irregular verb ("wrote") or a verb with a preposition ("flows into")."""
+    """The passive of a verb: "has governed" → "has been governed", "governed" → "was governed",
+    "governs" → "is governed", "runs" → "is run", "has run" → "has been run", "is leading" → "is
+    being led", "will take" → "will be taken" (an irregular verb's participle from
+    `PAST_PARTICIPLES`); None for a verb whose participle no rule or table gives ("wrote", "cuts"
+    of an unknown verb) or a verb with a preposition ("flows into")."""
     words = verb.split()
-    if len(words) == 2 and words[0] in ("has", "have", "had") and words[1].endswith("ed"):
-        return f"{words[0]} been {words[1]}"
-    if len(words) != 1 or words[0] in _IRREGULAR_PAST:
+    if len(words) == 2 and words[0] in ("has", "have", "had"):
+        done = _participle(words[1])
+        return f"{words[0]} been {done}" if done else None
+    if len(words) == 2 and words[0] in ("is", "are", "was", "were") and words[1].endswith("ing"):
+        base = third_person(words[1])          # "is leading" → "leads" → "lead"
+        done = _participle(base_verb(base)[0]) if base and base_verb(base) else None
+        return f"{words[0]} being {done}" if done else None
+    if len(words) == 2 and words[0] in ("will", "would", "can", "could", "must", "should", "may", "might"):
+        w = words[1]
+        done = PAST_PARTICIPLES.get(w) or (None if re.search(r"[^aeiou][aeiou][^aeiouwxy]$", w) or w in _IRREGULAR_BASES or not w.isalpha()
+                                           else w + ("d" if w.endswith("e") else "ed"))
+        return f"{words[0]} be {done}" if done else None
+    if len(words) != 1:
         return None
     w = words[0]
+    if w in _IRREGULAR_PAST:
+        done = PAST_PARTICIPLES.get(_IRREGULAR[w])
+        return f"was {done}" if done else None
     if w.endswith("ed") and base_verb(w) is not None:
         return f"was {w}"
     base = base_verb(w)
-    if base is None or base[1] != "does" or base[0] in _IRREGULAR_BASES or re.search(r"[^aeiou][aeiou][^aeiouwxy]$", base[0]):
-        return None                          # "runs", "cuts", "visits": no participle by rule
+    if base is None or base[1] != "does":
+        return None
+    if base[0] in PAST_PARTICIPLES:
+        return f"is {PAST_PARTICIPLES[base[0]]}"   # "runs" → "is run", "leads" → "is led"
+    if base[0] in _IRREGULAR_BASES or re.search(r"[^aeiou][aeiou][^aeiouwxy]$", base[0]):
+        return None                          # "cuts", "visits": no participle by rule
     return f"is {base[0]}{'d' if base[0].endswith('e') else 'ed'}"
+
+
+def _participle(word: str) -> str | None:
+    """The past participle of a verb's participle or past form: "governed", "run", "led" (after
+    "has"); None for an irregular past that is no participle ("ran", "wrote")."""
+    if word in PAST_PARTICIPLES.values():
+        return word
+    if word.endswith("ed") and base_verb(word) is not None and word not in _IRREGULAR_PAST:
+        return word
+    return PAST_PARTICIPLES.get(word)
 
 
 def relative_fact(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tuple[str, str] | None:
@@ -378,15 +407,20 @@ def pronoun_role(sentence: str, subj_end: int) -> tuple[str, str] | None:
     return f"'s {role} {'was' if m.group('verb') in ('was', 'had been', 'served as') else 'is'}", "held"
 
 
+_PARTICIPLE_FORMS = set(PAST_PARTICIPLES.values())
+
+
 def pronoun_object(sentence: str, subj_end: int) -> str | None:
-    """The verb of "The Lorun Brook joins it" / "flows into it": the relation whose answer is the
-    entity "it" refers to."""
+    """The verb of "The Lorun Brook joins it" / "flows into it" / "Vul Wimoth is leading it": the
+    relation whose answer is the entity "it" refers to."""
     m = _OBJECT_PRONOUN.match(sentence[subj_end:])
     if not m:
         return None
     verb = m.group("verb").split()
-    if not (verb[0] in AUXILIARIES and len(verb) == 2 or base_verb(verb[0]) is not None) or (len(verb) == 2 and verb[1] not in _STOPS
-                                                                                              and base_verb(verb[1]) is None):
+    going = len(verb) == 2 and (verb[0] in _COPULAS and verb[1].endswith("ing") and third_person(verb[1]) is not None  # "is leading it"
+                                or verb[0] in AUXILIARIES and verb[1] in _PARTICIPLE_FORMS)                         # "has run it"
+    if not going and (not (verb[0] in AUXILIARIES and len(verb) == 2 or base_verb(verb[0]) is not None) or (len(verb) == 2 and verb[1] not in _STOPS
+                                                                                                             and base_verb(verb[1]) is None)):
         return None
     return m.group("verb")
 

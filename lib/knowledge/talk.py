@@ -1,0 +1,73 @@
+"""Shapes of conversation and notes (lib/knowledge/facts.py uses them): what the product captures
+from a served model, chat transcripts and meeting notes, states its facts in turns and headings
+that encyclopedia prose never uses.
+
+- "Riss Hastiand: I'll take Doutux." is a speaker's turn: what follows the colon is a sentence of
+  its own, "I" the speaker ("Riss Hastiand will take Doutux"); an answer word that opens the turn
+  ("Yes, and ...", "OK, ...", "Then ...") is no part of what was stated. "We" and "you" stay
+  unresolved: a group or a listener is not the speaker, and a fact of theirs would be false of them;
+- "Sync notes, Thursday." and "Quick recap for anyone who missed Wednesday:" are headings: a
+  label before a colon, or a few words and a day; they name no entity a document is about
+  ("Sync", "Quick" are no main entity), though a name in them is one "they" may mean ("From the
+  call with Trouwar Health: they want ...").
+"""
+
+from __future__ import annotations
+
+import re
+
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
+from lib.knowledge.spans import _FUNCTION, MONTHS, WEEKDAYS
+
+# a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand")
+_TURN = re.compile(r"^(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3}): (?P<said>\S.*)$")
+# what answers the turn before and states nothing: "Yes, and", "OK,", "Then", "Right, so"
+_REPLY = re.compile(r"^(?:(?:Yes|Yeah|No|OK|Okay|Sure|Right|Well|Agreed|Great|Fine)\b,?(?: (?:and|but|so))? |(?:Then|So|And|But|Also) )")
+# "I" as a turn's subject, with its contracted auxiliary: "I'll" → "will", "I'm" → "is"
+_FIRST_PERSON = re.compile(r"^I(?P<aux>['’](?:ll|m|ve|d)| (?=[a-z]))")
+_CONTRACTED = {"ll": " will", "m": " is", "ve": " has", "d": " would"}
+_THIRD = {"am": "is", "have": "has", "do": "does"}
+_TIMES = "|".join(sorted(WEEKDAYS) + list(MONTHS))
+# a heading: a few words and a day ("Sync notes, Thursday.", "Minutes, 3 May"), or a label a colon closes
+_DAY_HEADING = re.compile(rf"^[A-Z][\w'’-]*(?: [\w'’-]+){{0,3}}, (?:(?:{_TIMES})(?: \d{{1,2}})?|\d{{1,2}} (?:{_TIMES})|\d{{4}}-\d{{2}}-\d{{2}})\.?$")
+_LABEL_PREPOSITIONS = {"from", "after", "before", "during", "for", "about", "re", "on", "at", "in", "with"}
+_LABEL = re.compile(r"^(?P<first>[A-Z][a-z]*) (?P<second>[a-z]+)\b[^:]*:$")
+
+
+def speaker_turn(sentence: str) -> tuple[str, str] | None:
+    """(speaker, what they said) for a turn "Name: clause": the clause without the words that
+    answer the turn before, "I" replaced by the speaker ("Riss Hastiand: I'll take Doutux" →
+    ("Riss Hastiand", "Riss Hastiand will take Doutux")); None where no turn opens the sentence or
+    nothing but a label precedes the colon ("Open item: the ...": "item" is lower case, no name)."""
+    m = _TURN.match(sentence)
+    if not m:
+        return None
+    speaker, said = m.group("speaker"), m.group("said")
+    said = _REPLY.sub("", said, count=1) or said
+    me = _FIRST_PERSON.match(said)
+    if me:
+        aux = me.group("aux").strip()
+        rest = said[me.end():]
+        if aux:                                   # "I'll take" → "Riss Hastiand will take"
+            said = speaker + _CONTRACTED[aux[1:]] + rest
+        else:                                     # "I am", "I have": the speaker's own forms
+            verb, _, tail = rest.partition(" ")
+            said = f"{speaker} {_THIRD.get(verb, verb)} {tail}".rstrip()
+    return speaker, said[:1].upper() + said[1:]
+
+
+def heading(sentence: str) -> bool:
+    """Whether the sentence is a heading or a label, which names no entity the document is about:
+    is a few words and a day ("Sync notes, Thursday.", "Minutes, 3 May."), or a label a colon closes,
+    opened by a preposition or by a word and a lower-case noun ("From the call with Trouwar Health:",
+    "Quick recap for anyone who missed Wednesday:", "Open item:"), not by a subject and its verb
+    ("The firm was founded by Ada Lind:")."""
+    sentence = sentence.strip()
+    if _DAY_HEADING.match(sentence):
+        return True
+    label = _LABEL.match(sentence)           # "Open item:", "From the call with X:"; not "X was founded by Y:"
+    if not label:
+        return False
+    first, second = label.group("first").lower(), label.group("second")
+    return first in _LABEL_PREPOSITIONS or first not in _FUNCTION and second not in AUXILIARIES and second not in ADVERBS \
+        and base_verb(second) is None

@@ -1,0 +1,50 @@
+"""Fact extraction on the shapes of conversation and notes (lib/knowledge/talk.py and the rules it
+feeds): speaker turns, headings, a name that acts on "it" inside a list of clauses. Each rule with
+what it must find and what it must not."""
+
+from __future__ import annotations
+
+from lib.knowledge.facts import extract_facts
+from lib.knowledge.talk import heading, speaker_turn
+
+# two documents with an answer of every kind, so that each fact under test has a distractor
+_OTHERS = ["Ola Pask was seen in Pell on 2 May 1900 with 12 men in 1890.", "Ama Reed met Ola Pask and ran Kell Mills."]
+
+
+def _triples(texts):
+    return {(i.subject, i.relation, i.answer) for i in extract_facts(texts + _OTHERS, [f"d{i}" for i in range(len(texts) + 2)])}
+
+
+def test_a_speaker_turn_is_a_sentence_of_its_own_and_i_is_the_speaker():
+    assert speaker_turn("Riss Hastiand: I'll take Doutux.") == ("Riss Hastiand", "Riss Hastiand will take Doutux.")
+    assert speaker_turn("Ada Lind: I am the owner of Kell Mills.")[1] == "Ada Lind is the owner of Kell Mills."
+    assert speaker_turn("Bocem: Yes, and Cumo Dairy is paying 50,000 euros for it.")[1] == "Cumo Dairy is paying 50,000 euros for it."
+    assert speaker_turn("Ivo: Then we start with the upload page.")[1] == "We start with the upload page."   # "we" is no speaker
+    assert speaker_turn("Open item: the login page is late.") is None     # a label, not a name
+    t = _triples(["Riss Hastiand: I'll take Doutux. Bocem: Yes, and Cumo Dairy is paying 50,000 euros for it."])
+    assert ("Riss Hastiand", "will take", "Doutux") in t and ("Cumo Dairy", "is paying", "50,000") in t
+    assert not any(r.startswith(":") or s == "Bocem" for s, r, _ in t)
+
+
+def test_a_heading_names_no_entity_the_text_is_about():
+    assert heading("Sync notes, Thursday.") and heading("Quick recap for anyone who missed Wednesday:")
+    assert heading("From the call with Trouwar Health:") and heading("Open item:")
+    assert not heading("The firm was founded by Ada Lind:") and not heading("Ada Lind said:") and not heading("Ada Lind sings.")
+    assert not heading("Ada Lind was born in Oslo, Norway.")
+    t = _triples(["Sync notes, Thursday. Troujial said the Traweirk project ships on October 15.",
+                  "From the call with Trouwar Health: they want Vogrur live by 13 January."])
+    assert ("Traweirk project", "ships on", "October 15") in t
+    assert ("Trouwar Health", "want Vogrur live by", "13 January") in t       # "they": the name of the heading
+    assert not any(s in ("Sync", "Quick") for s, _, _ in t)
+
+
+def test_a_name_that_acts_on_it_in_a_list_of_clauses_and_the_passive_of_irregular_verbs():
+    t = _triples(["Troujial said the Traweirk project ships on October 15. Vul Wimoth is leading it.",
+                  "Pagress is being built for Treistind Insurance, Moul Gobross runs it, and it ships in 2027."])
+    assert ("Traweirk project", "is being led by", "Vul Wimoth") in t and ("Vul Wimoth", "is leading", "Traweirk project") in t
+    assert ("Pagress", "is run by", "Moul Gobross") in t and ("Moul Gobross", "runs", "Pagress") in t
+    assert ("Pagress", "is being built for", "Treistind Insurance") in t
+    assert not any(s == "Pagress" and a == "Moul Gobross" and r != "is run by" for s, r, a in t)   # not "is being built for Y, ..."
+    # never: a name in a list that acts on nothing ("Vask, Moul Gobross and Ivo Brask")
+    t = _triples(["Pagress is being built for Treistind Insurance, Moul Gobross and Ivo Brask."])
+    assert not any(r.startswith(("is run", "runs")) for _, r, _ in t)
