@@ -46,7 +46,7 @@ from lib.knowledge.terms import night_terms
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
-from lib.knowledge.shapes import (FRONTED_TIME, apposed_object, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 _IS_A = (" is a ", " was a ", " is an ", " was an ")
@@ -308,9 +308,10 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             owner = it_means(subject) if joined and joined[1] == "held" else None
             if owner and owner not in a.text and a.text not in owner:   # ", and Y has served as its head brewer": the entity's
                 found.append(_Found(-1, owner, joined[0], a.text, a.kind, n))
-            acting = pronoun_object(sentence, a.end) if a.kind == "proper" and re.search(r"(?:,| and) $", sentence[: a.start]) else None
+            acting = pronoun_object(sentence, a.end) if a.kind == "proper" and re.search(rf"(?:,| and| {SUBORDINATORS}) $", sentence[: a.start]) else None
             if acting and it_means(subject) not in a.text and a.text not in it_means(subject):
-                # "X is being built for Y, Moul Gobross runs it, and ...": a clause of its own, "it" the entity
+                # "X is being built for Y, Moul Gobross runs it, and ...", "since Zeikos Fund backed it": a clause
+                # of its own, "it" the entity
                 thing = it_means(subject)
                 found.append(_Found(-1, a.text, acting, thing, "proper", n))
                 if passive(acting):
@@ -421,6 +422,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             relation = _resolve((form + " " + relation).strip(), main, thing)
             if owner not in a.text and a.text not in owner:
                 found.append(_Found(-1, owner, relation, a.text, a.kind, n))
+                run_by = control_passive(relation) if a.kind == "proper" else None
+                if run_by:                             # "Hair Rezix has run Holenly": who runs Holenly
+                    found.append(_Found(-1, a.text, run_by, owner, "proper", n))
     if main and thing_like(main, articled, types, lowercase_words | name_heads):
         return found, main, False
     return found, main, bool(main)

@@ -194,6 +194,30 @@ def passive(verb: str) -> str | None:
     return f"is {base[0]}{'d' if base[0].endswith('e') else 'ed'}"
 
 
+# verbs of running a thing: "who runs Y" is asked of Y as often as "what does X run" of X
+_CONTROL = {"run", "lead", "head", "manage", "direct", "chair", "own", "found", "co-found", "command", "captain", "coach",
+            "govern", "edit", "helm", "steer", "oversee", "supervise"}
+_BY_PARTICIPLE = {done: base for base, done in PAST_PARTICIPLES.items()}
+
+
+def control_passive(relation: str) -> str | None:
+    """The passive ("has been run by") of a relation that is a verb of running a thing alone ("has
+    run", "runs", "leads", "is leading", "founded"): the reverse fact, whose answer is who runs it;
+    None for other verbs ("has visited", "met": no one is asked as who met a place) and for a verb
+    with more words ("has run Kell since")."""
+    words = relation.split()
+    if words[-1:] == ["the"]:
+        words = words[:-1]                   # "leads the Velk Ensemble"
+    if not 1 <= len(words) <= 2 or len(words) == 2 and words[0] not in AUXILIARIES:
+        return None
+    w = words[-1]
+    base = _BY_PARTICIPLE.get(w) or (base_verb(third_person(w))[0] if third_person(w) else None) or (base_verb(w) or ("",))[0]
+    if base not in _CONTROL:
+        return None
+    done = passive(" ".join(words))
+    return done + " by" if done else None
+
+
 def _participle(word: str) -> str | None:
     """The past participle of a verb's participle or past form: "governed", "run", "led" (after
     "has"); None for an irregular past that is no participle ("ran", "wrote")."""
@@ -317,11 +341,16 @@ def new_clause(relation: str) -> bool:
     return not (w in AUXILIARIES or w in ADVERBS or base_verb(w) is not None)
 
 
+# the conjunctions of a subordinate clause, whose subject is its own: "has grown since Zeikos Fund backed it"
+SUBORDINATORS = r"(?:since|after|before|when|because|until|while|once|although|though|whereas)"
+
+
 def clause_subject(sentence: str, answer: _Span) -> bool:
     """Whether a name after "and"/"but" opens a clause of its own as its subject, a verb after it:
     "was sold to A in 1901 and Ivo Brask bought the Vask Mill" (neither Ivo Brask nor the Vask Mill
-    is the first subject's)."""
-    if answer.kind not in ("proper", "name") or not re.search(r"(?:^|[^,]) (?:and|but) $", sentence[: answer.start]):
+    is the first subject's); so does a name after a subordinating conjunction ("has grown to 61
+    employees since Zeikos Fund backed it")."""
+    if answer.kind not in ("proper", "name") or not re.search(r"(?:^|[^,]) (?:and|but) $| " + SUBORDINATORS + " $", sentence[: answer.start]):
         return False
     nxt = re.match(r"^ (?P<w>[a-z]+)", sentence[answer.end :])
     return bool(nxt) and (nxt.group("w") in AUXILIARIES or base_verb(nxt.group("w")) is not None)
@@ -384,15 +413,18 @@ def ordinal_thing(words: Sequence[str]) -> str | None:
     return f"{words[1]} {noun}"
 
 
-_POSSESSED_ROLE = re.compile(r"^ (?P<verb>is|was|has been|had been|serves as|served as|has served as|became) (?:its|their) "
-                             r"(?P<words>[a-z][a-z -]*)")
+_POSSESSED_ROLE = re.compile(r"^ (?P<verb>is|was|has been|had been|serves as|served as|has served as|became|remains|remained|stays) (?:its|their) "
+                             r"(?P<words>[a-z][a-z -]*|[A-Z]{2,4}\b)")
+# a role written as its initials: "remains its CEO"
+_ROLE_INITIALS = {"CEO", "CFO", "CTO", "COO", "CIO", "MD", "GM"}
 
 
 def pronoun_role(sentence: str, subj_end: int) -> tuple[str, str] | None:
     """(relation, direction) of a role the subject holds through "its": "Ada Lind has served as its
     chief engineer since 2001" → ("'s chief engineer is", "held": the entity's chief engineer is Ada
     Lind); "was its director" → "'s director was"; "became its director in 1990" → ("became the
-    director of", "holder": Ada Lind became the director of the entity, who may no longer be). None
+    director of", "holder": Ada Lind became the director of the entity, who may no longer be);
+    "remains its CEO" → "'s CEO is" (a role's initials are a role). None
     where the noun names no person's role ("is its largest town")."""
     m = _POSSESSED_ROLE.match(sentence[subj_end:])
     if not m:
@@ -400,11 +432,13 @@ def pronoun_role(sentence: str, subj_end: int) -> tuple[str, str] | None:
     words = m.group("words").split()
     k = next((i for i, w in enumerate(words) if w in _STOPS or w in AUXILIARIES), len(words))
     role = " ".join(words[:k])
-    if not 0 < k <= 3 or not (_agent_noun(role.split()[-1]) or role.split()[-1] in _PERSON_NOUNS) or role.split()[-1] in ORDINALS:
+    if role in _ROLE_INITIALS:
+        pass
+    elif not 0 < k <= 3 or not (_agent_noun(role.split()[-1]) or role.split()[-1] in _PERSON_NOUNS) or role.split()[-1] in ORDINALS:
         return None
     if m.group("verb") == "became":
         return f"became the {role} of", "holder"
-    return f"'s {role} {'was' if m.group('verb') in ('was', 'had been', 'served as') else 'is'}", "held"
+    return f"'s {role} {'was' if m.group('verb') in ('was', 'had been', 'served as', 'remained') else 'is'}", "held"
 
 
 _PARTICIPLE_FORMS = set(PAST_PARTICIPLES.values())

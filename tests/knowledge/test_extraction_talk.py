@@ -48,3 +48,32 @@ def test_a_name_that_acts_on_it_in_a_list_of_clauses_and_the_passive_of_irregula
     # never: a name in a list that acts on nothing ("Vask, Moul Gobross and Ivo Brask")
     t = _triples(["Pagress is being built for Treistind Insurance, Moul Gobross and Ivo Brask."])
     assert not any(r.startswith(("is run", "runs")) for _, r, _ in t)
+
+
+def test_who_runs_a_thing_is_asked_of_the_thing():
+    t = _triples(["Hair Rezix has run Holenly since its founding in 2006.", "Ivo Brask leads the Velk Ensemble."])
+    assert ("Holenly", "has been run by", "Hair Rezix") in t and ("Hair Rezix", "has run", "Holenly") in t
+    assert ("Velk Ensemble", "is led by", "Ivo Brask") in t
+    assert ("Kell Mills", "was run by", "Ama Reed") in t                       # "ran" (a past that is no participle)
+    # never: a verb that runs nothing ("met", "visited"), nor one with more words ("has run Holenly since")
+    t = _triples(["Hair Rezix met Ama Lind in 2006.", "Ivo Brask visited Holenly in 1999."])
+    assert not any(r.endswith(" by") for s, r, _ in t if s in ("Ama Lind", "Holenly"))
+
+
+def test_a_role_held_through_its_after_and_and_a_role_in_initials():
+    t = _triples(["Stosisly employs about 515 workers. It was set up in 2008, and Tai Kaistour remains its CEO."])
+    assert ("Stosisly", "'s CEO is", "Tai Kaistour") in t and ("Stosisly", "was set up in", "2008") in t
+    # never: initials that are no role, nor a role of the person ("remains its NATO ally" has no initials of a role)
+    t = _triples(["Stosisly employs about 515 workers. It was set up in 2008, and Tai Kaistour remains its USA agent."])
+    assert not any(r.startswith("'s USA") for _, r, _ in t)
+
+
+def test_a_subordinate_clause_has_a_subject_of_its_own():
+    t = _triples(["Founded in 2012, Liquerkora makes cargo bikes. The firm, which is based in Stajeithton, has grown to 61 employees "
+                  "since Zeikos Fund backed it last spring."])
+    assert ("Liquerkora", "has grown to", "61") in t and ("Liquerkora", "was backed by", "Zeikos Fund") in t
+    assert ("Zeikos Fund", "backed", "Liquerkora") in t
+    assert not any(s == "Liquerkora" and a == "Zeikos Fund" and r != "was backed by" for s, r, a in t)
+    # a name after "since" without a verb is still the answer of its own relation ("has lived in Vask since")
+    t = _triples(["Ada Lind has worked for Kell Mills since 1990 and for Vask Radio since 2001."])
+    assert ("Ada Lind", "has worked for", "Kell Mills") in t
