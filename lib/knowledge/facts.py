@@ -102,6 +102,14 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         person = name in roles or (gendered and name == main) or person_like(name, things)
         return not person or role_noun(noun, roles.get(name, set())) or noun in types.get(name, ())
 
+    def main_owns(noun: str, word: str) -> bool:
+        """Whether "The <noun>" that the last subject, a person, cannot be described as is the main
+        entity's own (a project's budget, deadline, client): no entity was typed with the noun, and the
+        main entity is no person (notes and news about one thing name its parts and terms so)."""
+        if main is None or gendered or main in roles or word.endswith(("'s", "’s")) or any(noun in t for t in types.values()):
+            return False
+        return thing_like(main, articled, types, lowercase_words | name_heads) or not person_like(main, set())
+
     for n, (s, e) in enumerate(split_sentences(text)):
         for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
             roles[name].add(role)
@@ -182,7 +190,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     next((m for m, _ in reversed(mentions) if noun in types.get(m, ()) or name_head(m) == noun), None)
                 if subject in roles and not role_noun(noun, roles[subject]) and noun not in types[subject]:
                     subject = it_means(subject, True)  # "Ada Lind is its editor. The paper sells ...": no person
-                owned = ordinal_thing(words)
+                owned, owner = ordinal_thing(words), None
+                if subject is not None and subject != main and not owned and subject == (last or main) and main_owns(noun, words[1]):
+                    owned, owner = noun, main              # "Vul Wimoth leads it. The budget stays at": the project's budget
                 if subject is None or not owned and subject == (last or main) and not described_as(subject, noun):
                     _note_names(sentence, propers, 0, "", mentions, types, articled)
                     continue                           # "Ada Lind kept the light. The lighthouse ...": not Ada Lind
@@ -193,7 +203,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     if unit:
                         found.append(_Found(-1, subject, unit, value.text, value.kind, n))
                 if owned:                              # "The first ascent was made by": the entity's first ascent
-                    subject, subj_form, subj_end = last or main, "'s " + owned, len(words[0]) + 1 + len(owned)
+                    subject, subj_form, subj_end = owner or last or main, "'s " + owned, len(words[0]) + 1 + len(owned)
                 else:
                     types[subject].add(noun)
                 last = previous = subject
@@ -405,13 +415,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     and 0 < len(named.split()) <= 3 and not set(named.lower().split()) & (_COPULA | AUXILIARIES):
                 # "Their coach, Vera Lind, ...": the subject's coach is Vera Lind
                 relation, apposed = named[:-1] + " is", a
-            if not relation or len(relation.split()) > max_relation_words or relation[-1:] in ",;:(":
+            if not relation or relation[-1:] in ",;:(":
                 continue
-            if own is None and new_clause(relation):
-                described = described_clause(relation, mentions, types)
+            if own is None and new_clause(relation):   # the clause's own words count, not the clauses before it
+                described = described_clause(relation, mentions, types, main if main_owns("", "") else None, a.text)
                 if described is None:
                     continue                           # "took 45 days, and 478 passengers reached": another subject's
                 (owner, relation), form = described, ""  # ", and the airport serves about": the airport's
+            if len(relation.split()) > max_relation_words:
+                continue
             relation = last_clause(relation) if form else possessive(last_clause(relation))
             if role and relation in _COPULA:
                 form, relation = "'s " + role, relation

@@ -161,14 +161,17 @@ def _pronoun_clause(relation: str) -> tuple[str, str, str] | None:
     return ("'s" if m.group("pos") else ""), relation[m.end():], m.group("pos") or m.group("pro")
 
 
-_DESCRIBED_CLAUSE = re.compile(r"(?:, (?:and|but)|;) the (?P<noun>[a-z]+) (?P<rest>[a-z].*)$")
+_DESCRIBED_CLAUSE = re.compile(r"(?:, (?:and|but)|;) the (?P<ord>(?:first|second|third|last|latest|next) )?(?P<noun>[a-z]+) (?P<rest>[a-z].*)$")
 
 
-def described_clause(relation: str, mentions: list[tuple[str, str]], types: dict[str, set[str]]) -> tuple[str, str] | None:
+def described_clause(relation: str, mentions: list[tuple[str, str]], types: dict[str, set[str]],
+                     main: str | None = None, answer: str = "") -> tuple[str, str] | None:
     """(entity, relation) of a coordinated clause whose subject is a description of a named entity:
     "was designed by X, and the airport serves about" → (Kell Airport, "serves about"), the noun
-    one the text typed the entity with or its name's head word (`name_head`); None elsewhere (", and
-    the crew reached": no entity is a crew)."""
+    one the text typed the entity with or its name's head word (`name_head`); a noun no entity was
+    typed with is the `main` entity's (a thing the text is about) after a copula or an ordinal: ",
+    and the client is Y" → (main, "'s client is"), ", and the first release goes out on" → (main,
+    "'s first release goes out on"; the `answer` itself, typed by the clause, is no such entity); None elsewhere (", and the crew reached": no entity is a crew)."""
     m = None
     for m in _DESCRIBED_CLAUSE.finditer(relation):
         pass
@@ -178,7 +181,9 @@ def described_clause(relation: str, mentions: list[tuple[str, str]], types: dict
     if not (verb in AUXILIARIES or verb in ADVERBS or base_verb(verb) is not None):
         return None
     noun = m.group("noun")
-    entity = next((name for name, _ in reversed(mentions) if noun in types.get(name, ()) or name_head(name) == noun), None)
+    entity = next((name for name, _ in reversed(mentions) if name != answer and (noun in types.get(name, ()) or name_head(name) == noun)), None)
+    if entity is None and main and (verb in _COPULA or m.group("ord")) and not any(noun in t for x, t in types.items() if x != answer):
+        return main, f"'s {m.group('ord') or ''}{noun} {m.group('rest')}".replace("  ", " ")   # ", and the client is": the main entity's
     return (entity, m.group("rest")) if entity else None
 
 

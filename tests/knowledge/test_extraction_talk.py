@@ -77,3 +77,17 @@ def test_a_subordinate_clause_has_a_subject_of_its_own():
     # a name after "since" without a verb is still the answer of its own relation ("has lived in Vask since")
     t = _triples(["Ada Lind has worked for Kell Mills since 1990 and for Vask Radio since 2001."])
     assert ("Ada Lind", "has worked for", "Kell Mills") in t
+
+
+def test_a_description_no_entity_was_typed_with_is_the_main_things_own():
+    t = _triples(["Sync notes, Thursday. Troujial said the Traweirk project ships on October 15. Vul Wimoth is leading it, "
+                  "and the client is Triatrul Dairy. We agreed the budget stays at 124,000 euros.",
+                  "Pagress is being built for Treistind Insurance, Moul Gobross runs it, and the first release goes out on 11 March 2027."])
+    assert ("Traweirk project", "'s client is", "Triatrul Dairy") in t and ("Traweirk project", "'s budget stays at", "124,000") in t
+    assert ("Pagress", "'s first release goes out on", "11 March 2027") in t
+    assert not any(s == "Vul Wimoth" and a in ("124,000", "Triatrul Dairy") for s, _, a in t)
+    # never: a person's document (the budget is no person's own by rule), a clause of another verb (", and the crew reached")
+    t = _triples(["Ada Lind was born in Oslo. She joined Kell Mills in 1990. The budget stays at 124,000 euros.",
+                  "The Velk Star left Kell in 1840. The voyage took 45 days, and the crew reached Vask on 2 May 1840."])
+    assert not any(r.startswith("'s budget") or s == "Ada Lind" and a == "124,000" for s, r, a in t)
+    assert not any(r.startswith("'s crew") for _, r, _ in t)
