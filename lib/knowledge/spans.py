@@ -292,10 +292,20 @@ _NOT_UNITS = {"in", "on", "at", "by", "of", "from", "for", "to", "with", "under"
               "ad", "bce", "ce", "onwards", "onward"}
 
 
+# an amount is its currency sign and its scale word with its digits ("$2.5 million", "€124,000", "£3m"), and a
+# number is its scale word ("2.5 million people"): "2.5" alone answers no question of what was raised
+_AMOUNT = re.compile(r"(?<![\w.,])(?:[$€£¥] ?\d[\d,]*(?:\.\d+)?(?: ?(?:million|billion|trillion|thousand|bn|m|k)\b)?"
+                     r"|\d[\d,]*(?:\.\d+)? (?:million|billion|trillion)\b)(?![\w,]\d)")
+
+
 def _value_spans(sentence: str) -> list[_Span]:
     spans = [_Span(m.start(), m.end(), m.group(), "date") for m in _DATE.finditer(sentence)]
     taken = [(s.start, s.end) for s in spans]
     free = lambda a, b: all(b <= s or a >= e for s, e in taken)  # noqa: E731
+    for m in _AMOUNT.finditer(sentence):
+        if free(m.start(), m.end()):
+            spans.append(_Span(m.start(), m.end(), m.group(), "number"))
+            taken.append((m.start(), m.end()))
     for m in _YEAR.finditer(sentence):
         unit = re.match(r" ([a-z]+)", sentence[m.end() :])
         if unit and unit.group(1) not in _NOT_UNITS or re.match(r" ?[°%]", sentence[m.end() :]):

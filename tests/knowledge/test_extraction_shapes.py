@@ -286,7 +286,7 @@ def test_a_common_noun_opening_a_sentence_and_release_numbers():
     assert _kinds(["Kell Mill opened in May 2019.", "Vask Mill opened in June 2001."]).get("May 2019") == "date"
     # never: a quantity after a name read as its release number
     t = _triples(["Vask 3.2 million people visited in 1999.", "In 1999 Kell had 3.5 million visitors."])
-    assert not any("3.2" in s or "3.5" in a and len(a) > 3 for s, _, a in t)
+    assert not any("3.2" in s or "3.5" in a and a != "3.5 million" for s, _, a in t)   # a scale word is the number's
 
 
 def test_a_possessive_subject_names_its_role_and_a_weekday_is_no_answer():
@@ -374,7 +374,7 @@ def test_a_coordinated_clause_whose_subject_describes_a_named_entity_is_that_ent
     t = _triples(["Draigeix Titruthez has managed Stiaquair International Airport since 2007. Its main terminal was designed by "
                   "Wougross Dibrerkine, and the airport serves about 21 million passengers a year.",
                   "The Quudrond Library was founded in 1924. Its chief librarian is Quougrum Cuborkson, and the library is visited by some 31,529 readers each month."])
-    assert ("Stiaquair International Airport", "serves about", "21") in t
+    assert ("Stiaquair International Airport", "serves about", "21 million") in t
     assert ("Quudrond Library", "is visited by some", "31,529") in t and ("Quudrond Library", "'s chief librarian is", "Quougrum Cuborkson") in t
     assert not any(r.startswith("'s serves") or s == "Quougrum Cuborkson" for s, r, _ in t)
     # never: a description that names no entity of the text ("the crew")

@@ -91,3 +91,14 @@ def test_a_description_no_entity_was_typed_with_is_the_main_things_own():
                   "The Velk Star left Kell in 1840. The voyage took 45 days, and the crew reached Vask on 2 May 1840."])
     assert not any(r.startswith("'s budget") or s == "Ada Lind" and a == "124,000" for s, r, a in t)
     assert not any(r.startswith("'s crew") for _, r, _ in t)
+
+
+def test_an_amount_is_its_currency_sign_and_its_scale_word_with_its_digits():
+    k = {i.answer: (i.relation, i.kind) for i in extract_facts(
+        ["Velk Labs raised $2.5 million from Ona Capital in 2021.", "Ada Lind sold Kell Mills for €124,000 in 1990.",
+         "Vask has 2.5 million people."] + _OTHERS, list("abcde"))}
+    assert k.get("$2.5 million") == ("raised", "number") and k.get("€124,000") == ("sold Kell Mills for", "number")
+    assert k.get("2.5 million") == ("has", "number")
+    assert "2.5" not in k and "124,000" not in k and not any(r.endswith(("$", "€")) for r, _ in k.values())
+    # never: a year or a plain count changes ("in 2021", "with 12 men")
+    assert k.get("2021", ("", ""))[1] == "year" and k.get("12", ("", ""))[1] == "number"
