@@ -243,8 +243,11 @@ def load_records(path: str | Path, people: int) -> dict[int, list[Record]]:
     return nights
 
 
-def _same_answer(a: str, b: str) -> bool:
-    return a.lower().removeprefix("the ") == b.lower().removeprefix("the ")
+def _same_answer(item: str, asked: str) -> bool:
+    """An item's answer gives the asked one: the same words ("the" and case aside), or its number
+    without the unit the question's answer adds ("7,420" for "7,420 metres")."""
+    item, asked = item.lower().removeprefix("the "), asked.lower().removeprefix("the ")
+    return item == asked or item[:1].isdigit() and asked.startswith(item + " ") and " " not in asked[len(item) + 1:]
 
 
 def extraction_coverage(recs: list[Record], items, text_of: dict[str, str]) -> tuple[dict[str, tuple[int, int]], set[tuple[str, str]]]:

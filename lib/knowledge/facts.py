@@ -43,6 +43,7 @@ from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_hea
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, speaker_turn
 from lib.knowledge.terms import night_terms
+from lib.knowledge.cloze import unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
@@ -457,13 +458,16 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     lower = _lowercase_words(texts)
     heads = shared_heads(texts, lower)
     per_doc: list[list[_Found]] = []
+    doc_mains: list[str | None] = []
     mains: set[str] = set()
     clauses: list[list[tuple]] = [[] for _ in texts]   # each sentence's subject, for the terms
     for i, text in enumerate(texts):
         if looks_like_code_document(text):
             per_doc.append([])
+            doc_mains.append(None)
             continue
         found, main, person = document_facts(text, lower, name_heads=heads, clauses=clauses[i])
+        doc_mains.append(main)
         for f in found:
             f.doc = i
         per_doc.append(found)
@@ -471,6 +475,9 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             mains.add(main)
     for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those
         per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
+    for i, (text, main) in enumerate(zip(texts, doc_mains)):    # last: what no rule read, as a cloze on the main entity
+        if not looks_like_code_document(text):
+            per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, main, {f.answer for f in per_doc[i]}))
     doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
     everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}
     items: list[_Found] = []

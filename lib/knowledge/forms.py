@@ -57,8 +57,8 @@ PAST_PARTICIPLES = {
 
 def join_cue(subject: str, relation: str) -> str:
     """ "Mara Quillon" + "was born in" → "Mara Quillon was born in"; a possessive relation ("'s
-    sister lives in") joins without a space."""
-    return subject + ("" if relation.startswith(("'s", "’s")) else " ") + relation
+    sister lives in") or a cloze (": Completed in", lib/knowledge/cloze.py) joins without a space."""
+    return subject + ("" if relation.startswith(("'s", "’s", ":")) else " ") + relation
 
 
 def _silent_e(stem: str) -> bool:

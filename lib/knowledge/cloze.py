@@ -1,0 +1,78 @@
+"""Facts no rule read: a salient span of a document that no item of the document answers is still
+asked, as a cloze about the document's main entity in the words the sentence puts before it.
+
+The rules of facts.py read a sentence when they can tell its subject and its relation; on text
+they were not written for (notes, chat, fronted clauses, a description as the subject) they read
+a quarter to a half of what a reader would ask (bench/fact_coverage.py). A fact they do not read
+was trained only as the document says it, never in a question form, and a small model then does
+not answer it from a question. So every span they leave becomes an item of its own:
+
+- "Completed in 1809, the tower rises 69 metres above the rocks." in the Vofeth Lighthouse's
+  document, where no rule settles the subject: (Vofeth Lighthouse, ": Completed in", 1809) and
+  (Vofeth Lighthouse, ": Completed in 1809, the tower rises", 69);
+- the relation is ": " and the sentence's last `MAX_WORDS` words before the span, so the cue reads
+  "Vofeth Lighthouse: Completed in" and the question forms ask "Question: Vofeth Lighthouse:
+  Completed in what year?"; the entity is named because a question must say whom it is about;
+- spans: dates, years, numbers and names, the kinds the rules read (a lower-case term is read only
+  where terms.py finds it salient); never the main entity or a part of its name, never a span the
+  document's items already answer, never one with fewer than `MIN_WORDS` words before it in its
+  sentence ("1809 saw the tower completed": nothing to ask it by), never in a sentence that looks
+  like code.
+
+Trade-off: the cloze is asked in the sentence's own words, so it is a weaker probe than a rule's
+question (it tests recall from the document's phrasing, not from a question a person asks), and a
+span about another entity than the main one is asked under the main one's name ("Mara Quillon:
+Her brother moved to" → Oslo): still true of the document, which is what the cue says. They come
+after the rules' items in a document, so `max_facts_per_document` keeps the rules' first.
+"""
+
+from __future__ import annotations
+
+from lib.knowledge.relations import _names_outside_dates
+from lib.knowledge.spans import FOOTNOTE, _looks_like_code, _value_spans, split_sentences
+
+MAX_WORDS = 10  # words of the sentence before the span that the relation keeps
+MIN_WORDS = 2   # fewer before the span: the sentence gives no cue to ask it by
+CLOZE_MARK = ": "  # a cloze relation starts so; forms.join_cue joins it to the subject without a space
+
+
+def _sentence_spans(text: str, lowercase_words: set[str]):
+    """(sentence number, sentence, its value and name spans in order) of the prose sentences of `text`."""
+    for n, (s, e) in enumerate(split_sentences(text)):
+        sentence = FOOTNOTE.sub("", text[s:e]).strip()
+        if not _looks_like_code(sentence):
+            values = _value_spans(sentence)
+            yield n, sentence, sorted(values + _names_outside_dates(sentence, lowercase_words, values), key=lambda sp: sp.start)
+
+
+def topic(text: str, lowercase_words: set[str]) -> str | None:
+    """The name a document is about when no sentence of it opens with one ("Visitors to Y often stop
+    at the X Garden, which ..."): the name it mentions most, of those the most words ("X Botanical
+    Garden" before "Y"), the first of equals; None without a name."""
+    names = [sp.text for _, _, spans in _sentence_spans(text, lowercase_words) for sp in spans if sp.kind == "proper"]
+    return max(names, key=lambda m: (names.count(m), len(m.split()), -names.index(m)), default=None)
+
+
+def unread_spans(text: str, lowercase_words: set[str], main: str | None, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
+    """(subject, relation, answer, kind, sentence number) of each span of `text` that no item of
+    the document answers (`answered`), as a cloze on the document's `main` entity, else its `topic`."""
+    main = main or topic(text, lowercase_words)
+    if not main:
+        return []
+    out, taken = [], set(answered)
+    for n, sentence, spans in _sentence_spans(text, lowercase_words):
+        for sp in spans:
+            if sp.text in taken or sp.text in main or main in sp.text:
+                continue
+            before = sentence[: sp.start].split()
+            if len(before) < MIN_WORDS:
+                continue
+            taken.add(sp.text)
+            out.append((main, CLOZE_MARK + " ".join(before[-MAX_WORDS:]), sp.text, sp.kind, n))
+    return out
+
+
+def is_cloze(relation: str) -> bool:
+    """Whether an item's relation is a cloze of `unread_spans` (it starts with ": ")."""
+    return relation.startswith(CLOZE_MARK)
+

@@ -1,0 +1,55 @@
+"""What no rule reads is still asked (lib/knowledge/cloze.py): a span of a document that no item
+answers becomes a cloze on the document's main entity, in the words its sentence puts before it;
+never in code, never a span the rules answered, never the entity's own name."""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+from lib.knowledge.cloze import is_cloze, topic, unread_spans
+from lib.knowledge.facts import extract_facts
+from lib.knowledge.forms import QUESTION_FORMS
+
+LIGHTS = ["The Vofeth Lighthouse stands on Cape Pofon Head. Completed in 1809, the tower rises 69 metres above the rocks.",
+          "The Brialeth Lighthouse stands on Point Traihoux. Completed in 1795, the tower rises 31 metres above the rocks.",
+          "The Gomail Lighthouse stands on Cape Grariam. Completed in 1824, the tower rises 67 metres above the rocks."]
+
+
+def test_a_span_no_rule_reads_is_a_cloze_on_the_main_entity_and_asked_in_a_question_form():
+    items = extract_facts(LIGHTS, ["a", "b", "c"])
+    rules = {(i.subject, i.relation, i.answer) for i in items if not is_cloze(i.relation)}
+    cloze = {(i.subject, i.relation, i.answer): i for i in items if is_cloze(i.relation)}
+    assert ("Vofeth Lighthouse", "stands on", "Cape Pofon Head") in rules
+    # the fronted clause with a description as its subject: no rule reads it, the clozes do
+    assert not any(a in ("1809", "69") for _, _, a in rules)
+    year = cloze[("Vofeth Lighthouse", ": Completed in", "1809")]
+    assert year.kind == "year" and year.cue == "Vofeth Lighthouse: Completed in"
+    assert ("Vofeth Lighthouse", ": Completed in 1809, the tower rises", "69") in cloze
+    assert set(year.distractors) == {"1795", "1824"}                       # the other documents' years
+    asked = [f.render(year.subject, year.relation, year.kind) for f in QUESTION_FORMS]
+    assert "Question: Vofeth Lighthouse: Completed in what year?\nAnswer:" in asked
+    assert year.question in asked
+    # the rules' answer is never asked again as a cloze, nor the entity's own name
+    assert not any(i.answer in ("Cape Pofon Head", "Vofeth Lighthouse", "Vofeth") for i in cloze.values())
+
+
+def test_a_span_without_words_before_it_or_in_a_line_of_code_is_not_asked():
+    text = "Ada Lind was born in Oslo. 1809 was a cold year for her. She wrote `x = parse(1911)` once. Her brother moved to Kell in 1950."
+    spans = unread_spans(text, set(), "Ada Lind", {"Oslo"})
+    assert [(r, a) for _, r, a, _, _ in spans] == [(": Her brother moved to", "Kell"), (": Her brother moved to Kell in", "1950")]
+    assert unread_spans(text, set(), None, set()) == unread_spans(text, set(), topic(text, set()), set())
+    # a source file gives no item at all, cloze or rule
+    code = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text(encoding="utf-8")[:4000]
+    assert extract_facts([code, LIGHTS[0], LIGHTS[1]], ["code", "a", "b"]) and \
+        not [i for i in extract_facts([code, LIGHTS[0], LIGHTS[1]], ["code", "a", "b"]) if i.doc_id == "code"]
+
+
+def test_a_document_no_sentence_of_which_opens_with_a_name_is_about_the_name_it_says_most_fully():
+    text = ("Visitors to Fiqueilfield often stop at the Neijourk Botanical Garden, which opened to the public in 1958. "
+            "Under its curator, Grewim Zouzaiard, the collection has grown to some 12990 species.")
+    assert topic(text, set()) == "Neijourk Botanical Garden"
+    got = {(s, a) for s, _, a, _, _ in unread_spans(text, set(), None, set())}
+    assert {("Neijourk Botanical Garden", "1958"), ("Neijourk Botanical Garden", "12990"),
+            ("Neijourk Botanical Garden", "Grewim Zouzaiard")} <= got
+    assert topic("no names here at all.", set()) is None and unread_spans("no names here in 1950.", set(), None, set()) == []
