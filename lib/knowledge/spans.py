@@ -34,7 +34,10 @@ _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "w
              # the other prepositions: "Under its curator, X, the collection has grown" has no name "Under"
              "under", "over", "across", "through", "near", "behind", "beside", "beyond", "among", "between", "along",
              "around", "against", "towards", "toward", "within", "upon", "into", "onto", "despite", "unlike", "via",
-             "according", "throughout", "beneath", "above", "below", "inside", "outside"}
+             "according", "throughout", "beneath", "above", "below", "inside", "outside",
+             # the other determiners and quantifiers, a closed class: "Few clubs in X are as old as Y"
+             "few", "several", "all", "any", "no", "none", "other", "another", "such", "much", "more", "less", "fewer",
+             "various", "numerous", "certain", "either", "neither", "its", "their", "his", "her"}
 _PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", "run", "sold", "taken", "given", "written",
                 "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught", "bound"}
 _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.$")
@@ -231,6 +234,10 @@ def _gerund(sentence: str, word: tuple[int, int, str]) -> bool:
     if re.match(r" (?:her|him|his|its|their|them|it|the|a|an) ", rest):
         return True
     phrase = re.match(r" (?:to|in|from|at|on|into|through|along|across|above|over|near|under|between|for) (?P<words>(?:[^,]|,(?=\d))*?), (?:the |[Tt]he |it |he |she |they |[A-Z])", rest)
+    if phrase:
+        return not set(phrase.group("words").split()) & AUXILIARIES
+    # "Wearing maroon and black, the team hosts ...": lower-case words, then the subject after a comma
+    phrase = re.match(r" (?P<words>[a-z][a-z ]*?), (?:the |it |he |she |they )", rest)
     return bool(phrase) and not set(phrase.group("words").split()) & AUXILIARIES
 
 

@@ -53,3 +53,18 @@ def test_a_document_no_sentence_of_which_opens_with_a_name_is_about_the_name_it_
     assert {("Neijourk Botanical Garden", "1958"), ("Neijourk Botanical Garden", "12990"),
             ("Neijourk Botanical Garden", "Grewim Zouzaiard")} <= got
     assert topic("no names here at all.", set()) is None and unread_spans("no names here in 1950.", set(), None, set()) == []
+
+
+def test_a_determiner_or_a_participle_phrase_opening_a_sentence_is_no_name_and_no_main_entity():
+    texts = ["Few clubs in Reiwijuth are as old as Staflorn Albion: it was started in 1953. Wearing maroon and black, "
+             "the team hosts visitors at Kroskond Arena.",
+             "Several teams play in Kell. Staflorn Rovers was founded in 1901 in Mirr.",
+             "Reading is a town in Berkshire. Evening in Stefaix is a painting by Ada Lind."]
+    items = extract_facts(texts, ["a", "b", "c"])
+    subjects = {i.subject for i in items}
+    assert not subjects & {"Few", "Wearing", "Several"}
+    assert {(i.subject, i.answer) for i in items if i.doc_id == "a"} >= {("Staflorn Albion", "Reiwijuth"), ("Staflorn Albion", "1953"),
+                                                                         ("Staflorn Albion", "Kroskond Arena")}
+    assert ("Staflorn Rovers", "was founded in", "1901") in {(i.subject, i.relation, i.answer) for i in items}
+    # a name that is also a word keeps its name where a verb follows it
+    assert {"Reading", "Evening in Stefaix"} <= subjects
