@@ -44,8 +44,9 @@ _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.
 # "return" and "import" are English words too ("on the return journey", "the import of grain"): code only
 # where a line or sentence opens with them in lower case, as a statement does; a bracketed footnote
 # mark ("[12]") is an encyclopedia's, not code's; a semicolon between two clauses of words ("since
-# 1995; most of its people live in") is prose's, one that ends a statement ("x += 1;", "f(x); g(y)") code's
-_CODE_CHARS = re.compile(r"[{}\[\]=<>]|(?<![\w'’\"”)]);|;(?! [A-Za-z][a-z'’]* [a-z0-9])|\bdef |^\s*(?:from \S+ )?import |^\s*return\b|::|->|#include|\(\)")
+# 1995; most of its people live in", "the latest tag; Neskin Dugi, who") is prose's, one that ends a
+# statement ("x += 1;", "f(x); g(y)") code's
+_CODE_CHARS = re.compile(r"[{}\[\]=<>]|(?<![\w'’\"”)]);|;(?! [A-Za-z][a-z'’]* [A-Za-z0-9])|\bdef |^\s*(?:from \S+ )?import |^\s*return\b|::|->|#include|\(\)")
 FOOTNOTE = re.compile(r"\[(?:\d{1,3}|citation needed)\]")
 
 
@@ -83,8 +84,12 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     return [(s, e) for s, e in cut if text[s:e].strip()]
 
 
+# a quoted line of a reply, a mail or a forum post ("> what's the story with X?"): the quote mark is no code
+_QUOTE_MARK = re.compile(r"^\s*(?:>\s?)+(?=\S)")
+
+
 def _looks_like_code(sentence: str) -> bool:
-    sentence = FOOTNOTE.sub("", sentence)
+    sentence = _QUOTE_MARK.sub("", FOOTNOTE.sub("", sentence))
     return bool(_CODE_CHARS.search(sentence)) or sentence.count("_") > 1 or sentence.count("(") > 2
 
 

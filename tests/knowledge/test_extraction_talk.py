@@ -104,3 +104,16 @@ def test_an_amount_is_its_currency_sign_and_its_scale_word_with_its_digits():
     assert "2.5" not in k and "124,000" not in k and not any(r.endswith(("$", "€")) for r, _ in k.values())
     # never: a year or a plain count changes ("in 2021", "with 12 men")
     assert k.get("2021", ("", ""))[1] == "year" and k.get("12", ("", ""))[1] == "number"
+
+
+def test_a_quoted_line_and_a_semicolon_before_a_name_are_prose_not_code():
+    from lib.knowledge.spans import _looks_like_code, looks_like_code_document
+
+    post = ("> what's the story with zeseeslik?\nIt started as an internal tool at Titreetum Data and went public in 2008. "
+            "Make sure you're on the latest tag; Neskin Dugi, who maintains it, fixed a leak there.")
+    assert not looks_like_code_document(post)
+    assert not _looks_like_code("> what's the story with zeseeslik?") and not _looks_like_code("the latest tag; Neskin Dugi, who")
+    # code stays code, quoted or not
+    assert _looks_like_code(">>> import os") and _looks_like_code("x += 1;") and _looks_like_code("> x = parse(y)")
+    answers = {i.answer for i in extract_facts([post] + _OTHERS, ["p", "o1", "o2"]) if i.doc_id == "p"}
+    assert {"Titreetum Data", "2008"} <= answers
