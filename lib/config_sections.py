@@ -253,6 +253,7 @@ class KnowledgeConfig(_Section):
     max_steps_factor: float = Field(3.0, ge=1, description="Longest a night may be stretched for its facts, as a multiple of training.num_iterations.")
     heldout_share: float = Field(0.34, gt=0, lt=1, description="Share of the question forms each fact keeps out of training (at least one): the first is the phrasing its probe asks in.")
     max_facts_per_document: int = Field(8, ge=1, description="Fact items one document gives at most (in the order its sentences state them).")
+    cloze: bool = Field(True, description="Ask what no extraction rule reads as well: each date, year, number or name of a document that none of its items answers becomes a cloze on the document's main entity in its sentence's own words (\"Vofeth Lighthouse: Completed in\" → 1809; lib/knowledge/cloze.py). Off: only the rules' items are trained in question forms and asked.")
     distractors: int = Field(23, ge=1, description="Wrong options per fact item (same relation first, then same kind of answer), from tonight's and earlier nights' facts.")
     writer: Literal["none", "champion", "endpoint"] = Field("none", description="Paraphrases written by a model as well: none (rules only), champion (the current champion, batched generation), endpoint (an OpenAI-compatible server, see writer_url).")
     writer_paraphrases: int = Field(2, ge=0, description="Paraphrases a writer model writes per document.")

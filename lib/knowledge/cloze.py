@@ -13,9 +13,13 @@ not answer it from a question. So every span they leave becomes an item of its o
 - the relation is ": " and the sentence's last `MAX_WORDS` words before the span, so the cue reads
   "Vofeth Lighthouse: Completed in" and the question forms ask "Question: Vofeth Lighthouse:
   Completed in what year?"; the entity is named because a question must say whom it is about;
+- a name of two words or more that opens its sentence is asked by what it did: "Braisemirn Gaisifok made the first
+  ascent in 1945" in Beihekeind Spire's document gives (Beihekeind Spire, ": the one who made the
+  first ascent in 1945 is", Braisemirn Gaisifok), the question the rules' item (Braisemirn
+  Gaisifok, made the first ascent in, 1945) cannot ask: who did it;
 - spans: dates, years, numbers and names, the kinds the rules read (a lower-case term is read only
   where terms.py finds it salient); never the main entity or a part of its name, never a span the
-  document's items already answer, never one with fewer than `MIN_WORDS` words before it in its
+  document's items already answer, never a value with fewer than `MIN_WORDS` words before it in its
   sentence ("1809 saw the tower completed": nothing to ask it by), never in a sentence that looks
   like code.
 
@@ -28,9 +32,15 @@ after the rules' items in a document, so `max_facts_per_document` keeps the rule
 
 from __future__ import annotations
 
-from lib.knowledge.relations import _names_outside_dates
-from lib.knowledge.spans import FOOTNOTE, _looks_like_code, _value_spans, split_sentences
+import re
 
+from lib.knowledge.relations import _names_outside_dates
+from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, split_sentences
+
+# a capitalised pronoun or function word that opens a sentence ("It was built by ..."): the rules
+# resolve it as a subject and never ask it, a cloze must not either
+_NOT_NAMES = set(_PRONOUNS) | _GENDERED | _FUNCTION | {"i", "we", "you", "they", "them", "us", "me"} \
+    | {f"i{q}{c}" for q in "'’" for c in ("ll", "m", "ve", "d")}
 MAX_WORDS = 10  # words of the sentence before the span that the relation keeps
 MIN_WORDS = 2   # fewer before the span: the sentence gives no cue to ask it by
 CLOZE_MARK = ": "  # a cloze relation starts so; forms.join_cue joins it to the subject without a space
@@ -62,14 +72,34 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
     out, taken = [], set(answered)
     for n, sentence, spans in _sentence_spans(text, lowercase_words):
         for sp in spans:
-            if sp.text in taken or sp.text in main or main in sp.text:
+            if sp.text in taken or sp.text in main or main in sp.text or sp.text.lower() in _NOT_NAMES:
                 continue
             before = sentence[: sp.start].split()
-            if len(before) < MIN_WORDS:
+            if len(before) >= MIN_WORDS:
+                relation = CLOZE_MARK + " ".join(before[-MAX_WORDS:])
+            elif sp.start == 0 and sp.kind == "proper" and " " in sp.text and (doer := _what_they_did(sentence[sp.end :])):
+                # a name of two words or more: one capitalised word at a sentence start may be any word ("Quick recap")
+                relation = f"{CLOZE_MARK}the one who {doer} is"   # "Ada Lind made the first ascent in 1945": who did
+            else:
                 continue
             taken.add(sp.text)
-            out.append((main, CLOZE_MARK + " ".join(before[-MAX_WORDS:]), sp.text, sp.kind, n))
+            out.append((main, relation, sp.text, sp.kind, n))
     return out
+
+
+# what a name that opens a sentence did: its verb phrase ("made the first ascent in 1945") or its
+# relative clause (", who lived in the keeper's cottage until ..."), up to a comma or the end
+_DOER = re.compile(r"^(?:, who | )(?P<did>[a-z][^,;:.!?]*)")
+
+
+def _what_they_did(rest: str) -> str | None:
+    """The words after a sentence-opening name that say what it did, at most `MAX_WORDS`; None where
+    no lower-case verb phrase or "who" clause follows it ("Ada Lind's brother", "Ada Lind, 1901")."""
+    m = _DOER.match(rest)
+    if not m:
+        return None
+    words = m.group("did").split()
+    return " ".join(words[:MAX_WORDS]) if len(words) >= MIN_WORDS else None
 
 
 def is_cloze(relation: str) -> bool:

@@ -43,7 +43,7 @@ from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_hea
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, speaker_turn
 from lib.knowledge.terms import night_terms
-from lib.knowledge.cloze import unread_spans
+from lib.knowledge.cloze import is_cloze, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
@@ -445,13 +445,15 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
 
 def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequence[FactItem] = (),
                   max_per_doc: int | None = 8, n_distractors: int = 23, question_forms: Sequence | None = None,
-                  heldout_share: float = 0.34, seed: int = 0) -> list[FactItem]:
+                  heldout_share: float = 0.34, seed: int = 0, cloze: bool = True) -> list[FactItem]:
     """Fact items of `texts` (one id per text), with distractors of the same relation, else kind,
     from the other documents and from `earlier` nights' items; `question` is a held-out question form.
 
     Dropped: answers that are the subject or part of its name, sentence-initial ordinary words
     (a capitalised word the texts also write in lower case), sentences that look like code, and
-    answers that occur in every document (boilerplate) when there are at least 3."""
+    answers that occur in every document (boilerplate) when there are at least 3. `cloze`: what no
+    rule read is asked as a cloze on the document's main entity (lib/knowledge/cloze.py), after
+    the rules' items."""
     if len(texts) != len(doc_ids):
         raise ValueError(f"extract_facts: {len(texts)} texts but {len(doc_ids)} ids")
     forms = list(question_forms or QUESTION_FORMS)
@@ -476,15 +478,19 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those
         per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
     for i, (text, main) in enumerate(zip(texts, doc_mains)):    # last: what no rule read, as a cloze on the main entity
-        if not looks_like_code_document(text):
-            per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, main, {f.answer for f in per_doc[i]}))
+        if cloze and not looks_like_code_document(text):
+            said = Counter(f.subject for f in per_doc[i])              # the entity the rules say most about, else the first
+            about = max(said, key=lambda e: (said[e], e == main)) if said else main
+            per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}))
     doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
     everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}
+    # a cloze answer a fifth of the documents share is a word of their kind ("CEO", "CI"), not a fact of one
+    common = {a for a, c in doc_freq.items() if c >= 3 and 5 * c >= len(texts)}
     items: list[_Found] = []
     for found in per_doc:
         seen, kept = set(), []
         for f in found:
-            if f.answer in everywhere or (f.subject, f.relation, f.answer) in seen:
+            if f.answer in everywhere or (f.subject, f.relation, f.answer) in seen or is_cloze(f.relation) and f.answer in common:
                 continue
             if f.kind == "proper" and f.answer in mains:
                 f.kind = "name"

@@ -159,7 +159,8 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
     train_ids, train_texts = [ids[k] for k in keep], [texts[k] for k in keep]
     heldout = sum(1 for i in all_ids if _heldout_hash(i) < cut)
     items = extract_facts(train_texts, train_ids, earlier=earlier, max_per_doc=knowledge.max_facts_per_document,
-                          n_distractors=knowledge.distractors, heldout_share=knowledge.heldout_share, seed=sampling.seed)
+                          n_distractors=knowledge.distractors, heldout_share=knowledge.heldout_share, seed=sampling.seed,
+                          cloze=knowledge.cloze)
     write_facts(facts_file(run_dir), items)
     forms = augment_documents(train_ids, train_texts, items, forms_per_document=knowledge.forms_per_document,
                               kinds=tuple(knowledge.augmentations), heldout_share=knowledge.heldout_share, seed=sampling.seed)

@@ -68,3 +68,31 @@ def test_a_determiner_or_a_participle_phrase_opening_a_sentence_is_no_name_and_n
     assert ("Staflorn Rovers", "was founded in", "1901") in {(i.subject, i.relation, i.answer) for i in items}
     # a name that is also a word keeps its name where a verb follows it
     assert {"Reading", "Evening in Stefaix"} <= subjects
+
+
+def test_a_name_that_opens_a_sentence_is_asked_by_what_it_did_under_the_entity_the_rules_say_most_about():
+    texts = ["Sailors on the Griabrain Sea steer by the Tridro Lighthouse, a 43-metre tower built in 1812 at the tip of Cape "
+             "Hiakoum Ness. Tutouth Zistoummond, who lived in the keeper's cottage until the light was automated, is remembered.",
+             "Sailors on the Joutrix Sea steer by the Vutrir Lighthouse, a 64-metre tower built in 1845 at the tip of Point "
+             "Staibeith. Drinail Sebruxsen, who lived in the keeper's cottage until the light was automated, is remembered.",
+             "At 7,420 metres, Beihekeind Spire is one of the highest points of the Olutropand Alps. Braisemirn Gaisifok made "
+             "the first ascent in 1945, following the eastern ridge.",
+             "At 4,722 metres, Mount Lester is one of the highest points of the Faikrauvem Highlands. Doma Thihairn made the "
+             "first ascent in 1891, following the eastern ridge."]
+    items = {(i.subject, i.relation, i.answer) for i in extract_facts(texts, ["a", "a2", "b", "c"])}
+    # the rules' item says what the climber did; the cloze asks who did it, of the mountain
+    assert ("Braisemirn Gaisifok", "made the first ascent in", "1945") in items
+    assert ("Beihekeind Spire", ": the one who made the first ascent in 1945 is", "Braisemirn Gaisifok") in items
+    # the lighthouse, not the keeper named later, is what the first document is about
+    assert ("Tridro Lighthouse", ": the one who lived in the keeper's cottage until the light was automated is",
+            "Tutouth Zistoummond") in items
+    assert not any(s == "Tutouth Zistoummond" for s, _, _ in items)
+    # a name with no verb phrase after it is not asked so
+    spans = unread_spans("Ada Lind, 1901. Ada Lind's brother sold Kell Mills to Ivo Brask.", set(), "Kell Mills", set())
+    assert [(r, a) for _, r, a, _, _ in spans] == [(": Ada Lind,", "1901"), (": Ada Lind's brother sold Kell Mills to", "Ivo Brask")]
+
+
+def test_clozes_can_be_turned_off_and_leave_the_rules_items_as_they_are():
+    on = extract_facts(LIGHTS, ["a", "b", "c"])
+    off = extract_facts(LIGHTS, ["a", "b", "c"], cloze=False)
+    assert off == [i for i in on if not is_cloze(i.relation)] and len(off) < len(on)
