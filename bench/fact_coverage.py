@@ -48,7 +48,7 @@ def main() -> None:
         t0 = time.perf_counter()
         items = extract_facts([r.text for r in recs], ids, earlier=earlier)
         seconds = time.perf_counter() - t0
-        cov, _ = extraction_coverage(recs, items, dict(zip(ids, (r.text for r in recs))))
+        cov, read = extraction_coverage(recs, items, dict(zip(ids, (r.text for r in recs))))
         for attr, (r, a) in cov.items():
             total[attr] = (total.get(attr, (0, 0))[0] + r, total.get(attr, (0, 0))[1] + a)
         print(f"{name} night {k}: {len(items)} items in {seconds * 1000:.0f} ms; {coverage_line(cov)}")
@@ -58,8 +58,7 @@ def main() -> None:
                 print(f"  {r.text!r}")
                 for it in mine:
                     print(f"    item: {it.subject} | {it.relation} | {it.answer} ({it.kind})")
-                got = {it.answer.lower().removeprefix('the ') for it in mine}
-                missed = [f"{attr}={a!r}" for attr, (_, a) in r.questions.items() if a.lower().removeprefix("the ") not in got]
+                missed = [f"{attr}={a!r}" for attr, (_, a) in r.questions.items() if (r.subject, attr) not in read]
                 if missed:
                     print(f"    not read: {', '.join(missed)}")
         earlier += items

@@ -39,38 +39,42 @@ from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _look
 
 # a capitalised pronoun or function word that opens a sentence ("It was built by ..."): the rules
 # resolve it as a subject and never ask it, a cloze must not either
-_NOT_NAMES = set(_PRONOUNS) | _GENDERED | _FUNCTION | {"i", "we", "you", "they", "them", "us", "me"} \
-    | {f"i{q}{c}" for q in "'’" for c in ("ll", "m", "ve", "d")}
+_NOT_NAMES = set(_PRONOUNS) | _GENDERED | _FUNCTION | {"them", "us", "me"} | {f"i{q}{c}" for q in "'’" for c in ("ll", "m", "ve", "d")}
 MAX_WORDS = 10  # words of the sentence before the span that the relation keeps
 MIN_WORDS = 2   # fewer before the span: the sentence gives no cue to ask it by
 CLOZE_MARK = ": "  # a cloze relation starts so; forms.join_cue joins it to the subject without a space
 
 
-def _sentence_spans(text: str, lowercase_words: set[str]):
+def _sentence_spans(text: str, lowercase_words: set[str]) -> list[tuple[int, str, list]]:
     """(sentence number, sentence, its value and name spans in order) of the prose sentences of `text`."""
+    out = []
     for n, (s, e) in enumerate(split_sentences(text)):
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if not _looks_like_code(sentence):
             values = _value_spans(sentence)
-            yield n, sentence, sorted(values + _names_outside_dates(sentence, lowercase_words, values), key=lambda sp: sp.start)
+            out.append((n, sentence, sorted(values + _names_outside_dates(sentence, lowercase_words, values), key=lambda sp: sp.start)))
+    return out
 
 
-def topic(text: str, lowercase_words: set[str]) -> str | None:
+def topic(text: str, lowercase_words: set[str], sentences: list | None = None) -> str | None:
     """The name a document is about when no sentence of it opens with one ("Visitors to Y often stop
     at the X Garden, which ..."): the name it mentions most, of those the most words ("X Botanical
-    Garden" before "Y"), the first of equals; None without a name."""
-    names = [sp.text for _, _, spans in _sentence_spans(text, lowercase_words) for sp in spans if sp.kind == "proper"]
+    Garden" before "Y"), the first of equals; None without a name. `sentences`: `_sentence_spans`
+    of the text, when the caller has them."""
+    sentences = _sentence_spans(text, lowercase_words) if sentences is None else sentences
+    names = [sp.text for _, _, spans in sentences for sp in spans if sp.kind == "proper"]
     return max(names, key=lambda m: (names.count(m), len(m.split()), -names.index(m)), default=None)
 
 
 def unread_spans(text: str, lowercase_words: set[str], main: str | None, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
     """(subject, relation, answer, kind, sentence number) of each span of `text` that no item of
     the document answers (`answered`), as a cloze on the document's `main` entity, else its `topic`."""
-    main = main or topic(text, lowercase_words)
+    sentences = _sentence_spans(text, lowercase_words)
+    main = main or topic(text, lowercase_words, sentences)
     if not main:
         return []
     out, taken = [], set(answered)
-    for n, sentence, spans in _sentence_spans(text, lowercase_words):
+    for n, sentence, spans in sentences:
         for sp in spans:
             if sp.text in taken or sp.text in main or main in sp.text or sp.text.lower() in _NOT_NAMES:
                 continue

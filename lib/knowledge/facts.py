@@ -463,8 +463,9 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     doc_mains: list[str | None] = []
     mains: set[str] = set()
     clauses: list[list[tuple]] = [[] for _ in texts]   # each sentence's subject, for the terms
+    code = [looks_like_code_document(t) for t in texts]
     for i, text in enumerate(texts):
-        if looks_like_code_document(text):
+        if code[i]:
             per_doc.append([])
             doc_mains.append(None)
             continue
@@ -478,7 +479,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those
         per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
     for i, (text, main) in enumerate(zip(texts, doc_mains)):    # last: what no rule read, as a cloze on the main entity
-        if cloze and not looks_like_code_document(text):
+        if cloze and not code[i]:
             said = Counter(f.subject for f in per_doc[i])              # the entity the rules say most about, else the first
             about = max(said, key=lambda e: (said[e], e == main)) if said else main
             per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}))
