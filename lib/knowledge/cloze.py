@@ -79,16 +79,55 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
             if sp.text in taken or sp.text in main or main in sp.text or sp.text.lower() in _NOT_NAMES:
                 continue
             before = sentence[: sp.start].split()
-            if len(before) >= MIN_WORDS:
-                relation = CLOZE_MARK + " ".join(before[-MAX_WORDS:])
-            elif sp.start == 0 and sp.kind == "proper" and " " in sp.text and (doer := _what_they_did(sentence[sp.end :])):
+            clause = _clause(before)
+            opens = sp.start == 0 or before and not clause
+            if before and len(before) <= 3 and (label := _label_relation(before, sp.kind, lowercase_words)):
+                relation = label                                  # "Ground: Bogrom Meadow" → "'s ground is"
+            elif len(clause) >= MIN_WORDS:
+                relation = CLOZE_MARK + " ".join(clause[-MAX_WORDS:])
+            elif opens and sp.kind == "proper" and " " in sp.text and (doer := _what_they_did(sentence[sp.end :])):
                 # a name of two words or more: one capitalised word at a sentence start may be any word ("Quick recap")
                 relation = f"{CLOZE_MARK}the one who {doer} is"   # "Ada Lind made the first ascent in 1945": who did
+            elif len(before) >= MIN_WORDS:
+                relation = CLOZE_MARK + " ".join(before[-MAX_WORDS:])
             else:
                 continue
             taken.add(sp.text)
             out.append((main, relation, sp.text, sp.kind, n))
     return out
+
+
+# words that open a clause after its comma: "..., where Ada Lind has been in charge since 2019"
+_CLAUSE_OPENERS = {"and", "but", "where", "while", "whereas", "when", "which", "so", "yet", "or", "then"}
+
+
+def _clause(before: list[str]) -> list[str]:
+    """The words of the span's own clause: those after the last comma, semicolon or colon before
+    it and the conjunction or relative word that opens the clause ("Wearing maroon and black, the
+    team hosts visitors at" → "the team hosts visitors at"; "..., where" → nothing: the span
+    opens its clause)."""
+    cut = max((i + 1 for i, w in enumerate(before) if w[-1] in ",;:"), default=0)
+    clause = before[cut:]
+    while clause and clause[0].lower() in _CLAUSE_OPENERS:
+        clause = clause[1:]
+    return clause
+
+
+def _label_relation(before: list[str], kind: str, lowercase_words: set[str]) -> str | None:
+    """The relation of a label that opens a sentence before its value, as in a fact box: "Ground:
+    Bogrom Meadow" → "'s ground is", "Head coach: Sukrend Teski" → "'s head coach is", "Founded:
+    1886" → "was founded in"; None where the words are no label: a speaker ("Ada: ..."), a word the
+    night never writes in lower case, more than the label before the value."""
+    if not before[-1].endswith(":") or not before[0][:1].isupper():
+        return None
+    words = [w.strip(":").lower() for w in before]
+    if not all(w.isalpha() and w not in _NOT_NAMES for w in words) or not (words[0] in lowercase_words or len(words) > 1 and before[1].islower()
+                                                                    or len(words) == 1 and words[0].endswith("ed")):
+        return None
+    label = " ".join(words)
+    if words[-1].endswith("ed") and len(words) == 1:
+        return f"was {label} " + ("in" if kind in ("year", "date") else "by" if kind == "proper" else "at")
+    return f"'s {label} is"
 
 
 # what a name that opens a sentence did: its verb phrase ("made the first ascent in 1945") or its

@@ -25,7 +25,7 @@ def test_a_span_no_rule_reads_is_a_cloze_on_the_main_entity_and_asked_in_a_quest
     assert not any(a in ("1809", "69") for _, _, a in rules)
     year = cloze[("Vofeth Lighthouse", ": Completed in", "1809")]
     assert year.kind == "year" and year.cue == "Vofeth Lighthouse: Completed in"
-    assert ("Vofeth Lighthouse", ": Completed in 1809, the tower rises", "69") in cloze
+    assert ("Vofeth Lighthouse", ": the tower rises", "69") in cloze               # its own clause, not the one before
     assert set(year.distractors) == {"1795", "1824"}                       # the other documents' years
     asked = [f.render(year.subject, year.relation, year.kind) for f in QUESTION_FORMS]
     assert "Question: Vofeth Lighthouse: Completed in what year?\nAnswer:" in asked
@@ -96,3 +96,22 @@ def test_clozes_can_be_turned_off_and_leave_the_rules_items_as_they_are():
     on = extract_facts(LIGHTS, ["a", "b", "c"])
     off = extract_facts(LIGHTS, ["a", "b", "c"], cloze=False)
     assert off == [i for i in on if not is_cloze(i.relation)] and len(off) < len(on)
+
+
+def test_a_cloze_keeps_its_own_clause_a_name_opening_a_clause_is_asked_by_what_it_did_and_a_label_is_a_relation():
+    texts = ["Few clubs in Reiwijuth are as old as Staflorn Albion: it was started in 1953. Wearing maroon and black, the team "
+             "hosts visitors at Kroskond Arena, where Gabairn Pouchol has been in charge of training since 2019.",
+             "Stizil Albion (Zikrestek). Colours: orange and red. Ground: Bogrom Meadow. Founded: 1886. Head coach: Sukrend Teski.",
+             "Vask Rovers was founded in 1901 in Kell. Its ground is Mirr Park, and the coach is Ada Lind."]
+    items = {(i.subject, i.relation, i.answer) for i in extract_facts(texts, ["a", "b", "c"])}
+    # the clause of the span, not the words of the clause before it (which held another answer)
+    assert ("Staflorn Albion", ": the team hosts visitors at", "Kroskond Arena") in items
+    assert ("Staflorn Albion", ": the one who has been in charge of training since 2019 is", "Gabairn Pouchol") in items
+    assert not any("Kroskond Arena" in r for _, r, _ in items)
+    # a fact box's labels: a role asked as the entity's, a participle as its passive
+    assert {("Stizil Albion", "'s ground is", "Bogrom Meadow"), ("Stizil Albion", "was founded in", "1886"),
+            ("Stizil Albion", "'s head coach is", "Sukrend Teski")} <= items
+    # never: a speaker's name as a label, a label after other words
+    talk = ["Ada: Kell Mills ships in 2024, says Ivo Brask.", "Kell Mills is a firm in Vask. The plan: Mirr Park opens in 2025."]
+    got = {(i.subject, i.relation, i.answer) for i in extract_facts(talk, ["t", "u"])}
+    assert ("Kell Mills", "ships in", "2024") in got and not any(r.startswith("'s") for _, r, _ in got)
