@@ -87,12 +87,12 @@ def test_the_shipped_fact_files_load_as_four_nights_and_extraction_reads_most_of
     from lib.knowledge.facts import extract_facts
 
     files = sorted((Path(__file__).resolve().parents[2] / "bench" / "fact_files").glob("*.jsonl"))
-    assert len(files) == 9
+    assert len(files) == 12
     for f in files:
         nights = load_records(f, 24)
         assert sorted(nights) == [1, 2, 3, 4] and all(len(r) == 24 for r in nights.values()), f.name
     recs = load_records(files[0].with_name("clubs.jsonl"), 24)[1]
     ids = [f"d{i}" for i in range(len(recs))]
     cov, _ = extraction_coverage(recs, extract_facts([r.text for r in recs], ids), dict(zip(ids, (r.text for r in recs))))
-    # written blind: 34% read before the clozes and the sentence-opener rules, 72% with them
+    # written blind: 34% read before the clozes and the sentence-opener rules, 72% with them, 77% with clauses and labels
     assert sum(r for r, _ in cov.values()) >= 0.6 * sum(a for _, a in cov.values())
