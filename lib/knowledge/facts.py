@@ -43,7 +43,7 @@ from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_hea
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, speaker_turn
 from lib.knowledge.terms import night_terms
-from lib.knowledge.lower_names import lower_names, unread_versions, with_lower_name
+from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
@@ -481,6 +481,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             mains.add(main)
     for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those
         per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
+        per_doc[i].extend(_Found(i, *fact) for fact in purposes(texts[i], packages[i], {f.answer for f in per_doc[i]}))
     for i, (text, main) in enumerate(zip(texts, doc_mains)):    # last: what no rule read, as a cloze on the main entity
         if cloze and not code[i]:
             said = Counter(f.subject for f in per_doc[i])              # the entity the rules say most about, else the first

@@ -137,3 +137,28 @@ def unread_versions(text: str, name: str | None, answered: set[str]) -> list[tup
                 taken.add(m.group())
                 out.append((name, "'s version is", m.group(), "version", n))
     return out
+
+
+# what a package is for: "a small library for deduplicating records.", "switched to kubravil for
+# transcoding video and", "Nothing beats it for rate limiting.": up to four words a clause's end closes
+_PURPOSE = re.compile(r"\b(?P<what>library|package|module|framework|tool|crate|plugin|it|{name}) for "
+                      r"(?P<purpose>[a-z][\w-]*(?: (?!(?:and|or|but|the|a|an|it|its|with|in|on|at|to|from|since|when|which|that)\b)[A-Za-z][\w-]*){{0,3}})"
+                      r"(?=[,.;!?]|$| (?:and|or|but|since|when|which|that)\b)")
+
+
+def purposes(text: str, name: str | None, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
+    """(subject, relation, answer, kind, sentence number) of what the document's lower-case `name`
+    is for, kind "term": "it's a small library for deduplicating records" → (kubravil, is a library
+    for, deduplicating records); "I switched our pipeline to pyplarax for transcoding video and ..."
+    → (pyplarax, is used for, transcoding video)."""
+    if not name:
+        return []
+    out, taken = [], set(answered)
+    pattern = re.compile(_PURPOSE.pattern.format(name=re.escape(name)))
+    for n, (s, e) in enumerate(split_sentences(text)):
+        for m in pattern.finditer(text[s:e]):
+            purpose, what = m.group("purpose"), m.group("what")
+            if purpose not in taken and purpose.split()[0] not in _NOT_NAMES:
+                taken.add(purpose)
+                out.append((name, f"is a {what} for" if what not in ("it", name) else "is used for", purpose, "term", n))
+    return out

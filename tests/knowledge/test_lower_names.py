@@ -74,3 +74,15 @@ def test_ordinary_lower_case_words_are_never_a_subject():
     assert not subjects & {"rose", "garden", "composting", "compost", "baking", "bread", "fun", "staplai_dev", "ivo_b"}
     garden = [i for i in items if i.doc_id == "d4" and not is_cloze(i.relation)]
     assert ("Ada Lind", "planted it in", "1901") in {(i.subject, i.relation, i.answer) for i in garden}
+
+
+def test_what_the_package_is_for_is_a_term_of_its_own():
+    from lib.knowledge.lower_names import purposes
+    assert purposes(TRIED, "kubravil", set()) == [("kubravil", "is a library for", "deduplicating records", "term", 1)]
+    switched = "Posted by ivo_b: I switched our pipeline to pyplarax for transcoding video and it halved our build time."
+    assert [p[1:3] for p in purposes(switched, "pyplarax", set())] == [("is used for", "transcoding video")]
+    assert purposes("Nothing beats it for the money.", "pyplarax", set()) == []       # no purpose opens with "the"
+    assert purposes(TRIED, None, set()) == []                                          # no package, no purpose
+    items = {(i.subject, i.relation, i.answer, i.kind) for i in _items()}
+    assert ("skoval", "is a library for", "streaming audio", "term") in items
+    assert not any(i.relation.startswith("is a library for") for i in _items() if i.doc_id in ("d4", "d5"))
