@@ -43,6 +43,7 @@ from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_hea
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, speaker_turn
 from lib.knowledge.terms import night_terms
+from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, looks_like_code_document, split_sentences,
@@ -67,14 +68,15 @@ class _Found:
 
 
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
-                   name_heads: frozenset[str] = frozenset(), clauses: list | None = None) -> tuple[list[_Found], str | None, bool]:
+                   name_heads: frozenset[str] = frozenset(), clauses: list | None = None, lower_name: str | None = None) -> tuple[list[_Found], str | None, bool]:
     """Facts of one document, its main entity (the first named sentence subject), and whether that
     may be a person (not where the text shows a thing, `thing_like`: "the Varo Ensemble", "X is a
     brewery"; an answer naming it is then asked with "what", not "whom"); `name_heads`
-    (`shared_heads`) are words that end several names, which no person's name is built on; `clauses` gets each sentence's subject (terms.py)."""
+    (`shared_heads`) are words that end several names, which no person's name is built on; `clauses` gets each sentence's subject (terms.py);
+    `lower_name`: the package the text is about (lower_names.py), its main entity from the start, a name in every sentence."""
     found: list[_Found] = []
-    main: str | None = None
-    last: str | None = None
+    main: str | None = lower_name
+    last: str | None = lower_name
     # the names met so far, in order, and how ("subject", "direct" object of a verb, other "object"),
     # with the nouns the text typed them with: what "The novel ..." refers to
     mentions: list[tuple[str, str]] = []
@@ -124,7 +126,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
         values = _value_spans(sentence)
-        propers = _names_outside_dates(sentence, lowercase_words, values)
+        propers = with_lower_name(sentence, _names_outside_dates(sentence, lowercase_words, values), lower_name, text)
         if heading(sentence):                              # "Sync notes, Thursday.": no entity the text is about
             named = [p.text for p in propers if p.start > 0]
             if named:                                      # "From the call with X: they want": X is who "they" are
@@ -438,7 +440,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 run_by = control_passive(relation) if a.kind == "proper" else None
                 if run_by:                             # "Hair Rezix has run Holenly": who runs Holenly
                     found.append(_Found(-1, a.text, run_by, owner, "proper", n))
-    if main and thing_like(main, articled, types, lowercase_words | name_heads):
+    if main and (main == lower_name or thing_like(main, articled, types, lowercase_words | name_heads)):
         return found, main, False
     return found, main, bool(main)
 
@@ -464,12 +466,13 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     mains: set[str] = set()
     clauses: list[list[tuple]] = [[] for _ in texts]   # each sentence's subject, for the terms
     code = [looks_like_code_document(t) for t in texts]
+    packages = lower_names(texts)                      # "Has anyone tried kubravil?": a lower-case main entity
     for i, text in enumerate(texts):
         if code[i]:
             per_doc.append([])
             doc_mains.append(None)
             continue
-        found, main, person = document_facts(text, lower, name_heads=heads, clauses=clauses[i])
+        found, main, person = document_facts(text, lower, name_heads=heads, clauses=clauses[i], lower_name=packages[i])
         doc_mains.append(main)
         for f in found:
             f.doc = i
@@ -478,11 +481,13 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             mains.add(main)
     for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those
         per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
+        per_doc[i].extend(_Found(i, *fact) for fact in purposes(texts[i], packages[i], {f.answer for f in per_doc[i]}))
     for i, (text, main) in enumerate(zip(texts, doc_mains)):    # last: what no rule read, as a cloze on the main entity
         if cloze and not code[i]:
             said = Counter(f.subject for f in per_doc[i])              # the entity the rules say most about, else the first
-            about = max(said, key=lambda e: (said[e], e == main)) if said else main
+            about = packages[i] or (max(said, key=lambda e: (said[e], e == main)) if said else main)
             per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}))
+            per_doc[i].extend(_Found(i, *span) for span in unread_versions(text, packages[i], {f.answer for f in per_doc[i]}))
     doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
     everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}
     # a cloze answer a fifth of the documents share is a word of their kind ("CEO", "CI"), not a fact of one

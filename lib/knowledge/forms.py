@@ -25,8 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-WH = {"year": "what year", "date": "what date", "number": "what number", "name": "whom", "proper": "what", "term": "what"}
-NOUN = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name", "term": "thing"}
+WH = {"year": "what year", "date": "what date", "number": "what number", "name": "whom", "proper": "what", "term": "what", "version": "what version"}
+NOUN = {"year": "year", "date": "date", "number": "number", "name": "person", "proper": "name", "term": "thing", "version": "version"}
 
 AUXILIARIES = {"was", "is", "were", "are", "has", "had", "have", "will", "would", "can", "could"}
 _COPULAS = {"is", "was", "are", "were"}

@@ -20,6 +20,8 @@ _DATE = re.compile(rf"\b(?:\d{{1,2}} {_MONTH},? \d{{4}}|{_MONTH} \d{{1,2}}(?:st|
                    rf"|\d{{1,2}}(?:st|nd|rd|th)? {_MONTH}(?!,? \d)|{_MONTH} \d{{1,2}}(?:st|nd|rd|th)?(?![\d,.]\d|,? \d))\b")
 _YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?!\d|[.,]\d)")
 _NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w,]\d)|(?<![\w.,])\d+(?:\.\d+)?%?(?![\w.,]?\d)")
+# a version number ("8.7.0", "1.18.12", "v2.3"): three parts, or a "v" before the number; kind "version"
+VERSION = re.compile(r"(?<![\w.,])(?:v\d+(?:\.\d+)*|\d+\.\d+\.\d+(?:\.\d+)*)(?![\w]|[.,]\d)")
 _WORD = re.compile(r"[^\W\d_][\w'’\-]*")
 # words that may join the parts of one proper name ("Bank of Ostra", "Lena van Dijk")
 _CONNECTORS = {"of", "de", "da", "del", "della", "di", "van", "von", "der", "den", "la", "le", "du", "y", "al", "bin", "&"}
@@ -314,6 +316,10 @@ def _value_spans(sentence: str) -> list[_Span]:
     spans = [_Span(m.start(), m.end(), m.group(), "date") for m in _DATE.finditer(sentence)]
     taken = [(s.start, s.end) for s in spans]
     free = lambda a, b: all(b <= s or a >= e for s, e in taken)  # noqa: E731
+    for m in VERSION.finditer(sentence):
+        if free(m.start(), m.end()):
+            spans.append(_Span(m.start(), m.end(), m.group(), "version"))
+            taken.append((m.start(), m.end()))
     for m in _AMOUNT.finditer(sentence):
         if free(m.start(), m.end()):
             spans.append(_Span(m.start(), m.end(), m.group(), "number"))
