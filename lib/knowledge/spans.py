@@ -5,6 +5,7 @@ numbers."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -153,7 +154,8 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
         while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
                                                 or len(r) == 1 and _fronting_word(r[0][2]) or len(r) == 1 and _gerund(sentence, r[0])
                                                 or len(r) == 1 and _common_opener(sentence, r[0])
-                                                or len(r) == 1 and _plural_opener(sentence, r[0])):
+                                                or len(r) == 1 and _plural_opener(sentence, r[0])
+                                                or len(r) == 1 and _english_opener(sentence, r[0])):
             r = r[1:]
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
@@ -289,6 +291,36 @@ def _plural_opener(sentence: str, word: tuple[int, int, str]) -> bool:
         return not after[:1].isdigit()
     verb_like = v in AUXILIARIES or v in ADVERBS or base_verb(v) is not None or v in _PARTICIPLES
     return not verb_like and (after in ("the", "a", "an") or after[:1].isupper())
+
+
+# how common a word must be in English (Zipf: log10 of uses per billion words; "key" 5.1, "founded"
+# 4.5, "abstract" 4.1) to be taken for a word, not a name, when it opens a sentence alone; most
+# place names lie below ("oslo" 3.5, "berkshire" 3.5)
+COMMON_ZIPF = 4.0
+# what follows a name that opens a sentence as its subject: "London is", "Apple released"
+_SUBJECT_VERB = re.compile(r" (?:is|was|are|were|has|had|have|will|would|can|could|may|might|shall|should|must|did|does|do|[a-z]{2,}ed)\b")
+
+
+@lru_cache(maxsize=65536)
+def common_word(word: str) -> bool:
+    """Whether `word` is an everyday English word (wordfreq's frequency of its lower case at least
+    `COMMON_ZIPF`): "key", "meet", "huge", "development"; not "miagror", "oslo"."""
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word.lower(), "en") >= COMMON_ZIPF
+
+
+def _english_opener(sentence: str, word: tuple[int, int, str]) -> bool:
+    """ "Key facts about ...", "Meet the ...", "Huge thanks to ...", "Fun fact: ...": a lone
+    capitalised everyday word at the sentence start is that word, not a name, unless a verb
+    follows it as its subject ("London is ...", "Reading was ...", "Development took ..." keep
+    theirs: a name that is also a word, or a word the text makes the subject), nor a title that
+    goes on with a name ("Evening in Stefaix", "Bridge at Zairass")."""
+    rest = sentence[word[1] :]
+    return word[2].isalpha() and common_word(word[2]) and not _SUBJECT_VERB.match(rest) and not _TITLE_GOES_ON.match(rest)
+
+
+_TITLE_GOES_ON = re.compile(r" (?:in|at|of|on|by|for|and|to|from|with|over|under) [A-Z]")
 
 
 def _fronting_word(word: str) -> bool:

@@ -115,3 +115,18 @@ def test_a_cloze_keeps_its_own_clause_a_name_opening_a_clause_is_asked_by_what_i
     talk = ["Ada: Kell Mills ships in 2024, says Ivo Brask.", "Kell Mills is a firm in Vask. The plan: Mirr Park opens in 2025."]
     got = {(i.subject, i.relation, i.answer) for i in extract_facts(talk, ["t", "u"])}
     assert ("Kell Mills", "ships in", "2024") in got and not any(r.startswith("'s") for _, r, _ in got)
+
+
+def test_an_everyday_word_opening_a_sentence_is_no_name_unless_it_is_the_subject_or_a_title():
+    from lib.knowledge.spans import _proper_spans, common_word
+
+    assert common_word("Key") and common_word("meet") and not common_word("Miagror") and not common_word("Oslo")
+    names = lambda s: [sp.text for sp in _proper_spans(s, set())]   # noqa: E731
+    assert names("Key facts about the Grobreth seed drill: invented by Traizinoul Hudrax.") == ["Grobreth", "Traizinoul Hudrax"]
+    assert names("Meet the Miagror seed drill.") == ["Miagror"]
+    assert names("Part of the Vauthist Range, the peak saw its first ascent in 1821.") == ["Vauthist Range"]
+    # kept: a name that is also a word, as the subject of its verb, or a title that goes on with a name
+    assert names("Reading is a town in Berkshire.") == ["Reading", "Berkshire"]
+    assert names("London hosted the games.") == ["London"] and names("London was the host.") == ["London"]
+    assert names("Evening in Stefaix is a painting by Ada Lind.") == ["Evening in Stefaix", "Ada Lind"]
+    assert names("Huge thanks to Toamar Graigek.") == ["Toamar Graigek"]
