@@ -28,9 +28,9 @@ with lib.evaluation.facts.score_facts, before (v0) and after (the night's versio
 and after the last night, night 1's sets again (kept). Printed: accuracy (answer ranked first),
 greedy exact match, mean rank, chance, old_val's change (the gate's forgetting figure), the
 night's seconds (training, knowledge stage, evaluation, the fact scoring), and what extraction
-read: of the natural questions' answers, those some item of the record's document gives
-(bench/fact_coverage.py, no model), with the natural accuracy after the night on the facts read
-and on those not read. `facts` asks only what was read; `natural` asks every attribute.
+read: of the natural questions' answers, those some item of the record's document gives, and
+those it gives under the record's own name (bench/fact_coverage.py, no model), with the natural
+accuracy after the night on the facts read under the record's name and on the rest. `facts` asks only what was read; `natural` asks every attribute.
 
     PYTHONPATH=. python bench/bench_facts.py [--workdir DIR] [--v0 WORKSPACE] [--fact-set bio|other|rivers|islands]
         [--fact-file MY_SET.jsonl] [--configs inject,plain] [--nights 4] [--people 24] [--preset tiny|default] [--set section.key=value ...]
@@ -123,7 +123,7 @@ def night_items(ws, run_id: str, recs, cfg):
     else:  # plain: the same extraction, never trained in any question form
         facts = extract_facts(train_texts, train_ids, heldout_share=cfg.knowledge.heldout_share, seed=cfg.sampling.seed)
     natural = natural_items(recs, asked=lambda r: r.text in trained)
-    coverage, read = extraction_coverage([r for r in recs if r.text in trained], facts, dict(zip(ids, texts)))
+    coverage, _, read = extraction_coverage([r for r in recs if r.text in trained], facts, dict(zip(ids, texts)))
     read_ids = {fact_id(r.subject, attr, r.questions[attr][1]) for r in recs for attr in r.questions if (r.subject, attr) in read}
     return facts, natural, (coverage, read_ids)
 
@@ -191,7 +191,7 @@ def run_config(name: str, base: Path, work: Path, args) -> dict:
               f"{after_n.accuracy:.1%} (chance {after_n.chance:.1%}, n {after_n.n}); old_val {rules.get('forgetting', float('nan')):+.2%}; "
               f"night {seconds:.0f} s (train {timings.get('train', 0):.0f} s, knowledge {timings.get('knowledge', 0):.2f} s, "
               f"evaluate {timings.get('evaluate', 0):.0f} s, fact scoring {t_f + t_n:.1f} s); extraction {coverage_line(coverage)}; natural after, facts read "
-              f"{_fmt(row['natural_read'])}, not read {_fmt(row['natural_unread'])}", flush=True)
+              f"under the record's name {_fmt(row['natural_read'])}, the rest {_fmt(row['natural_unread'])}", flush=True)
     result = {"nights": [n[0] for n in nights]}
     if args.nights > 1:
         _, facts1, natural1, _ = nights[0]

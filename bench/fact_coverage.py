@@ -3,7 +3,8 @@
 For each night of a fact set (bench/fact_sets.py's, or `--fact-file` of your own), extracts the
 fact items the way a night does (lib.knowledge.facts.extract_facts over the night's documents,
 earlier nights' items as distractors) and counts, per attribute, the records whose answer some
-item of the record's own document gives. A fact extraction does not read is never trained in a
+item of the record's own document gives, and how many of them an item gives under the record's own
+name (a question names it: an answer filed under another name is trained but not reached). A fact extraction does not read is never trained in a
 question form, so this bounds what bench_facts.py's `facts` column can see and what injection adds
 to the documents; `-v` prints every item and the answers nobody read.
 
@@ -48,9 +49,9 @@ def main() -> None:
         t0 = time.perf_counter()
         items = extract_facts([r.text for r in recs], ids, earlier=earlier)
         seconds = time.perf_counter() - t0
-        cov, read = extraction_coverage(recs, items, dict(zip(ids, (r.text for r in recs))))
-        for attr, (r, a) in cov.items():
-            total[attr] = (total.get(attr, (0, 0))[0] + r, total.get(attr, (0, 0))[1] + a)
+        cov, read, own = extraction_coverage(recs, items, dict(zip(ids, (r.text for r in recs))))
+        for attr, cell in cov.items():
+            total[attr] = tuple(x + y for x, y in zip(total.get(attr, (0, 0, 0)), cell))
         print(f"{name} night {k}: {len(items)} items in {seconds * 1000:.0f} ms; {coverage_line(cov)}")
         if args.verbose:
             for i, r in enumerate(recs):
@@ -59,8 +60,11 @@ def main() -> None:
                 for it in mine:
                     print(f"    item: {it.subject} | {it.relation} | {it.answer} ({it.kind})")
                 missed = [f"{attr}={a!r}" for attr, (_, a) in r.questions.items() if (r.subject, attr) not in read]
+                elsewhere = [f"{attr}={a!r}" for attr, (_, a) in r.questions.items() if (r.subject, attr) in read - own]
                 if missed:
                     print(f"    not read: {', '.join(missed)}")
+                if elsewhere:
+                    print(f"    read under another name than {r.subject!r}: {', '.join(elsewhere)}")
         earlier += items
     print(f"{name}, all nights: {coverage_line(total)}")
 

@@ -73,11 +73,19 @@ def test_extraction_coverage_counts_an_answer_only_where_the_records_own_documen
     ids = ["d0", "d1", "d2"]
     items = extract_facts([r.text for r in recs], ids)
     assert any(it.doc_id == "d2" and it.answer == "Pell Works" for it in items)
-    cov, read = extraction_coverage(recs, items, dict(zip(ids, (r.text for r in recs))))
+    cov, read, own = extraction_coverage(recs, items, dict(zip(ids, (r.text for r in recs))))
     # Ivo Brask's employer is in Ama Reed's document only: not read for him; "the Harl Company" is read as "Harl Company"
-    assert cov == {"city": (3, 3), "employer": (2, 3)}
-    assert read == {("Ada Lind", "city"), ("Ivo Brask", "city"), ("Ama Reed", "city"), ("Ada Lind", "employer"), ("Ama Reed", "employer")}
-    assert coverage_line(cov) == "read 5 of 6 facts (83%): city 3/3, employer 2/3"
+    assert cov == {"city": (3, 3, 3), "employer": (2, 2, 3)}
+    assert read == own == {("Ada Lind", "city"), ("Ivo Brask", "city"), ("Ama Reed", "city"), ("Ada Lind", "employer"),
+                           ("Ama Reed", "employer")}
+    assert coverage_line(cov) == "read 5 of 6 facts (83%), 5 under the record's own name (83%): city 3/3, employer 2/3"
+    # an answer read under another name than the record's: read, not under its own name
+    club = [Record("Krirak Albion", "Hapis Beipai took charge of Krirak Albion in 2019. Hapis Beipai was born in Mirr.",
+                   {"coach_born": ("Where was Krirak Albion's coach born?", "Mirr")}),
+            Record("Vask Rovers", "Vask Rovers play in Pell. Ada Lind coaches them.", {"coach_born": ("?", "Pell")})]
+    items = extract_facts([r.text for r in club], ["c0", "c1"])
+    cov, read, own = extraction_coverage(club, items, {"c0": club[0].text, "c1": club[1].text})
+    assert ("Krirak Albion", "coach_born") in read - own and ("Vask Rovers", "coach_born") in own
 
 
 def test_the_shipped_fact_files_load_as_four_nights_and_extraction_reads_most_of_a_blind_one():
@@ -93,6 +101,6 @@ def test_the_shipped_fact_files_load_as_four_nights_and_extraction_reads_most_of
         assert sorted(nights) == [1, 2, 3, 4] and all(len(r) == 24 for r in nights.values()), f.name
     recs = load_records(files[0].with_name("clubs.jsonl"), 24)[1]
     ids = [f"d{i}" for i in range(len(recs))]
-    cov, _ = extraction_coverage(recs, extract_facts([r.text for r in recs], ids), dict(zip(ids, (r.text for r in recs))))
+    cov, _, _ = extraction_coverage(recs, extract_facts([r.text for r in recs], ids), dict(zip(ids, (r.text for r in recs))))
     # written blind: 34% read before the clozes and the sentence-opener rules, 72% with them, 77% with clauses and labels
-    assert sum(r for r, _ in cov.values()) >= 0.6 * sum(a for _, a in cov.values())
+    assert sum(r for r, _, _ in cov.values()) >= 0.6 * sum(a for _, _, a in cov.values())
