@@ -42,7 +42,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, 
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, speaker_turn
-from lib.knowledge.topic import thing_topic
+from lib.knowledge.topic import modified_description, thing_topic
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, unread_spans
@@ -71,10 +71,9 @@ class _Found:
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
                    name_heads: frozenset[str] = frozenset(), clauses: list | None = None, lower_name: str | None = None) -> tuple[list[_Found], str | None, str | None]:
     """Facts of one document, its main entity (the first named sentence subject, or the thing a
-    person's first sentence names where the text goes on about it: topic.py), and the person it
-    names first: the main entity where that may be a person (not where the text shows a thing,
-    `thing_like`: "the Varo Ensemble", "X is a brewery"; an answer naming it is then asked with
-    "what", not "whom"), else the person a thing's text begins with, or None; `name_heads`
+    person's first sentence names where the text goes on about it: topic.py), and the person it names first: the main
+    entity where that may be a person (not where the text shows a thing, `thing_like`: "the Varo Ensemble", "X is a
+    brewery"; an answer naming it is then asked with "what", not "whom"), else the person a thing's text begins with; `name_heads`
     (`shared_heads`) are words that end several names, which no person's name is built on; `clauses` gets each sentence's subject (terms.py);
     `lower_name`: the package the text is about (lower_names.py), its main entity from the start, a name in every sentence."""
     found: list[_Found] = []
@@ -153,7 +152,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         elif propers and sentence[: propers[0].start].strip().lower() in ("", "the"):
             subj_end, subj_form = head_noun(sentence, propers[0].end), ""
             subject = sentence[propers[0].start : subj_end]       # "The Nuheind creeper is": the name with its noun
-            if subj_end > propers[0].end:
+            if subj_end > propers[0].end:   # "The Lodrourk company sells", after "X has run Holenly": Holenly, where it is from
+                subject = modified_description(sentence, propers[0].text, sentence[propers[0].end + 1 : subj_end], text[:s], mentions, types, last)
                 articled.add(subject)
             if sentence[subj_end:].startswith(("'s ", "’s ")):
                 subj_end, subj_form = subj_end + 2, "'s"   # "The Subon Gallery's director, X, said": the gallery's director is X

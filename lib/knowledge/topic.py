@@ -106,3 +106,21 @@ def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: 
             return name
         return None
     return None
+
+
+def modified_description(sentence: str, name: str, noun: str, before: str, mentions: list[tuple[str, str]],
+                         types: dict[str, set[str]], last: str | None) -> str:
+    """What "The <Name> <noun>" opening a sentence means: a name the text has not written `before`,
+    with a noun, is an entity named before described by a word of where it is from: the latest one
+    typed with the noun, else, where the last subject may be a person and the noun names none, the
+    first name after that subject ("Hair Rezix has run Holenly since 2006. The Lodrourk company
+    sells ...": Holenly); else the name with its noun ("The Nuheind creeper is")."""
+    named = f"{name} {noun}"
+    if not sentence.startswith("The ") or name in before or last is None:
+        return named
+    typed = next((m for m, _ in reversed(mentions) if noun in types.get(m, ())), None)
+    if typed is not None:
+        return typed
+    k = max((i for i, (_, how) in enumerate(mentions) if how == "subject"), default=len(mentions))
+    since = [m for m, _ in mentions[k + 1 :] if m != last and name not in m]
+    return since[0] if since and person_like(last, set()) and not person_role(noun) else named
