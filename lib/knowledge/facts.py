@@ -42,6 +42,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, 
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, speaker_turn
+from lib.knowledge.topic import modified_description, thing_topic
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, unread_spans
@@ -68,14 +69,16 @@ class _Found:
 
 
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
-                   name_heads: frozenset[str] = frozenset(), clauses: list | None = None, lower_name: str | None = None) -> tuple[list[_Found], str | None, bool]:
-    """Facts of one document, its main entity (the first named sentence subject), and whether that
-    may be a person (not where the text shows a thing, `thing_like`: "the Varo Ensemble", "X is a
-    brewery"; an answer naming it is then asked with "what", not "whom"); `name_heads`
+                   name_heads: frozenset[str] = frozenset(), clauses: list | None = None, lower_name: str | None = None) -> tuple[list[_Found], str | None, str | None]:
+    """Facts of one document, its main entity (the first named sentence subject, or the thing a
+    person's first sentence names where the text goes on about it: topic.py), and the person it names first: the main
+    entity where that may be a person (not where the text shows a thing, `thing_like`: "the Varo Ensemble", "X is a
+    brewery"; an answer naming it is then asked with "what", not "whom"), else the person a thing's text begins with; `name_heads`
     (`shared_heads`) are words that end several names, which no person's name is built on; `clauses` gets each sentence's subject (terms.py);
     `lower_name`: the package the text is about (lower_names.py), its main entity from the start, a name in every sentence."""
     found: list[_Found] = []
     main: str | None = lower_name
+    agent: str | None = None  # the person a thing's text begins with (topic.py): "Hapis Beipai took charge of Krirak Albion"
     last: str | None = lower_name
     # the names met so far, in order, and how ("subject", "direct" object of a verb, other "object"),
     # with the nouns the text typed them with: what "The novel ..." refers to
@@ -113,7 +116,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             return False
         return thing_like(main, articled, types, lowercase_words | name_heads) or not person_like(main, set())
 
-    for n, (s, e) in enumerate(split_sentences(text)):
+    bounds = split_sentences(text)
+    for n, (s, e) in enumerate(bounds):
         for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
             roles[name].add(role)
         role_from = len(found)
@@ -148,7 +152,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         elif propers and sentence[: propers[0].start].strip().lower() in ("", "the"):
             subj_end, subj_form = head_noun(sentence, propers[0].end), ""
             subject = sentence[propers[0].start : subj_end]       # "The Nuheind creeper is": the name with its noun
-            if subj_end > propers[0].end:
+            if subj_end > propers[0].end:   # "The Lodrourk company sells", after "X has run Holenly": Holenly, where it is from
+                subject = modified_description(sentence, propers[0].text, sentence[propers[0].end + 1 : subj_end], text[:s], mentions, types, last)
                 articled.add(subject)
             if sentence[subj_end:].startswith(("'s ", "’s ")):
                 subj_end, subj_form = subj_end + 2, "'s"   # "The Subon Gallery's director, X, said": the gallery's director is X
@@ -284,6 +289,12 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             types[subject].add(of_head.group("noun").lower())   # "The village of Wrenby lies ..."
         mentions.append((subject, "subject"))
         _note_names(sentence, propers, subj_end, subject, mentions, types, articled)
+        if main == subject and not gendered and not lower_name and [h for _, h in mentions].count("subject") == 1:
+            topic = thing_topic(sentence, subj_end, propers, values, subject, [text[a:b] for a, b in bounds[n + 1 :]],
+                                lambda x: thing_like(x, articled, types, lowercase_words | name_heads))
+            if topic:                              # "Hapis Beipai took charge of Krirak Albion. The basketball side ...": the club's text
+                main, last, agent = topic, topic, subject
+                articled.add(topic)
         said = name_parenthesis(sentence, subj_end, values) if lead not in _PRONOUNS else None
         if said:                                   # "Ada Lind (born 1961) has led ...", "X (1,930 m)": the name's own
             subj_end = said[0]
@@ -441,8 +452,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 if run_by:                             # "Hair Rezix has run Holenly": who runs Holenly
                     found.append(_Found(-1, a.text, run_by, owner, "proper", n))
     if main and (main == lower_name or thing_like(main, articled, types, lowercase_words | name_heads)):
-        return found, main, False
-    return found, main, bool(main)
+        return found, main, agent
+    return found, main, main
 
 
 def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequence[FactItem] = (),
@@ -478,7 +489,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             f.doc = i
         per_doc.append(found)
         if person:
-            mains.add(main)
+            mains.add(person)
     for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those
         per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
         per_doc[i].extend(_Found(i, *fact) for fact in purposes(texts[i], packages[i], {f.answer for f in per_doc[i]}))

@@ -1,0 +1,126 @@
+"""The entity a document is about, where its first subject is a person and the text goes on about a thing.
+
+"Hapis Beipai took charge of Krirak Albion two summers ago. The basketball side, which dates back
+to 1969, ... Its kit is grey and yellow.": the first sentence's subject is a person, but what the
+text then says, of "it" and of "the <noun>" (no noun for a person), is said of a thing, and the
+thing the first sentence names after the person is what the document is about: the club, not the
+coach. A text about the person goes on with "he", "she", "his", "her" (or names a role of theirs:
+"The coach ..."), and keeps the person as its main entity.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Sequence
+
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
+from lib.knowledge.relations import ORDINALS, person_like
+from lib.knowledge.spans import _PARTICIPLES, STATIVE_PARTICIPLES, _Span
+
+# a sentence that goes on about a thing: "It was ...", "Its kit ...", "The basketball side ...", "This tree frog ..."
+_THING_LEAD = re.compile(r"^(?:(?P<it>It|Its) [a-z]|(?:The|This) (?P<noun>[a-z]+)(?:['’]s)?[ ,;:])")
+# what may end a lower-case head noun written after a name ("the Jiha glider in 1859", "the Miagror seed drill, which")
+_AFTER_HEAD = re.compile(r"^(?:[,;:.!?)]|$| (?:in|on|at|of|for|from|with|by|to|into|near|under|and|or|but|that|which|who|whose|as|after|before|since|until)\b)")
+_PREPOSITIONS = {"in", "on", "at", "of", "for", "from", "with", "by", "to", "into", "near", "under", "above", "below", "over",
+                 "across", "along", "around", "behind", "beside", "between", "beyond", "inside", "outside", "past", "through", "toward",
+                 "towards", "within", "off", "onto", "upon", "about", "against", "among", "via"}
+# verbs that say where the subject is, not what it does: "lives in X", "lies in the X"
+_WHERE_VERBS = {"lay", "stood", "sat", "rose", "grew", "settled", "resided", "lived", "remained", "stayed"}
+_WHERE_BASES = {("live", "does"), ("lie", "does"), ("stand", "does"), ("sit", "does"), ("rise", "does"), ("reside", "does"),
+                ("remain", "does"), ("stay", "does"), ("settle", "does"), ("grow", "does")}
+_NOT_HEAD = {"the", "a", "an", "and", "or", "but", "of", "in", "on", "at", "to", "for", "from", "with", "by", "as", "that", "which",
+             "who", "whose", "this", "these", "those", "its", "his", "her", "their", "our", "my", "your", "two", "three", "years", "ago"}
+
+
+def thing_talk(sentences: Sequence[str]) -> str | None:
+    """How `sentences` (those after the first) go on about a thing: "described" where one opens with
+    "The"/"This" and a noun that names no person and no part or event of the subject ("The basketball
+    side", "This tree frog"; not "The coach", "The singer", "The first ascent"), else "it" where one
+    opens with "It"/"Its" (which a firm named like a person may be as well), else None."""
+    talk = None
+    for sentence in sentences:
+        m = _THING_LEAD.match(sentence.strip())
+        if m and m.group("it"):
+            talk = "it"
+        elif m and not person_role(m.group("noun")) and m.group("noun") not in ORDINALS:
+            return "described"
+    return talk
+
+
+def named_with_head(sentence: str, span: _Span) -> str:
+    """A name written after "the" with the lower-case nouns that head it ("described the Jiha glider
+    in 1859" → "Jiha glider", "the Miagror seed drill, which" → "Miagror seed drill"), else the name:
+    one or two words that are no verb ("seed", "reed" are nouns), adverb or function word, before a
+    preposition, a conjunction, a relative pronoun or a punctuation mark."""
+    if not sentence[: span.start].endswith(("the ", "The ")):
+        return span.text
+    words = re.match(r"^((?: [a-z]{3,}(?:-[a-z]+)?){1,2})", sentence[span.end :])
+    if not words:
+        return span.text
+    nouns = words.group(1).split()
+    for k in range(len(nouns), 0, -1):
+        head = nouns[:k]
+        rest = sentence[span.end + sum(len(w) + 1 for w in head) :]
+        if all(w not in _NOT_HEAD and w not in AUXILIARIES and w not in ADVERBS and w not in _PARTICIPLES
+               and (not w.endswith(("ly", "ed")) and base_verb(w) is None or len(w) <= 5 and w.endswith("eed")) for w in head) \
+                and _AFTER_HEAD.match(rest):
+            return f"{span.text} {' '.join(head)}"
+    return span.text
+
+
+def acted_on(between: str, values: Sequence[_Span]) -> bool:
+    """Whether a name after the words `between` it and the subject is what the subject acts on or
+    works with: a verb's object ("bought X", "leads the X", "to conquer X"), a noun's after one ("took
+    charge of X", "kept the light at X"), a place the subject acts in ("served aboard the X"); not
+    where the subject is ("was born in X", "is based in X", "lives in X", "lies in the X"), nor a
+    name after a measure ("rises to 6,950 metres above sea level in the X")."""
+    words = re.findall(r"[A-Za-z'’-]+|\d[\d,.]*", between)
+    if words[-1:] == ["the"]:
+        words = words[:-1]
+    if not words or any(w[:1].isdigit() for w in words) or values and any(v.text in between for v in values):
+        return False
+    if words[-1] not in _PREPOSITIONS or len(words) < 2:
+        return True
+    verb = words[-2].lower()
+    return not (verb in _PARTICIPLES or verb in STATIVE_PARTICIPLES or verb in _WHERE_VERBS or base_verb(verb) in _WHERE_BASES)
+
+def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: Sequence[_Span], subject: str,
+                later: Sequence[str], thing: Callable[[str], bool]) -> str | None:
+    """The thing a document is about where its first sentence's subject (`subject`, a name like a
+    person's in a text with no "he" or "she") acts on it and the `later` sentences go on about a
+    thing (`thing_talk`): the first name after the subject ("Hapis Beipai took charge of Krirak
+    Albion", "... to conquer Mount Zeigrol", "described the Jiha glider in 1859"), with its head noun;
+    where the text only says "it", a name the text shows is a thing (`thing`: "bought the Coudail
+    Brewing Company", "the Miagror seed drill"; not "Kell Brask bought Vask Mills. It employs ...",
+    where Kell Brask may be the firm). None where there is none."""
+    talk = thing_talk(later)
+    if talk is None or thing(subject) or not person_like(subject, set()):
+        return None
+    for p in propers:
+        if p.start < subj_end or p.text in subject or subject in p.text or sentence[p.end :].startswith(("'s", "’s")):
+            continue
+        if not acted_on(sentence[subj_end : p.start], values):
+            return None
+        name = named_with_head(sentence, p)
+        if talk == "described" or name != p.text or sentence[: p.start].endswith(("the ", "The ")) or thing(name):
+            return name
+        return None
+    return None
+
+
+def modified_description(sentence: str, name: str, noun: str, before: str, mentions: list[tuple[str, str]],
+                         types: dict[str, set[str]], last: str | None) -> str:
+    """What "The <Name> <noun>" opening a sentence means: a name the text has not written `before`,
+    with a noun, is an entity named before described by a word of where it is from: the latest one
+    typed with the noun, else, where the last subject may be a person and the noun names none, the
+    first name after that subject ("Hair Rezix has run Holenly since 2006. The Lodrourk company
+    sells ...": Holenly); else the name with its noun ("The Nuheind creeper is")."""
+    named = f"{name} {noun}"
+    if not sentence.startswith("The ") or name in before or last is None:
+        return named
+    typed = next((m for m, _ in reversed(mentions) if noun in types.get(m, ())), None)
+    if typed is not None:
+        return typed
+    k = max((i for i, (_, how) in enumerate(mentions) if how == "subject"), default=len(mentions))
+    since = [m for m, _ in mentions[k + 1 :] if m != last and name not in m]
+    return since[0] if since and person_like(last, set()) and not person_role(noun) else named

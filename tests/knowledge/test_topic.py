@@ -1,0 +1,69 @@
+"""The entity a document is about where its first subject is a person and the text goes on about a thing (topic.py)."""
+
+from __future__ import annotations
+
+from lib.knowledge.cloze import is_cloze
+from lib.knowledge.facts import document_facts, extract_facts
+from lib.knowledge.topic import acted_on, named_with_head, thing_talk
+from lib.knowledge.spans import _lowercase_words
+
+_OTHERS = ["Vask Hall is a concert hall in Brill, opened in 1901.", "Tomas Orr was born in Kell in 1950."]
+
+
+def _main(text):
+    return document_facts(text, _lowercase_words([text]))[1]
+
+
+def _items(texts):
+    return {(i.subject, i.relation, i.answer) for i in extract_facts(texts + _OTHERS, [f"d{i}" for i in range(len(texts) + 2)])}
+
+
+def test_a_thing_a_persons_first_sentence_names_is_the_main_entity_where_the_text_goes_on_about_it():
+    club = ("Hapis Beipai took charge of Krirak Albion two summers ago. The basketball side, which dates back to 1969, "
+            "draws its crowds from Suchouthi and fills Zobak Park on match days. Its kit is grey and yellow.")
+    peak = ("Geraizern Vrasvish is remembered as the first mountaineer to conquer Mount Zeigrol, in the summer of 1917. "
+            "The mountain, which belongs to the Droli Massif, measures 7,381 metres and consists mostly of pale dolomite.")
+    frog = ("Grurur Jesandini described the Jiha glider in 1859 from specimens that had been collected in Mount Triaweind. "
+            "This tree frog grows to 24 cm and is believed to depend on wild ants for most of the year.")
+    assert _main(club) == "Krirak Albion" and _main(peak) == "Mount Zeigrol" and _main(frog) == "Jiha glider"
+    t = _items([club, peak, frog])
+    assert ("Krirak Albion", "draws its crowds from", "Suchouthi") in t and ("Krirak Albion", "fills", "Zobak Park") in t
+    assert ("Mount Zeigrol", "belongs to the", "Droli Massif") in t and ("Mount Zeigrol", "measures", "7,381") in t
+    assert ("Hapis Beipai", "took charge of", "Krirak Albion") in t          # what the person did stays the person's
+    assert not {s for s, _, a in t if a in ("Suchouthi", "Zobak Park", "Droli Massif", "7,381", "24")} & {"Hapis Beipai", "Geraizern Vrasvish", "Grurur Jesandini"}
+    # the person the text begins with is still a person: an answer naming them is asked with "whom"
+    assert document_facts(club, _lowercase_words([club]))[2] == "Hapis Beipai"
+
+def test_a_person_stays_the_main_entity_of_a_text_about_the_person():
+    assert _main("Ada Lind was born in Oslo. She joined Kell Works in 1990.") == "Ada Lind"
+    assert _main("Ada Lind joined Kell Works in 1990. Her first book appeared in 1995. The company ...") == "Ada Lind"
+    assert _main("Ada Lind leads the Kell Choir. The singer was born in 1950.") == "Ada Lind"        # a noun for a person
+    assert _main("Ada Lind was born in Oslo. The city lies on a fjord.") == "Ada Lind"               # where she is, not what she acts on
+    assert _main("Mount Brouja lies in the Baihiax Alps. The first ascent was made by Zoustass Piaciarkson in 1889.") == "Mount Brouja"
+    assert _main("Mount Limikrern rises to 6,950 metres above sea level in the Thoga Massif. The summit was first reached in 1900.") \
+        == "Mount Limikrern"
+    # "it" alone: a name like a person's may be a firm's ("Kell Brask"), unless the name it acted on is shown a thing
+    assert _main("Kell Brask bought Vask Mills in 1901. It employs 300 people.") == "Kell Brask"
+    assert _main("Kell Brask bought the Vask paper mill in 1901. It employs 300 people.") == "Vask paper mill"
+    assert _main("The Jirouss Crown is a cargo ship. It was built by Tras Yards.") == "Jirouss Crown"
+
+
+def test_the_evidence_a_topic_needs():
+    assert thing_talk(["The basketball side dates back to 1969."]) == "described"
+    assert thing_talk(["This tree frog grows to 24 cm."]) == "described"
+    assert thing_talk(["The coach joined in 1999."]) is None and thing_talk(["The first ascent was made in 1889."]) is None
+    assert thing_talk(["Its kit is grey."]) == "it"
+    s = "Grurur Jesandini described the Miagror seed drill, which ..."
+    assert named_with_head(s, type("S", (), {"start": s.index("Miagror"), "end": s.index("Miagror") + 7, "text": "Miagror"})()) == "Miagror seed drill"
+    assert acted_on(" took charge of ", []) and acted_on(" kept the light at ", []) and acted_on(" leads the ", [])
+    assert not acted_on(" was born in ", []) and not acted_on(" lives in ", []) and not acted_on(" rises to 6,950 metres above sea level in the ", [])
+
+
+def test_a_new_name_before_a_noun_describes_the_entity_a_person_acted_on():
+    t = _items(["Hair Rezix has run Holenly since its founding in 2006. The Lodrourk company sells smart greenhouse fans "
+                "and counts Griser Ventures among its investors; it had 18 staff at the end of March."])
+    assert ("Holenly", "counts", "Griser Ventures") in t and not any(s == "Lodrourk company" for s, _, _ in t)
+    # a name's first mention with its noun stays a name; a person's name with a role noun is no description of a thing
+    assert _main("The Nuheind creeper is a species of lizard. It was first described in 1870.") == "Nuheind creeper"
+    t = _items(["Ada Lind joined Kell Works in 1990. The Oslo singer was born in 1950."])
+    assert not any(s == "Kell Works" and a == "1950" for s, _, a in t)
