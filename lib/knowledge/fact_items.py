@@ -80,3 +80,8 @@ def read_facts(path: str | Path) -> list[FactItem]:
     except JsonLineError as exc:
         raise ValueError(f"{path}:{exc.line}: {exc.problem}") from None
     return items
+
+
+def relation_key(relation: str, words: int = 3) -> str:
+    """The relation's last words in lower case: "was born in" and "she was born in" pool together."""
+    return " ".join(relation.lower().split()[-words:])

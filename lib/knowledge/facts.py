@@ -31,13 +31,14 @@ The item and its file format (JSON Lines): lib/knowledge/fact_items.py.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts  # noqa: F401  (the item, where callers import it)
+from lib.knowledge.fact_items import FactItem, fact_id, read_facts, relation_key, write_facts  # noqa: F401  (the item, where callers import it)
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, role_noun, split_forms, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
@@ -52,6 +53,7 @@ from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _
 from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
+log = logging.getLogger(__name__)
 _IS_A = (" is a ", " was a ", " is an ", " was an ")
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
@@ -396,10 +398,10 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             form = subj_form
             if paren and a.start < paren_end:
                 lead_word = paren.group("lead")
-                if lead_word in PARENTHESIS_PREPOSITIONS:
-                    continue                           # "Heipundia, under Ada Lind, defeated ...": no relation of its own
-                form = "" if of_subject else form
                 inner = sentence[subj_end + paren.start("inner") : a.start]
+                if lead_word in PARENTHESIS_PREPOSITIONS or lead_word in ("which", "who") and len(inner.split()) < 2:
+                    continue  # "Heipundia, under Ada Lind, defeated": none of its own; "The event, which Folmu set up": its subject
+                form = "" if of_subject else form
                 raw = inner.split(None, 1)[1] if lead_word in ("which", "who") else \
                     ("is " if lead_word in ("a", "an", "the", "one") else "was ") + inner
                 earlier_here = [e.text for e in earlier if e.start >= subj_end]
@@ -479,11 +481,12 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     code = [looks_like_code_document(t) for t in texts]
     packages = lower_names(texts)                      # "Has anyone tried kubravil?": a lower-case main entity
     for i, text in enumerate(texts):
-        if code[i]:
-            per_doc.append([])
-            doc_mains.append(None)
-            continue
-        found, main, person = document_facts(text, lower, name_heads=heads, clauses=clauses[i], lower_name=packages[i])
+        try:
+            found, main, person = ([], None, None) if code[i] else \
+                document_facts(text, lower, name_heads=heads, clauses=clauses[i], lower_name=packages[i])
+        except Exception as e:  # a sentence the rules trip on costs its own document's items, never the night
+            log.warning("fact extraction: document %s skipped (%s: %s); please report its text", doc_ids[i], type(e).__name__, e)
+            found, main, person, clauses[i][:] = [], None, None, []
         doc_mains.append(main)
         for f in found:
             f.doc = i
@@ -520,7 +523,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     by_relation: dict[tuple[str, str], list[str]] = defaultdict(list)
     by_kind: dict[str, list[str]] = defaultdict(list)
     for f in list(items) + [_Found(-1, e.subject, e.relation, e.answer, e.kind, -1) for e in earlier]:
-        pools = [by_relation[(f.kind, _relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]
+        pools = [by_relation[(f.kind, relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]
         for pool in pools:
             if f.answer not in pool:
                 pool.append(f.answer)
@@ -529,7 +532,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         fid = fact_id(f.subject, f.relation, f.answer)
         rng = random.Random(f"{seed}:{fid}")
         tiers, taken = [], {f.answer}
-        for pool in [by_relation[(f.kind, _relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]:
+        for pool in [by_relation[(f.kind, relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]:
             tier = [a for a in pool if a not in taken]
             taken.update(tier)
             rng.shuffle(tier)
@@ -543,7 +546,3 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         out.append(FactItem(fid, str(doc_ids[f.doc]), f.subject, f.relation, f.answer, f.kind, cue, question, distractors))
     return out
 
-
-def _relation_key(relation: str, words: int = 3) -> str:
-    """The relation's last words in lower case: "was born in" and "she was born in" pool together."""
-    return " ".join(relation.lower().split()[-words:])
