@@ -92,16 +92,21 @@ def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: 
     Albion", "... to conquer Mount Zeigrol", "described the Jiha glider in 1859"), with its head noun;
     where the text only says "it", a name the text shows is a thing (`thing`: "bought the Coudail
     Brewing Company", "the Miagror seed drill"; not "Kell Brask bought Vask Mills. It employs ...",
-    where Kell Brask may be the firm). None where there is none."""
+    where Kell Brask may be the firm). Where the subject is a thing itself (a firm: "Lonun Systems is
+    pleased to introduce the Ridias knee brace. ... the device weighs"), only a thing named with its
+    head noun. None where there is none."""
     talk = thing_talk(later)
-    if talk is None or thing(subject) or not person_like(subject, set()):
+    if talk is None:
         return None
+    person = person_like(subject, set()) and not thing(subject)
     for p in propers:
         if p.start < subj_end or p.text in subject or subject in p.text or sentence[p.end :].startswith(("'s", "’s")):
             continue
         if not acted_on(sentence[subj_end : p.start], values):
             return None
         name = named_with_head(sentence, p)
+        if not person and name == p.text:
+            return None                            # a firm's text about a thing it made names the thing with its noun
         if talk == "described" or name != p.text or sentence[: p.start].endswith(("the ", "The ")) or thing(name):
             return name
         return None

@@ -67,3 +67,11 @@ def test_a_new_name_before_a_noun_describes_the_entity_a_person_acted_on():
     assert _main("The Nuheind creeper is a species of lizard. It was first described in 1870.") == "Nuheind creeper"
     t = _items(["Ada Lind joined Kell Works in 1990. The Oslo singer was born in 1950."])
     assert not any(s == "Kell Works" and a == "1950" for s, _, a in t)
+
+
+def test_a_firms_text_about_a_thing_it_made_and_named_with_its_noun_is_the_things():
+    monitor = ("In 1972, Kruzar & Sons filed for a patent on the Zabiam baby monitor, the brainchild of Thaidoth "
+               "Chaitith. It emerged from a small lab in Zutragaiss, and it weighs no more than 1,933 grams.")
+    assert _main(monitor) == "Zabiam baby monitor"
+    # a firm that acts on a name without a noun keeps its text: "it" may be the firm itself
+    assert _main("Kell Works bought Vask Mills in 1901. It employs 300 people.") == "Kell Works"
