@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from lib.knowledge.cloze import is_cloze
 from lib.knowledge.facts import document_facts, extract_facts
 from lib.knowledge.topic import acted_on, named_with_head, thing_talk
 from lib.knowledge.spans import _lowercase_words
