@@ -43,7 +43,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, 
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, speaker_turn
-from lib.knowledge.topic import modified_description, thing_topic
+from lib.knowledge.topic import modified_description, named_with_head, thing_topic
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, unread_spans
@@ -250,6 +250,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
             if subject is None:                    # "Sailors on the X steer by the Y, a 43-metre tower ...": Y's apposition only
                 _note_names(sentence, propers, 0, "", mentions, types, articled)
+                if last is None and (things := [t for p in propers if (t := named_with_head(sentence, p)) != p.text]):
+                    last = things[-1]              # "Meet the Miagror seed drill. It ...": what "it" means
                 found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
             if main is None:
