@@ -250,7 +250,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
             if subject is None:                    # "Sailors on the X steer by the Y, a 43-metre tower ...": Y's apposition only
                 _note_names(sentence, propers, 0, "", mentions, types, articled)
-                if last is None and (things := [t for p in propers if (t := named_with_head(sentence, p)) != p.text]):
+                if last is None and (things := [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p)) != p.text]):
                     last = things[-1]              # "Meet the Miagror seed drill. It ...": what "it" means
                 found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
