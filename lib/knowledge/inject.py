@@ -163,7 +163,8 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
                           cloze=knowledge.cloze)
     write_facts(facts_file(run_dir), items)
     forms = augment_documents(train_ids, train_texts, items, forms_per_document=knowledge.forms_per_document,
-                              kinds=tuple(knowledge.augmentations), heldout_share=knowledge.heldout_share, seed=sampling.seed)
+                              kinds=tuple(knowledge.augmentations), heldout_share=knowledge.heldout_share, seed=sampling.seed,
+                              synonyms=knowledge.synonyms)
     dropped = 0
     if knowledge.writer != "none" and knowledge.writer_paraphrases > 0:
         answers = {i: [f.answer for f in items if f.doc_id == i] for i in train_ids}
@@ -176,7 +177,8 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
         mem_ids, mem_texts, mem_items = memory_facts(memory)
         tonight = {f.id for f in forms}
         rehearsal = [a for a in augment_documents(mem_ids, mem_texts, mem_items, forms_per_document=knowledge.rehearsal_forms,
-                                                  kinds=("qa",), heldout_share=knowledge.heldout_share, seed=sampling.seed)
+                                                  kinds=("qa",), heldout_share=knowledge.heldout_share, seed=sampling.seed,
+                                                  synonyms=knowledge.synonyms)
                      if a.id not in tonight]
     _write_forms(rehearsal_dir(run_dir), rehearsal)
     counts: dict[str, int] = {}
