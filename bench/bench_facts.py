@@ -30,7 +30,8 @@ greedy exact match, mean rank, chance, old_val's change (the gate's forgetting f
 night's seconds (training, knowledge stage, evaluation, the fact scoring), and what extraction
 read: of the natural questions' answers, those some item of the record's document gives, and
 those it gives under the record's own name (bench/fact_coverage.py, no model), with the natural
-accuracy after the night on the facts read under the record's name and on the rest. `facts` asks only what was read; `natural` asks every attribute.
+accuracy after the night on the facts read under the record's name and on the rest. `facts` asks
+only what was read; `natural` asks every attribute.
 
     PYTHONPATH=. python bench/bench_facts.py [--workdir DIR] [--v0 WORKSPACE] [--fact-set bio|other|rivers|islands]
         [--fact-file MY_SET.jsonl] [--configs inject,plain] [--nights 4] [--people 24] [--preset tiny|default] [--set section.key=value ...]
@@ -109,7 +110,8 @@ def clone(src: Path, dst: Path):
 
 
 def night_items(ws, run_id: str, recs, cfg):
-    """(fact items, natural items, extraction coverage) of the night's trained records."""
+    """(fact items, natural items, (extraction coverage, the ids of the natural items read under the
+    record's own name)) of the night's trained records."""
     from bench.fact_sets import extraction_coverage, natural_items
     from lib.knowledge.facts import extract_facts, fact_id, read_facts
     from lib.knowledge.inject import curated_documents, facts_file, trained_documents
@@ -123,9 +125,9 @@ def night_items(ws, run_id: str, recs, cfg):
     else:  # plain: the same extraction, never trained in any question form
         facts = extract_facts(train_texts, train_ids, heldout_share=cfg.knowledge.heldout_share, seed=cfg.sampling.seed)
     natural = natural_items(recs, asked=lambda r: r.text in trained)
-    coverage, _, read = extraction_coverage([r for r in recs if r.text in trained], facts, dict(zip(ids, texts)))
-    read_ids = {fact_id(r.subject, attr, r.questions[attr][1]) for r in recs for attr in r.questions if (r.subject, attr) in read}
-    return facts, natural, (coverage, read_ids)
+    coverage, _, own = extraction_coverage([r for r in recs if r.text in trained], facts, dict(zip(ids, texts)))
+    own_ids = {fact_id(r.subject, attr, r.questions[attr][1]) for r in recs for attr in r.questions if (r.subject, attr) in own}
+    return facts, natural, (coverage, own_ids)
 
 
 def score(model_dir, items):
