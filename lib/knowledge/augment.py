@@ -34,7 +34,7 @@ from typing import Sequence
 
 from lib.knowledge.facts import FactItem, document_facts
 from lib.knowledge.spans import _lowercase_words, split_sentences
-from lib.knowledge.forms import QUESTION_FORMS, QuestionForm, split_forms
+from lib.knowledge.forms import QUESTION_FORMS, QuestionForm, kind_question, split_forms
 from lib.knowledge.paraphrase import paraphrases
 
 _LEAD_PRONOUN = re.compile(r"^(He|She|They|It|His|Her|Their|Its)\b")
@@ -68,8 +68,19 @@ def explicit_names(text: str, entity: str | None) -> list[str]:
     return out
 
 
+def _asked_of(fact: FactItem, names: Sequence[str], j: int, offset: int) -> str:
+    """Whom the j-th text's kind question of `fact` names: its subject in even texts; in odd texts
+    another name of the same document (a subject or a name answer), rotated, so that a fact filed
+    under "Founder Zytrolav Grorax" is also asked of "Songram Festival", the festival the document is
+    about ("What year goes with Songram Festival?": it is that document's year)."""
+    others = [n for n in names if n not in (fact.subject, fact.answer)]
+    if j % 2 == 0 or not others:
+        return fact.subject
+    return others[(j // 2 + offset) % len(others)]
+
+
 def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_share: float, rng: random.Random,
-             synonyms: bool = False) -> list[str]:
+             synonyms: bool = False, kind_questions: bool = False) -> list[str]:
     """Question-and-answer texts: text j renders every fact once, in its j-th trained form (each
     fact's trained forms rotated from an offset its id picks), pairs in a shuffled order. So the
     first few texts, all a `forms_per_document` cap may keep, already train every form on some
@@ -80,10 +91,14 @@ def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_s
     offsets = [int(hashlib.sha256(f.id.encode()).hexdigest()[:8], 16) for f in facts]
     wordings = [[w for other in (paraphrases(f.relation) if synonyms else []) for w in (f.relation, other)] or [f.relation]
                 for f in facts]                    # "was started in", "was founded in", "was started in", "was established in"
+    names = list(dict.fromkeys([f.subject for f in facts] + [f.answer for f in facts if f.kind in ("proper", "name")]))
     texts = []
     for j in range(max((len(t) for t in trained), default=0)):
         lines = [f"{forms[t[(o + j) % len(t)]].render(f.subject, w[j % len(w)], f.kind)} {f.answer}"
                  for f, t, o, w in zip(facts, trained, offsets, wordings)]
+        if kind_questions:  # each fact also asked without its relation's words: of its subject, then of the document's other names
+            lines += [f"{kind_question(_asked_of(f, names, j, o), f.relation, f.kind, j // 2 + o)} {f.answer}"
+                      for f, o in zip(facts, offsets)]
         rng.shuffle(lines)
         texts.append("\n\n".join(lines))
     return texts
@@ -91,14 +106,15 @@ def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_s
 
 def augment_document(doc_id: str, text: str, facts: Sequence[FactItem], *, entity: str | None, forms_per_document: int,
                      kinds: Sequence[str] = ("qa", "permuted", "explicit"), heldout_share: float = 0.34,
-                     forms: Sequence[QuestionForm] = QUESTION_FORMS, seed: int = 0, synonyms: bool = False) -> list[AugmentedText]:
+                     forms: Sequence[QuestionForm] = QUESTION_FORMS, seed: int = 0, synonyms: bool = False,
+                     kind_questions: bool = False) -> list[AugmentedText]:
     """Up to `forms_per_document` augmented texts of one document (see the module docstring)."""
     rng = random.Random(f"{seed}:{doc_id}")
     out: list[str] = []
     kinds_out: list[str] = []
     sentences = explicit_names(text, entity)
     if "qa" in kinds and facts:
-        for t in qa_texts(facts, forms, heldout_share, rng, synonyms):
+        for t in qa_texts(facts, forms, heldout_share, rng, synonyms, kind_questions):
             out.append(t)
             kinds_out.append("qa")
     if "explicit" in kinds and entity:
@@ -132,7 +148,8 @@ def augment_document(doc_id: str, text: str, facts: Sequence[FactItem], *, entit
 
 def augment_documents(ids: Sequence[str], texts: Sequence[str], facts: Sequence[FactItem], *, forms_per_document: int,
                       kinds: Sequence[str] = ("qa", "permuted", "explicit"), heldout_share: float = 0.34, seed: int = 0,
-                      forms: Sequence[QuestionForm] = QUESTION_FORMS, synonyms: bool = False) -> list[AugmentedText]:
+                      forms: Sequence[QuestionForm] = QUESTION_FORMS, synonyms: bool = False,
+                      kind_questions: bool = False) -> list[AugmentedText]:
     """Augmented texts of every document (the facts grouped by their `doc_id`), duplicates dropped."""
     by_doc: dict[str, list[FactItem]] = {}
     for f in facts:
@@ -145,7 +162,8 @@ def augment_documents(ids: Sequence[str], texts: Sequence[str], facts: Sequence[
             continue  # no fact to make retrievable: the document trains as captured
         _, entity, _ = document_facts(text, lower)
         for a in augment_document(doc_id, text, by_doc.get(doc_id, []), entity=entity, forms_per_document=forms_per_document,
-                                  kinds=kinds, heldout_share=heldout_share, forms=forms, seed=seed, synonyms=synonyms):
+                                  kinds=kinds, heldout_share=heldout_share, forms=forms, seed=seed, synonyms=synonyms,
+                                  kind_questions=kind_questions):
             if a.id not in seen:
                 seen.add(a.id)
                 out.append(a)

@@ -291,6 +291,27 @@ QUESTION_FORMS: tuple[QuestionForm, ...] = (
 )
 
 
+# Questions that name the subject and the answer's kind but not the relation ("What year goes
+# with Kantauchu Bridge?"): the document's words for a fact are rarely the words a user asks it in
+# ("clears the Treruk" / "What river is it built over?"), and a small model trained only on the
+# relation's own words answers only questions that repeat them. Trained, never asked.
+KIND_QUESTIONS = (
+    "Question: What {noun} goes with {subject}?\nAnswer:",
+    "Q: {wh_cap}, about {subject}?\nA:",
+    "Question: Which {noun} do the records give for {subject}?\nAnswer:",
+)
+_KIND_WH = {"year": "when", "date": "when", "number": "how many", "name": "who", "version": "which version"}
+
+
+def kind_question(subject: str, relation: str, kind: str, k: int) -> str:
+    """The `k`-th relation-free question of a fact (KIND_QUESTIONS, cycled): "What year goes with
+    X?", "Q: When, about X?", a place "Where, about X?"."""
+    place = place_relation(relation, kind)
+    noun = "place" if place else NOUN.get(kind, "name")
+    wh = "where" if place else ("who" if wh_word(relation, kind) == "whom" else _KIND_WH.get(kind, "what"))
+    return KIND_QUESTIONS[k % len(KIND_QUESTIONS)].format(noun=noun, subject=subject, wh_cap=wh[:1].upper() + wh[1:])
+
+
 def split_forms(fact_id: str, forms: Sequence[QuestionForm], heldout_share: float) -> tuple[list[int], list[int]]:
     """(trained, held-out) form indices for one fact: share × question forms, rounded, of the question
     forms held out (≥ 1, and ≥ 1 question form still trained), picked by the fact id's hash so

@@ -164,7 +164,7 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
     write_facts(facts_file(run_dir), items)
     forms = augment_documents(train_ids, train_texts, items, forms_per_document=knowledge.forms_per_document,
                               kinds=tuple(knowledge.augmentations), heldout_share=knowledge.heldout_share, seed=sampling.seed,
-                              synonyms=knowledge.synonyms)
+                              synonyms=knowledge.synonyms, kind_questions=knowledge.kind_questions)
     dropped = 0
     if knowledge.writer != "none" and knowledge.writer_paraphrases > 0:
         answers = {i: [f.answer for f in items if f.doc_id == i] for i in train_ids}
@@ -178,7 +178,7 @@ def inject_knowledge(run_dir: str | Path, knowledge: "KnowledgeConfig", sampling
         tonight = {f.id for f in forms}
         rehearsal = [a for a in augment_documents(mem_ids, mem_texts, mem_items, forms_per_document=knowledge.rehearsal_forms,
                                                   kinds=("qa",), heldout_share=knowledge.heldout_share, seed=sampling.seed,
-                                                  synonyms=knowledge.synonyms)
+                                                  synonyms=knowledge.synonyms, kind_questions=knowledge.kind_questions)
                      if a.id not in tonight]
     _write_forms(rehearsal_dir(run_dir), rehearsal)
     counts: dict[str, int] = {}
