@@ -11,7 +11,9 @@ Forms of one document (by rule, no model needed):
   the sentence before it);
 - `qa`: the document's facts as question-and-answer pairs, one text per trained question form
   (lib/knowledge/forms.py), pairs in a shuffled order. A fact's held-out forms are never
-  rendered: they are its probe.
+  rendered: they are its probe. With `kind_questions`, each text also asks every fact by a name and
+  its answer's kind only ("What year goes with X?"), of its subject or of another name of the
+  document (`_asked_of`).
 - `writer` (optional): paraphrases written by a model (lib/knowledge/writer.py).
 
 Only documents with at least one fact item are augmented (code and fact-less prose train as

@@ -149,6 +149,11 @@ def place_relation(relation: str, kind: str) -> bool:
     return kind == "proper" and bool(words) and words[-1] in PLACE_PREPOSITIONS
 
 
+def answer_noun(relation: str, kind: str) -> str:
+    """The noun a question names its answer by: "place" after a place preposition, else by kind."""
+    return "place" if place_relation(relation, kind) else NOUN.get(kind, "name")
+
+
 def wh_word(relation: str, kind: str) -> str:
     """The question word of a kind; a name after a passive "by" is an agent, asked with "whom"
     ("was built by" → "by whom"), whatever kind of name it is; a name after a place preposition
@@ -269,7 +274,7 @@ class QuestionForm:
             if kind == "term" and relation.split()[-1:] in (["its"], ["their"], ["his"], ["her"]) and len(relation.split()) > 1:
                 relation = relation.rsplit(" ", 1)[0]  # "is famous for its": "What is X famous for?"
         values = dict(cue=join_cue(subject, relation), subject=subject, relation=relation,
-                      wh=wh_word(relation, kind), noun="place" if place_relation(relation, kind) else NOUN.get(kind, "name"))
+                      wh=wh_word(relation, kind), noun=answer_noun(relation, kind))
         if self.invert:
             question = inverted_question(subject, relation, kind, strand=self.invert == "strand")
             if question is None:
@@ -306,9 +311,8 @@ _KIND_WH = {"year": "when", "date": "when", "number": "how many", "name": "who",
 def kind_question(subject: str, relation: str, kind: str, k: int) -> str:
     """The `k`-th relation-free question of a fact (KIND_QUESTIONS, cycled): "What year goes with
     X?", "Q: When, about X?", a place "Where, about X?"."""
-    place = place_relation(relation, kind)
-    noun = "place" if place else NOUN.get(kind, "name")
-    wh = "where" if place else ("who" if wh_word(relation, kind) == "whom" else _KIND_WH.get(kind, "what"))
+    noun = answer_noun(relation, kind)
+    wh = "where" if noun == "place" else ("who" if wh_word(relation, kind) == "whom" else _KIND_WH.get(kind, "what"))
     return KIND_QUESTIONS[k % len(KIND_QUESTIONS)].format(noun=noun, subject=subject, wh_cap=wh[:1].upper() + wh[1:])
 
 
