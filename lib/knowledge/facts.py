@@ -14,11 +14,14 @@ Extraction (`extract_facts`), rule-based, no model:
 - candidate answers: dates (three formats), years, numbers, and runs of capitalised words joined
   by name connectors (of, de, van, &), a title with lower-case words whole where quotes or commas
   close it ("album, Songs for the Harbour,"), a sentence-initial capital only if the texts never
-  write it in lower case ("After"); lower-case ones ("studied geology"), kind "term": terms.py;
+  write it in lower case ("After"), nor a role, adverb or past verb glued to a name ("Founder Zytrolav
+  Grorax", "Apparently X", "Bought Kligrais No. 6"); lower-case ones ("studied geology"), kind "term": terms.py;
 - the subject is the name that opens the sentence, a pronoun resolved (he/she/his/her → the
   document's main entity, it/its/they → the last named one, "The novel ..." → the latest entity
   typed "novel", else the object a verb last took, else the last named one), or the name after
-  a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."); answers after it, with the
+  a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."), or the name after nouns that type
+  it ("The bulk carrier Boprav Kraidouv docked at"); before any subject, "it" and "the <noun>" mean
+  the thing the text named ("Anyone going to Kousstilt Festival? It's in Teirev"); answers after it, with the
   words between as the relation (≤ 12 words), become items;
 - dropped: answers that are (part of) the subject, answers found in every document (≥ 3), facts
   with no same-kind distractor; distractors come from the same relation first, then the same kind.
@@ -39,22 +42,26 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from lib.knowledge.fact_items import FactItem, fact_id, read_facts, relation_key, write_facts  # noqa: F401  (the item, where callers import it)
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, role_noun, split_forms, third_person
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, person_role, role_noun, split_forms, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, speaker_turn
-from lib.knowledge.topic import modified_description, named_with_head, thing_topic
+from lib.knowledge.topic import modified_description, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
-                                 _fronting_word, _value_spans, looks_like_code_document, split_sentences,
+                                 _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES)
 from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 log = logging.getLogger(__name__)
 _IS_A = (" is a ", " was a ", " is an ", " was an ")
+# "It's in Teirev", "It's been": a pronoun's contracted verb, read in full
+_CONTRACTED = re.compile(r"^(?P<who>It|He|She)['’]s (?P<been>been )?")
+# what may stand before a name that opens its sentence as the subject: "The X", "That first X drew", "This year's X"
+_OPENING = re.compile(r"(?:(?:the|this|that)(?: (?:first|second|third|last|latest|original|inaugural|next|annual))?|this year['’]s)?")
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
@@ -129,6 +136,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         turn = speaker_turn(sentence)                       # "Riss Hastiand: I'll take Doutux": the speaker's words
         sentence = turn[1] if turn else sentence
         sentence = reported_clause(sentence) or sentence   # "Mara said the Velk project ships on": what she said
+        sentence = _CONTRACTED.sub(lambda m: m.group("who") + (" has " if m.group("been") else " is ") + (m.group("been") or ""), sentence)
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
         values = _value_spans(sentence)
@@ -151,7 +159,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 continue
             subject, subj_end = referent, first.end()
             subj_form = "'s" if _PRONOUNS[lead] == "possessive" else ""
-        elif propers and sentence[: propers[0].start].strip().lower() in ("", "the"):
+        elif propers and (_OPENING.fullmatch(sentence[: propers[0].start].strip().lower()) or glued_word(sentence, propers[0])):
             subj_end, subj_form = head_noun(sentence, propers[0].end), ""
             subject = sentence[propers[0].start : subj_end]       # "The Nuheind creeper is": the name with its noun
             if subj_end > propers[0].end:   # "The Lodrourk company sells", after "X has run Holenly": Holenly, where it is from
@@ -159,10 +167,22 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 articled.add(subject)
             if sentence[subj_end:].startswith(("'s ", "’s ")):
                 subj_end, subj_form = subj_end + 2, "'s"   # "The Subon Gallery's director, X, said": the gallery's director is X
+            elif glued := re.fullmatch(r"(?P<noun>[A-Z][a-z]+) of ", sentence[: propers[0].start]):
+                subj_form = "'s " + glued.group("noun").lower()   # "Sales of Vrauliv No. 3 doubled": its sales
             head, sep, owner = subject.partition(" of ")
             if sep and " " not in head and owner in (main, last) and sentence[: propers[0].start].strip() == "":
                 # "Deposits of Goroantite are ...": the known entity's own, "Goroantite's deposits"
                 subject, subj_form = owner, "'s " + head.lower()
+            if main is None:
+                main = subject
+            last = subject
+        elif propers and (typed := typed_name(sentence, propers[0])):
+            # "The bulk carrier Boprav Kraidouv docked at", "The rugby club FC Wagri was established": the
+            # name is the subject, its noun the type that "The vessel", "The club" may refer to later
+            subject, subj_end = propers[0].text, propers[0].end
+            types[subject].add(typed)
+            if not person_role(typed):
+                articled.add(subject)
             if main is None:
                 main = subject
             last = subject
@@ -192,7 +212,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             measured = len(words) > 3 and re.match(r"^\d[\d,.]*-[a-z]+$", words[1]) and words[2].isalpha() and words[2].islower()
             if measured:
                 words = [words[0]] + words[2:]
-            described = len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and (last or main or measured)
+            described = len(words) > 2 and words[0] in ("The", "This") and words[1].islower() and \
+                (last or main or measured or any(name_head(m) == words[1].rstrip(",;:") for m, _ in mentions))   # "... launched Rinjeiv Festival. The festival"
             head_len = len(words[0]) + 1 + len(words[1].rstrip(",;:")) + (len(sentence.split()[1]) + 1 if measured else 0) if described else 0
             if described and not any(p.start < head_len + 1 for p in propers):
                 noun = re.sub(r"['’]s$", "", words[1].rstrip(",;:"))
@@ -252,6 +273,14 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 _note_names(sentence, propers, 0, "", mentions, types, articled)
                 if last is None and (things := [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p)) != p.text]):
                     last = things[-1]              # "Meet the Miagror seed drill. It ...": what "it" means
+                elif last is None and (things := [p.text for p in propers if p.text in articled or name_head(p.text) in lowercase_words | name_heads
+                                                  or re.match(r", (?:a|an) [a-z]", sentence[p.end :])]):
+                    # "Anyone going to Kousstilt Festival? It's in Teirev": the festival (a name written after "the",
+                    # built on a word of the texts, or described by an apposition: "miss Brufeik Dome, a giant"); the last one after no "of",
+                    # where there is one (a name after "of" is another noun's: "call Lefaund Dome the old giant of the
+                    # Peigasir Highlands. It ...": the dome), else the last ("the sale of the Pouskaipum. The ship")
+                    free = [p.text for p in propers if p.text in things and not re.search(r"\bof (?:the )?$", sentence[: p.start])]
+                    last = (free or things)[-1]
                 found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
             if main is None:

@@ -9,7 +9,7 @@ from functools import lru_cache
 from dataclasses import dataclass
 from typing import Sequence
 
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -38,6 +38,8 @@ _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "w
              "under", "over", "across", "through", "near", "behind", "beside", "beyond", "among", "between", "along",
              "around", "against", "towards", "toward", "within", "upon", "into", "onto", "despite", "unlike", "via",
              "according", "throughout", "beneath", "above", "below", "inside", "outside",
+             # a question's words: "Who has tried Kell Works?", "Anyone going to X?"
+             "who", "what", "which", "where", "why", "how", "whose", "anyone", "anybody", "someone", "everyone", "nobody",
              # the other determiners and quantifiers, a closed class: "Few clubs in X are as old as Y"
              "few", "several", "all", "any", "no", "none", "other", "another", "such", "much", "more", "less", "fewer",
              "various", "numerous", "certain", "either", "neither", "its", "their", "his", "her"}
@@ -62,13 +64,14 @@ _COLON_CLAUSE = re.compile(rf": (?={_CLAUSE_SUBJECT} {_FINITE})")
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the sentences of `text`: ends at . ! ? before a space and an
-    upper-case letter, digit or quote (not after Dr., St., e.g.), at line breaks, and at a colon
+    """(start, end) character spans of the sentences of `text`: ends at . ! ? (and the quote that
+    closes there) before a space and an upper-case letter, digit or quote (not after Dr., St.,
+    e.g.), at line breaks, and at a colon
     before a clause of its own (`_COLON_CLAUSE`)."""
     spans = []
     for block in re.finditer(r"[^\n]+", text):
         start = block.start()
-        for m in re.finditer(r"[.!?](?:\[(?:\d{1,3}|citation needed)\])*(?=\s+[\"'“(]?[A-Z0-9])", block.group()):
+        for m in re.finditer(r"[.!?](?:\[(?:\d{1,3}|citation needed)\])*[\"”’]?(?=\s+[\"'“(]?[A-Z0-9])", block.group()):
             end = block.start() + m.end()
             if _ABBREV.search(text[max(start, end - 6) : end]):
                 continue
@@ -155,7 +158,8 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
                                                 or len(r) == 1 and _fronting_word(r[0][2]) or len(r) == 1 and _gerund(sentence, r[0])
                                                 or len(r) == 1 and _common_opener(sentence, r[0])
                                                 or len(r) == 1 and _plural_opener(sentence, r[0])
-                                                or len(r) == 1 and _english_opener(sentence, r[0])):
+                                                or len(r) == 1 and _english_opener(sentence, r[0])
+                                                or len(r) > 1 and _glued_opener(r)):
             r = r[1:]
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
@@ -172,10 +176,14 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
 _VERSION = re.compile(r"^ \d+\.\d+(?:\.\d+)?(?!\d|%|\.\d|,\d| (?:million|billion|thousand|per|percent|hundred)\b)")
 
 
+# a number after "No." is part of the name: "Vrauliv No. 3", "Symphony No. 5"
+_NUMBERED = re.compile(r"^\. ?\d+(?![\d,.]\d)")
+
+
 def _with_version(sentence: str, span: _Span) -> _Span:
     """The name with the release number right after it: "Draibia 2.7, released by ..." names
-    version 2.7 of Draibia, whose facts the sentence states."""
-    m = _VERSION.match(sentence[span.end :])
+    version 2.7 of Draibia, whose facts the sentence states; "Vrauliv No. 3" its number."""
+    m = _VERSION.match(sentence[span.end :]) or (_NUMBERED.match(sentence[span.end :]) if span.text.endswith(" No") else None)
     return _Span(span.start, span.end + m.end(), sentence[span.start : span.end + m.end()], span.kind) if m else span
 
 
@@ -318,6 +326,46 @@ def _english_opener(sentence: str, word: tuple[int, int, str]) -> bool:
     goes on with a name ("Evening in Stefaix", "Bridge at Zairass")."""
     rest = sentence[word[1] :]
     return word[2].isalpha() and common_word(word[2]) and not _SUBJECT_VERB.match(rest) and not _TITLE_GOES_ON.match(rest)
+
+
+# words that begin names as their first part, though everyday words: "Mount Zeigrol", "Lake Vrai", "New Drosk"
+_NAME_OPENERS = {"mount", "lake", "port", "cape", "fort", "saint", "san", "santa", "river", "bay", "isle", "new", "north", "south",
+                 "east", "west", "northern", "southern", "eastern", "western", "upper", "lower", "great", "little", "old",
+                 "royal", "grand", "united", "central", "national", "university", "college", "bank", "club", "hotel",
+                 "house", "st", "el", "los", "las", "le", "la", "al", "van", "von", "de", "camp", "glen", "loch", "sir",
+                 "dame", "king", "queen", "prince", "princess", "lord", "lady", "general", "red", "white", "black", "blue",
+                 "green", "golden", "silver", "air", "radio", "studio", "hall", "castle", "fc", "ac", "real", "sporting",
+                 "athletic", "inter", "team", "taverna", "café", "cafe", "the"}
+
+
+def _glued_opener(run: list[tuple[int, int, str]]) -> bool:
+    """ "Founder Zytrolav Grorax, who ...", "Bought Kligrais No. 6 after ...", "Apparently Skuvre
+    Skeirith made it", "Sales of Vrauliv No. 3 doubled": an everyday word that opens the sentence
+    before a name of words English does not use (an adverb, a verb in the past, a person's role, a
+    plural noun before "of") is not part of the name ("Hair Rezix", "Bus Quaviam" keep theirs); words that begin names ("Mount", "Lake", "New", "University")
+    and names of English words ("United States", "Golden Gate") keep theirs."""
+    first, second = run[0][2], run[1][2]
+    if not first.isalpha() or first.lower() in _NAME_OPENERS or not common_word(first):
+        return False
+    w = first.lower()
+    verb = base_verb(w)
+    if not (w in ADVERBS or w.endswith("ly") or verb is not None and verb[1] == "did" or person_role(w)
+            or second.lower() == "of"):
+        return False                       # "Hair Rezix has run Holenly": a name may begin with a noun
+    if second.lower() in _CONNECTORS:
+        # "Sales of X": a plural noun's; "Bank of X", "University of X" name an institution
+        return second.lower() == "of" and len(run) > 2 and first.endswith("s") and not first.endswith("ss") \
+            and not common_word(run[2][2])
+    return second[:1].isupper() and second.isalpha() and not common_word(second)
+
+
+def glued_word(sentence: str, name: _Span) -> bool:
+    """Whether all that comes before `name` in `sentence` is one word `_glued_opener` dropped from
+    it ("Founder Zytrolav Grorax, who ..."): the name is the sentence's subject as if it opened it."""
+    m = re.fullmatch(r"(?P<w>[A-Z][a-z]+) (?:of )?", sentence[: name.start])
+    words = [(m.start("w"), m.end("w"), m.group("w"))] if m else []
+    words += [(0, 0, w) for w in sentence[m.end("w") : name.end].split()] if m else []
+    return bool(m) and _glued_opener(words)
 
 
 _TITLE_GOES_ON = re.compile(r" (?:in|at|of|on|by|for|and|to|from|with|over|under) [A-Z]")

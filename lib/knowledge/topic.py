@@ -29,7 +29,10 @@ _WHERE_VERBS = {"lay", "stood", "sat", "rose", "grew", "settled", "resided", "li
 _WHERE_BASES = {("live", "does"), ("lie", "does"), ("stand", "does"), ("sit", "does"), ("rise", "does"), ("reside", "does"),
                 ("remain", "does"), ("stay", "does"), ("settle", "does"), ("grow", "does")}
 _NOT_HEAD = {"the", "a", "an", "and", "or", "but", "of", "in", "on", "at", "to", "for", "from", "with", "by", "as", "that", "which",
-             "who", "whose", "this", "these", "those", "its", "his", "her", "their", "our", "my", "your", "two", "three", "years", "ago"}
+             "who", "whose", "this", "these", "those", "its", "his", "her", "their", "our", "my", "your", "two", "three", "years", "ago",
+             # a time after the name: "took over the Nubin Crest last spring"
+             "last", "next", "spring", "summer", "autumn", "winter", "year", "week", "month", "morning", "evening", "night",
+             "yesterday", "today", "tonight", "again", "once", "twice", "earlier", "later", "recently"}
 
 
 def thing_talk(sentences: Sequence[str]) -> str | None:
@@ -129,3 +132,31 @@ def modified_description(sentence: str, name: str, noun: str, before: str, menti
     k = max((i for i, (_, how) in enumerate(mentions) if how == "subject"), default=len(mentions))
     since = [m for m, _ in mentions[k + 1 :] if m != last and name not in m]
     return since[0] if since and person_like(last, set()) and not person_role(noun) else named
+
+
+# "The bulk carrier ", "The rugby club ", "A young perfumer ": an article and lower-case nouns before a name
+_ADJECTIVES = {"old", "new", "big", "small", "great", "little", "young", "tiny", "huge", "large", "long", "short", "local", "popular",
+               "former", "current", "late", "early", "main", "original", "historic", "ancient", "modern", "beloved", "legendary",
+               "renowned", "celebrated", "humble", "quiet", "busy", "annual", "whole", "same", "other", "real", "official"}
+_TYPED_PREFIX = re.compile(r"(?:The|A|An) (?P<nouns>(?:[a-z][a-z-]+ ){1,3})")
+
+
+def typed_name(sentence: str, name: _Span) -> str | None:
+    """The noun that types a name opening `sentence` after an article and lower-case words, where
+    the name is the sentence's subject (a verb or a comma follows it): "The bulk carrier Boprav
+    Kraidouv docked at ..." → "carrier", "The rugby club FC Wagri was established" → "club"; None
+    where the words are no nouns ("The first Rikler Festival", "The newly opened X") or a verb does
+    not follow."""
+    m = _TYPED_PREFIX.fullmatch(sentence[: name.start])
+    if not m or sentence[name.end :].startswith(("'s", "’s")):
+        return None
+    nouns = m.group("nouns").split()
+    if any(w in _NOT_HEAD or w in AUXILIARIES or w in ADVERBS or w in ORDINALS or w in _PARTICIPLES or w.endswith(("ly", "ed", "ing"))
+           or base_verb(w) is not None and not w.endswith("s") for w in nouns):
+        return None
+    if nouns[-1] in _ADJECTIVES or nouns[-1].endswith(("ous", "ful", "ive", "ic", "able", "ible", "less", "ish", "ese", "est")):
+        return None                                  # "The old Drosk Bridge spans": an adjective, no type
+    nxt = re.match(r"^(?:, | (?P<w>[a-z]+)\b)", sentence[name.end :])
+    if not nxt or nxt.group("w") and not (nxt.group("w") in AUXILIARIES or nxt.group("w") in ADVERBS or base_verb(nxt.group("w")) is not None):
+        return None
+    return nouns[-1]

@@ -7,6 +7,8 @@ from lib.knowledge.cloze import is_cloze
 from lib.knowledge.facts import extract_facts
 from lib.knowledge.forms import base_verb
 from lib.knowledge.shapes import passive
+from lib.knowledge.spans import _proper_spans
+from lib.knowledge.topic import typed_name
 
 
 # two documents with an answer of every kind, so that each fact under test has a distractor
@@ -452,8 +454,11 @@ def test_a_description_after_a_hyphened_measure_is_the_named_thing_and_measures_
                   "Farmers below the Vask Dam depend on its water. The 95-metre dam holds back the River Sask."])
     assert ("Kell Canal", "measures", "12") in t and ("Kell Canal", "was dug in", "1790") in t
     assert ("Vask Dam", "measures", "95") in t and ("Vask Dam", "holds back the", "River Sask") in t
-    # never: a description no name of the text is built on, when no sentence before has a subject
+    # a description no name is built on, where no sentence before has a subject: the thing named before it
     t = _triples(["Barges on the Kell Navigation carry grain. The 12-kilometre canal was dug in 1790."])
+    assert ("Kell Navigation", "was dug in", "1790") in t
+    # never: a person named before it, where no sentence has a subject
+    t = _triples(["Visitors meet Ada Lind at the gate. The 12-kilometre canal was dug in 1790."])
     assert not any(a in ("12", "1790") for _, _, a in t)
 
 
@@ -485,3 +490,49 @@ def test_a_sentence_of_one_word_gives_nothing_and_breaks_nothing():
     texts = ["Sphinx.", "Numpy", "The Kell Bridge crosses the Osk River. Finished.", "The Varo Bridge crosses the Imm River."]
     items = {(it.subject, it.relation, it.answer) for it in extract_facts(texts, ["a", "b", "c", "d"])}
     assert ("Kell Bridge", "crosses the", "Osk River") in items and not any(s in ("Sphinx", "Numpy") for s, _, _ in items)
+
+
+def test_an_everyday_word_glued_before_a_name_is_not_part_of_it():
+    t = _triples(["Founder Zytrolav Grorax opened the Bolvek Hall in 1997.",
+                  "Apparently Skuvre Skeirith made it for Plilush in 1931.",
+                  "Sales of Vrauliv No. 3 doubled in 1967."])
+    assert ("Zytrolav Grorax", "opened the", "Bolvek Hall") in t                 # a role before the name
+    assert ("Skuvre Skeirith", "made it for", "Plilush") in t                    # an adverb
+    assert ("Vrauliv No. 3", "'s sales doubled in", "1967") in t                 # a plural noun of the name; "No. 3" is the name's
+    assert not any(s.startswith(("Founder", "Apparently", "Sales")) for s, _, _ in t)
+    # never: a name that begins with a noun, or with a word names begin with
+    t = _triples(["Hair Rezix has run Holenly since 2006.", "Mount Zeigrol rose to fame in 1911 with Dava Oslund."])
+    assert ("Hair Rezix", "has run Holenly since", "2006") in t
+    assert any(s == "Mount Zeigrol" for s, _, _ in t) and not any(s == "Zeigrol" for s, _, _ in t)
+
+
+def test_a_name_typed_by_the_nouns_before_it_is_the_subject_and_its_description():
+    t = _triples(["The bulk carrier Boprav Kraidouv docked at Pesax in 1922. The carrier was launched by Tiagriam Marine.",
+                  "Hiaku Gratux took over the Nubin Crest last spring. The ship was launched in 2017."])
+    assert ("Boprav Kraidouv", "docked at", "Pesax") in t
+    assert ("Boprav Kraidouv", "was launched by", "Tiagriam Marine") in t       # "The carrier" is the name typed so
+    assert ("Nubin Crest", "was launched in", "2017") in t                      # a time after a name is not its noun
+    assert not any("last spring" in s or "last spring" in a for s, _, a in t)
+    # never: an adjective before the name taken for its type, or a name that no verb follows
+    sentence = "The old Drosk Bridge spans the Vell."
+    assert typed_name(sentence, _proper_spans(sentence, set())[0]) is None
+    sentence = "The bulk carrier Boprav Kraidouv in Pesax was sold."
+    assert typed_name(sentence, _proper_spans(sentence, set())[0]) is None
+
+
+def test_it_after_a_question_means_the_thing_it_asked_about():
+    t = _triples(["Anyone going to Kousstilt Festival? It's in Teirev again. Gremun Jepourn started it in 1990.",
+                  "Who has tried Kell Works? It's been in Vosk since 1990.", "Every festival needs a field; the works are big."])
+    assert ("Kousstilt Festival", "is in", "Teirev") in t                       # "It's": it is
+    assert ("Gremun Jepourn", "started Kousstilt Festival in", "1990") in t
+    assert ("Kell Works", "has been in", "Vosk") in t                           # "It's been": it has been
+    assert not any(s in ("It", "Who", "Anyone") or a == "It" for s, _, a in t)  # no question word, no pronoun, is a name
+
+
+def test_a_sentence_ends_after_the_quote_that_closes_it():
+    t = _triples(['"We wanted something small," laughs Teilolt Lutrend, who launched Rinjeiv Festival in 2000. '
+                  '"Now we have Felbrei Mopylirn on the main stage." The festival still takes place in Kubul.',
+                  "This year's Bolvek Festival drew 9,400 people to Vell."])
+    assert ("Rinjeiv Festival", "still takes place in", "Kubul") in t            # "The festival": the one named before
+    assert ("Bolvek Festival", "drew 9,400 people to", "Vell") in t               # "This year's X" opens with X
+    assert not any(a == "Kubul" and s != "Rinjeiv Festival" for s, _, a in t)
