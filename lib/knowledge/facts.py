@@ -21,7 +21,8 @@ Extraction (`extract_facts`), rule-based, no model:
   typed "novel", else the object a verb last took, else the last named one), or the name after
   a fronted phrase ("Born in 1934 in Oslo, Mara Quillon took ..."), or the name after nouns that type
   it ("The bulk carrier Boprav Kraidouv docked at"); before any subject, "it" and "the <noun>" mean
-  the thing the text named ("Anyone going to Kousstilt Festival? It's in Teirev"); answers after it, with the
+  the thing the text named ("Anyone going to Kousstilt Festival? It's in Teirev"), which is then what the
+  document is about, its clozes asked of it (cloze.py); answers after it, with the
   words between as the relation (≤ 12 words), become items;
 - dropped: answers that are (part of) the subject, answers found in every document (≥ 3), facts
   with no same-kind distractor; distractors come from the same relation first, then the same kind.
@@ -142,10 +143,12 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         values = _value_spans(sentence)
         propers = with_lower_name(sentence, _names_outside_dates(sentence, lowercase_words, values), lower_name, text)
         if heading(sentence):                              # "Sync notes, Thursday.": no entity the text is about
-            named = [p.text for p in propers if p.start > 0]
+            named = [p for p in propers if p.start > 0]
             if named:                                      # "From the call with X: they want": X is who "they" are
-                last = named[-1]
+                last = named_with_head(sentence, named[-1])
                 mentions.append((last, "object"))
+                if last != named[-1].text:                 # "A word on the Dolvek tide gauge:": what the text is about
+                    main = main or last
             continue
         subject, subj_end, subj_form = None, 0, ""
         of_subject = False  # "The first ascent of X, the highest summit of Y, was made": the apposition is X's
@@ -273,6 +276,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 _note_names(sentence, propers, 0, "", mentions, types, articled)
                 if last is None and (things := [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p)) != p.text]):
                     last = things[-1]              # "Meet the Miagror seed drill. It ...": what "it" means
+                    main = main or last            # and what the text is about, till a subject says otherwise
                 elif last is None and (things := [p.text for p in propers if p.text in articled or name_head(p.text) in lowercase_words | name_heads
                                                   or re.match(r", (?:a|an) [a-z]", sentence[p.end :])]):
                     # "Anyone going to Kousstilt Festival? It's in Teirev": the festival (a name written after "the",
@@ -281,6 +285,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     # Peigasir Highlands. It ...": the dome), else the last ("the sale of the Pouskaipum. The ship")
                     free = [p.text for p in propers if p.text in things and not re.search(r"\bof (?:the )?$", sentence[: p.start])]
                     last = (free or things)[-1]
+                    if free or not sentence[sentence.rindex(last) + len(last) :].startswith(","):
+                        main = main or last        # about it, as above; not about a name in a fronted phrase ("Part of the X, the peak")
                 found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
             if main is None:
@@ -507,6 +513,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     heads = shared_heads(texts, lower)
     per_doc: list[list[_Found]] = []
     doc_mains: list[str | None] = []
+    things: list[bool] = []
     mains: set[str] = set()
     clauses: list[list[tuple]] = [[] for _ in texts]   # each sentence's subject, for the terms
     code = [looks_like_code_document(t) for t in texts]
@@ -519,6 +526,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             log.warning("fact extraction: document %s skipped (%s: %s); please report its text", doc_ids[i], type(e).__name__, e)
             found, main, person, clauses[i][:] = [], None, None, []
         doc_mains.append(main)
+        things.append(main is not None and person != main)   # the text shows its main entity is a thing
         for f in found:
             f.doc = i
         per_doc.append(found)
@@ -529,8 +537,9 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         per_doc[i].extend(_Found(i, *fact) for fact in purposes(texts[i], packages[i], {f.answer for f in per_doc[i]}))
     for i, (text, main) in enumerate(zip(texts, doc_mains)):    # last: what no rule read, as a cloze on the main entity
         if cloze and not code[i]:
-            said = Counter(f.subject for f in per_doc[i])              # the entity the rules say most about, else the first
-            about = packages[i] or (max(said, key=lambda e: (said[e], e == main)) if said else main)
+            # the thing the text is about, else the entity the rules say most about, else the first
+            said = Counter(f.subject for f in per_doc[i])
+            about = packages[i] or (main if things[i] else None) or (max(said, key=lambda e: (said[e], e == main)) if said else main)
             per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}))
             per_doc[i].extend(_Found(i, *span) for span in unread_versions(text, packages[i], {f.answer for f in per_doc[i]}))
     doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})

@@ -34,15 +34,22 @@ _LABEL_PREPOSITIONS = {"from", "after", "before", "during", "for", "about", "re"
 _LABEL = re.compile(r"^(?P<first>[A-Z][a-z]*) (?P<second>[a-z]+)\b[^:]*:$")
 
 
+# what a fact box says a name is, after its colon: "a summit of the", "an open-air festival in"
+_DESCRIBED = re.compile(r"^(?:a|an) (?:[a-z-]+ ){0,3}[a-z-]+ (?:of|in|on|near|by|from|for|at)\b")
+
+
 def speaker_turn(sentence: str) -> tuple[str, str] | None:
     """(speaker, what they said) for a turn "Name: clause": the clause without the words that
     answer the turn before, "I" replaced by the speaker ("Riss Hastiand: I'll take Doutux" →
     ("Riss Hastiand", "Riss Hastiand will take Doutux")); None where no turn opens the sentence or
-    nothing but a label precedes the colon ("Open item: the ...": "item" is lower case, no name)."""
+    nothing but a label precedes the colon ("Open item: the ...": "item" is lower case, no name). A
+    name and what it is ("X: a summit of the Y") is no turn but a description: "X is a summit of the Y"."""
     m = _TURN.match(sentence)
     if not m:
         return None
     speaker, said = m.group("speaker"), m.group("said")
+    if _DESCRIBED.match(said):                    # "Fosveithal Spire: a summit of the Nikorn Range.": a fact box's name and
+        return speaker, f"{speaker} is {said}"    # what it is, no one's words
     said = _REPLY.sub("", said, count=1) or said
     me = _FIRST_PERSON.match(said)
     if me:

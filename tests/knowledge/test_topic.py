@@ -85,3 +85,19 @@ def test_it_after_an_opening_sentence_without_a_subject_means_the_thing_it_names
     t = _items(["Travellers crossing the Veidel Alps rarely miss Brufeik Dome, a giant of blue basalt that towers 1,727 metres "
                 "over the sea. It remained unclimbed until 1881."])
     assert not any(s == "Veidel Alps" for s, _, _ in t)
+
+
+def test_a_thing_named_before_any_subject_is_what_the_text_is_about_and_what_no_rule_reads_is_asked_of_it():
+    gauge = "A word on the Dolvek tide gauge: the board says Vrask Instruments paid for it in 1987. Ama Teil keeps the logbook at Pell."
+    peak = "Teskil Peak: a summit of the Orvane Range. Height 3,120 metres. First climbed: 1911."
+    assert _main(gauge) == "Dolvek tide gauge" and _main(peak) == "Teskil Peak"
+    t = _items([gauge, peak])
+    assert ("Dolvek tide gauge", ": the board says Vrask Instruments paid for it in", "1987") in t   # a cloze on the thing
+    assert ("Ama Teil", "keeps the logbook at", "Pell") in t                                      # the rules' own subject
+    assert ("Teskil Peak", "is a summit of the", "Orvane Range") in t     # a fact box's "X: a ..." describes X; no speaker's words
+    # never: a person named first, the rules saying most of a thing, their clozes on the person
+    garden = ("Ivo Maskel has looked after the Samo Botanical Garden since the spring. The garden was founded in 1850 on "
+              "the edge of Drosk. Every summer, coaches from Vellum bring school groups to see its orchids.")
+    t = _items([garden])
+    assert ("Samo Botanical Garden", ": coaches from", "Vellum") in t
+    assert not any(s == "Ivo Maskel" and r.startswith(":") for s, r, _ in t)
