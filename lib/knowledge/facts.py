@@ -59,6 +59,11 @@ from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, c
 
 log = logging.getLogger(__name__)
 _IS_A = (" is a ", " was a ", " is an ", " was an ")
+# a role before a person's name that opens a sentence: "Founder Zytrolav Grorax, who", "Captain Ada Lind said"
+_TITLED = re.compile(r"^(?P<role>[A-Z][a-z]+) (?P<name>[A-Z][a-z'’-]+(?: [A-Z][a-z'’-]+){1,2})(?=[ ,])")
+# titles a person has of their own, not of the thing a text is about ("Professor Ivo Brask taught her")
+_TITLES = {"doctor", "professor", "sir", "dame", "lord", "lady", "saint", "senator", "president", "judge", "bishop", "king", "queen",
+           "prince", "princess", "duke", "pope", "father", "brother", "sister", "mother", "uncle", "aunt", "chief"}
 # "It's in Teirev", "It's been": a pronoun's contracted verb, read in full
 _CONTRACTED = re.compile(r"^(?P<who>It|He|She)['’]s (?P<been>been )?")
 # what may stand before a name that opens its sentence as the subject: "The X", "That first X drew", "This year's X"
@@ -136,6 +141,11 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             continue
         turn = speaker_turn(sentence)                       # "Riss Hastiand: I'll take Doutux": the speaker's words
         sentence = turn[1] if turn else sentence
+        titled = _TITLED.match(sentence)
+        if titled and person_role(role := titled.group("role").lower()) and role not in _TITLES and main is not None \
+                and main not in roles and titled.group("name") not in main:
+            # "Founder Zytrolav Grorax, who ...", "Captain X said ...": a role of the thing the text is about
+            found.append(_Found(-1, main, f"'s {role} is", titled.group("name"), "proper", n))
         sentence = reported_clause(sentence) or sentence   # "Mara said the Velk project ships on": what she said
         sentence = _CONTRACTED.sub(lambda m: m.group("who") + (" has " if m.group("been") else " is ") + (m.group("been") or ""), sentence)
         first = _WORD.match(sentence)

@@ -536,3 +536,14 @@ def test_a_sentence_ends_after_the_quote_that_closes_it():
     assert ("Rinjeiv Festival", "still takes place in", "Kubul") in t            # "The festival": the one named before
     assert ("Bolvek Festival", "drew 9,400 people to", "Vell") in t               # "This year's X" opens with X
     assert not any(a == "Kubul" and s != "Rinjeiv Festival" for s, _, a in t)
+
+
+def test_a_role_before_a_name_that_opens_a_sentence_is_the_main_things_role():
+    t = _triples(["The bulk carrier Boprav Kraidouv docked at Pesax on Tuesday. Captain Trivaskund Thiler said her grain was dry.",
+                  "Anyone going to Songram Festival? It is in Hourvoti. Founder Zytrolav Grorax, who first staged it in 1997, has promised changes.",
+                  "Every festival needs a field."])
+    assert ("Boprav Kraidouv", "'s captain is", "Trivaskund Thiler") in t       # said in a reported clause, read before it
+    assert ("Songram Festival", "'s founder is", "Zytrolav Grorax") in t
+    # never: a title of the person's own
+    t = _triples(["Mara Quillon studied geology in Oslo. Professor Ivo Brask taught her in 1961."])
+    assert not any(r.endswith("professor is") for _, r, _ in t)
