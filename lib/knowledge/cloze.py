@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 
 from lib.knowledge.relations import _names_outside_dates
-from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, split_sentences
+from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, split_sentences
 
 # a capitalised pronoun or function word that opens a sentence ("It was built by ..."): the rules
 # resolve it as a subject and never ask it, a cloze must not either
@@ -113,16 +113,26 @@ def _clause(before: list[str]) -> list[str]:
     return clause
 
 
+# a fact box's field named by a question word, as a relation
+_WH_LABELS = {"where": "is in", "since": "has existed since", "when": "dates from"}
+
+
 def _label_relation(before: list[str], kind: str, lowercase_words: set[str]) -> str | None:
     """The relation of a label that opens a sentence before its value, as in a fact box: "Ground:
     Bogrom Meadow" → "'s ground is", "Head coach: Sukrend Teski" → "'s head coach is", "Founded:
     1886" → "was founded in"; None where the words are no label: a speaker ("Ada: ..."), a word the
-    night never writes in lower case, more than the label before the value."""
+    night never writes in lower case (nor English does: "House: X", "Nose: Y" are labels), more than
+    the label before the value."""
     if not before[-1].endswith(":") or not before[0][:1].isupper():
         return None
     words = [w.strip(":").lower() for w in before]
+    if len(words) == 1 and words[0] in _WH_LABELS:          # "WHERE: Vrikev", "Since: 1976": a fact box's question word
+        return _WH_LABELS[words[0]]
+    if len(words) == 2 and words[0].endswith("ed") and words[1] in ("by", "in", "at", "from", "for", "on"):
+        return f"was {words[0]} {words[1]}"                 # "FOUNDED BY: X" → "was founded by"
     if not all(w.isalpha() and w not in _NOT_NAMES for w in words) or not (words[0] in lowercase_words or len(words) > 1 and before[1].islower()
-                                                                    or len(words) == 1 and words[0].endswith("ed")):
+                                                                    or len(words) == 1 and words[0].endswith("ed")
+                                                                    or all(common_word(w) for w in words)):
         return None
     label = " ".join(words)
     if words[-1].endswith("ed") and len(words) == 1:

@@ -66,10 +66,10 @@ _COLON_CLAUSE = re.compile(rf": (?={_CLAUSE_SUBJECT} {_FINITE})")
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of `text`: ends at . ! ? (and the quote that
     closes there) before a space and an upper-case letter, digit or quote (not after Dr., St.,
-    e.g.), at line breaks, and at a colon
+    e.g.), at line breaks and at the bars between a fact box's fields, and at a colon
     before a clause of its own (`_COLON_CLAUSE`)."""
     spans = []
-    for block in re.finditer(r"[^\n]+", text):
+    for block in re.finditer(r"[^\n|]+", text):      # a fact box's fields: "House: X | Nose: Y | Launched: 1994"
         start = block.start()
         for m in re.finditer(r"[.!?](?:\[(?:\d{1,3}|citation needed)\])*[\"”’]?(?=\s+[\"'“(]?[A-Z0-9])", block.group()):
             end = block.start() + m.end()

@@ -547,3 +547,14 @@ def test_a_role_before_a_name_that_opens_a_sentence_is_the_main_things_role():
     # never: a title of the person's own
     t = _triples(["Mara Quillon studied geology in Oslo. Professor Ivo Brask taught her in 1961."])
     assert not any(r.endswith("professor is") for _, r, _ in t)
+
+
+def test_a_fact_box_of_fields_between_bars_is_read_field_by_field():
+    t = _triples(["Fragrance: Vosk Nine | House: Orrel & Dane | Nose: Ada Lindqvist | Launched: 1994 | Price: €187",
+                  "FAIR: Kell Fair | WHERE: Drossby | SINCE: 1976 | FOUNDED BY: Ivo Brask"])
+    assert ("Vosk Nine", "'s house is", "Orrel & Dane") in t and ("Vosk Nine", "'s nose is", "Ada Lindqvist") in t
+    assert ("Vosk Nine", "was launched in", "1994") in t and ("Vosk Nine", "'s price is", "€187") in t
+    assert ("Kell Fair", "is in", "Drossby") in t and ("Kell Fair", "has existed since", "1976") in t
+    assert ("Kell Fair", "was founded by", "Ivo Brask") in t
+    # never: a field's label, or the next field's, as an answer
+    assert not any(a in ("House", "Nose", "WHERE", "SINCE", "FOUNDED", "BY") or "|" in r for _, r, a in t)
