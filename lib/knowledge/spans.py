@@ -154,7 +154,8 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
     for r in spans:
         # a sentence-initial capital (also a quoted sentence's) is only a name if the word is never
         # written in lower case
-        while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (r[0][2].lower() in _FUNCTION or r[0][2].lower() in lowercase_words
+        while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (re.split(r"['’]", r[0][2].lower())[0] in _FUNCTION
+                                                or r[0][2].lower() in lowercase_words
                                                 or len(r) == 1 and _fronting_word(r[0][2]) or len(r) == 1 and _gerund(sentence, r[0])
                                                 or len(r) == 1 and _common_opener(sentence, r[0])
                                                 or len(r) == 1 and _plural_opener(sentence, r[0])

@@ -527,6 +527,8 @@ def test_it_after_a_question_means_the_thing_it_asked_about():
     assert ("Gremun Jepourn", "started Kousstilt Festival in", "1990") in t
     assert ("Kell Works", "has been in", "Vosk") in t                           # "It's been": it has been
     assert not any(s in ("It", "Who", "Anyone") or a == "It" for s, _, a in t)  # no question word, no pronoun, is a name
+    t = _triples(["You'll find a faithful version at Café Chineir.", "We've met Ada Lind at Pell in 1990."])
+    assert not any(s.startswith(("You", "We")) for s, _, _ in t)                # nor a pronoun with its verb
 
 
 def test_a_sentence_ends_after_the_quote_that_closes_it():
