@@ -284,7 +284,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
             if subject is None:                    # "Sailors on the X steer by the Y, a 43-metre tower ...": Y's apposition only
                 _note_names(sentence, propers, 0, "", mentions, types, articled)
-                if last is None and (things := [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p)) != p.text]):
+                if last is None and (things := [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p, articled=False)) != p.text]):
                     last = things[-1]              # "Meet the Miagror seed drill. It ...": what "it" means
                     main = main or last            # and what the text is about, till a subject says otherwise
                 elif last is None and (things := [p.text for p in propers if p.text in articled or name_head(p.text) in lowercase_words | name_heads

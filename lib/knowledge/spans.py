@@ -40,6 +40,7 @@ _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "w
              "according", "throughout", "beneath", "above", "below", "inside", "outside",
              # a question's words: "Who has tried Kell Works?", "Anyone going to X?"
              "who", "what", "which", "where", "why", "how", "whose", "anyone", "anybody", "someone", "everyone", "nobody",
+             "ever", "never",
              # the other determiners and quantifiers, a closed class: "Few clubs in X are as old as Y"
              "few", "several", "all", "any", "no", "none", "other", "another", "such", "much", "more", "less", "fewer",
              "various", "numerous", "certain", "either", "neither", "its", "their", "his", "her"}

@@ -50,14 +50,17 @@ def thing_talk(sentences: Sequence[str]) -> str | None:
     return talk
 
 
-def named_with_head(sentence: str, span: _Span) -> str:
+def named_with_head(sentence: str, span: _Span, articled: bool = True) -> str:
     """A name written after "the" with the lower-case nouns that head it ("described the Jiha glider
     in 1859" → "Jiha glider", "the Miagror seed drill, which" → "Miagror seed drill"), else the name:
     one or two words that are no verb ("seed", "reed" are nouns), adverb or function word, before a
-    preposition, a conjunction, a relative pronoun or a punctuation mark."""
-    if not sentence[: span.start].endswith(("the ", "The ")):
+    preposition, a conjunction, a relative pronoun or a punctuation mark. Not `articled`: also a
+    name without "the", with one such noun before a punctuation mark ("the story behind Suziv
+    tart?", "make it Skevu pudding."), not before more words ("Visitors to X often stop at")."""
+    if articled and not sentence[: span.start].endswith(("the ", "The ")):
         return span.text
-    words = re.match(r"^((?: [a-z]{3,}(?:-[a-z]+)?){1,2})", sentence[span.end :])
+    bare = not sentence[: span.start].endswith(("the ", "The "))
+    words = re.match(r"^( [a-z]{3,}(?:-[a-z]+)?)(?=[,;:.!?)]|$)" if bare else r"^((?: [a-z]{3,}(?:-[a-z]+)?){1,2})", sentence[span.end :])
     if not words:
         return span.text
     nouns = words.group(1).split()

@@ -560,3 +560,12 @@ def test_a_fact_box_of_fields_between_bars_is_read_field_by_field():
     assert ("Kell Fair", "was founded by", "Ivo Brask") in t
     # never: a field's label, or the next field's, as an answer
     assert not any(a in ("House", "Nose", "WHERE", "SINCE", "FOUNDED", "BY") or "|" in r for _, r, a in t)
+
+
+def test_a_thing_asked_about_by_its_name_and_noun_is_what_it_means():
+    t = _triples(["Ever tried Drell cake? It comes from the Vosk Hills and was first baked in 1820.",
+                  "Visitors to Fiquel often stop at the Narb Garden. It opened in 1958."])
+    assert ("Drell cake", "comes from the", "Vosk Hills") in t and ("Drell cake", "was first baked in", "1820") in t
+    assert ("Narb Garden", "opened in", "1958") in t
+    # never: the words after a name without "the" as its noun where more words follow ("Fiquel often stop")
+    assert not any(s.startswith(("Fiquel", "Ever")) for s, _, _ in t)
