@@ -36,38 +36,29 @@ The item and its file format (JSON Lines): lib/knowledge/fact_items.py.
 from __future__ import annotations
 
 import logging
-import random
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from lib.knowledge.fact_items import FactItem, fact_id, read_facts, relation_key, write_facts  # noqa: F401  (the item, where callers import it)
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, join_cue, person_role, role_noun, split_forms, third_person
+from lib.knowledge.distractors import with_distractors
+from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts  # noqa: F401  (the item, where callers import it)
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_role, role_noun, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
-from lib.knowledge.talk import heading, speaker_turn
-from lib.knowledge.topic import modified_description, named_with_head, thing_topic, typed_name
+from lib.knowledge.talk import heading, role_before_name, speaker_turn, uncontracted
+from lib.knowledge.topic import modified_description, named_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
-                                 FRONTED_PREDICATES, STATIVE_PARTICIPLES)
+                                 FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
 from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 log = logging.getLogger(__name__)
 _IS_A = (" is a ", " was a ", " is an ", " was an ")
-# a role before a person's name that opens a sentence: "Founder Zytrolav Grorax, who", "Captain Ada Lind said"
-_TITLED = re.compile(r"^(?P<role>[A-Z][a-z]+) (?P<name>[A-Z][a-z'’-]+(?: [A-Z][a-z'’-]+){1,2})(?=[ ,])")
-# titles a person has of their own, not of the thing a text is about ("Professor Ivo Brask taught her")
-_TITLES = {"doctor", "professor", "sir", "dame", "lord", "lady", "saint", "senator", "president", "judge", "bishop", "king", "queen",
-           "prince", "princess", "duke", "pope", "father", "brother", "sister", "mother", "uncle", "aunt", "chief"}
-# "It's in Teirev", "It's been": a pronoun's contracted verb, read in full
-_CONTRACTED = re.compile(r"^(?P<who>It|He|She)['’]s (?P<been>been )?")
-# what may stand before a name that opens its sentence as the subject: "The X", "That first X drew", "This year's X"
-_OPENING = re.compile(r"(?:(?:the|this|that)(?: (?:first|second|third|last|latest|original|inaugural|next|annual))?|this year['’]s)?")
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
@@ -141,13 +132,10 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             continue
         turn = speaker_turn(sentence)                       # "Riss Hastiand: I'll take Doutux": the speaker's words
         sentence = turn[1] if turn else sentence
-        titled = _TITLED.match(sentence)
-        if titled and person_role(role := titled.group("role").lower()) and role not in _TITLES and main is not None \
-                and main not in roles and titled.group("name") not in main:
-            # "Founder Zytrolav Grorax, who ...", "Captain X said ...": a role of the thing the text is about
-            found.append(_Found(-1, main, f"'s {role} is", titled.group("name"), "proper", n))
+        if (titled := role_before_name(sentence)) and main is not None and main not in roles and titled[1] not in main:
+            found.append(_Found(-1, main, f"'s {titled[0]} is", titled[1], "proper", n))   # "Founder X, who ...": the thing's founder
         sentence = reported_clause(sentence) or sentence   # "Mara said the Velk project ships on": what she said
-        sentence = _CONTRACTED.sub(lambda m: m.group("who") + (" has " if m.group("been") else " is ") + (m.group("been") or ""), sentence)
+        sentence = uncontracted(sentence)                  # "It's in Teirev": it is
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
         values = _value_spans(sentence)
@@ -172,7 +160,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 continue
             subject, subj_end = referent, first.end()
             subj_form = "'s" if _PRONOUNS[lead] == "possessive" else ""
-        elif propers and (_OPENING.fullmatch(sentence[: propers[0].start].strip().lower()) or glued_word(sentence, propers[0])):
+        elif propers and (SUBJECT_OPENING.fullmatch(sentence[: propers[0].start].strip().lower()) or glued_word(sentence, propers[0])):
             subj_end, subj_form = head_noun(sentence, propers[0].end), ""
             subject = sentence[propers[0].start : subj_end]       # "The Nuheind creeper is": the name with its noun
             if subj_end > propers[0].end:   # "The Lodrourk company sells", after "X has run Holenly": Holenly, where it is from
@@ -284,19 +272,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
             if subject is None:                    # "Sailors on the X steer by the Y, a 43-metre tower ...": Y's apposition only
                 _note_names(sentence, propers, 0, "", mentions, types, articled)
-                if last is None and (things := [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p, articled=False)) != p.text]):
-                    last = things[-1]              # "Meet the Miagror seed drill. It ...": what "it" means
-                    main = main or last            # and what the text is about, till a subject says otherwise
-                elif last is None and (things := [p.text for p in propers if p.text in articled or name_head(p.text) in lowercase_words | name_heads
-                                                  or re.match(r", (?:a|an) [a-z]", sentence[p.end :])]):
-                    # "Anyone going to Kousstilt Festival? It's in Teirev": the festival (a name written after "the",
-                    # built on a word of the texts, or described by an apposition: "miss Brufeik Dome, a giant"); the last one after no "of",
-                    # where there is one (a name after "of" is another noun's: "call Lefaund Dome the old giant of the
-                    # Peigasir Highlands. It ...": the dome), else the last ("the sale of the Pouskaipum. The ship")
-                    free = [p.text for p in propers if p.text in things and not re.search(r"\bof (?:the )?$", sentence[: p.start])]
-                    last = (free or things)[-1]
-                    if free or not sentence[sentence.rindex(last) + len(last) :].startswith(","):
-                        main = main or last        # about it, as above; not about a name in a fronted phrase ("Part of the X, the peak")
+                if last is None and (named := named_thing(sentence, propers, articled, lowercase_words | name_heads)):
+                    last, about = named             # "Meet the X seed drill. It ...", "Anyone going to X? It's in Y"
+                    main = main or (last if about else None)
                 found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
             if main is None:
@@ -567,32 +545,5 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             seen.add((f.subject, f.relation, f.answer))
             kept.append(f)
         items.extend(kept[:max_per_doc] if max_per_doc else kept)
-    # distractor pools: same relation first (the answers a confusable question has), then same kind
-    # (a relation's last 3, 2, 1 words: "tiles based in", "based in", "in": the answers that follow
-    # the same words are of one sort, places after "in", agents after "by")
-    by_relation: dict[tuple[str, str], list[str]] = defaultdict(list)
-    by_kind: dict[str, list[str]] = defaultdict(list)
-    for f in list(items) + [_Found(-1, e.subject, e.relation, e.answer, e.kind, -1) for e in earlier]:
-        pools = [by_relation[(f.kind, relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]
-        for pool in pools:
-            if f.answer not in pool:
-                pool.append(f.answer)
-    out = []
-    for f in items:
-        fid = fact_id(f.subject, f.relation, f.answer)
-        rng = random.Random(f"{seed}:{fid}")
-        tiers, taken = [], {f.answer}
-        for pool in [by_relation[(f.kind, relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]:
-            tier = [a for a in pool if a not in taken]
-            taken.update(tier)
-            rng.shuffle(tier)
-            tiers.extend(tier)
-        distractors = tuple(tiers[:n_distractors])
-        if not distractors:
-            continue  # a fact with nothing to confuse it with is not multiple choice
-        _, heldout = split_forms(fid, forms, heldout_share)
-        question = forms[heldout[0]].render(f.subject, f.relation, f.kind)
-        cue = join_cue(f.subject, f.relation)
-        out.append(FactItem(fid, str(doc_ids[f.doc]), f.subject, f.relation, f.answer, f.kind, cue, question, distractors))
-    return out
+    return with_distractors(items, earlier, doc_ids, n_distractors=n_distractors, forms=forms, heldout_share=heldout_share, seed=seed)
 

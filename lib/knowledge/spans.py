@@ -361,6 +361,10 @@ def _glued_opener(run: list[tuple[int, int, str]]) -> bool:
     return second[:1].isupper() and second.isalpha() and not common_word(second)
 
 
+# what may stand before a name that opens its sentence as the subject: "The X", "That first X drew", "This year's X"
+SUBJECT_OPENING = re.compile(r"(?:(?:the|this|that)(?: (?:first|second|third|last|latest|original|inaugural|next|annual))?|this year['’]s)?")
+
+
 def glued_word(sentence: str, name: _Span) -> bool:
     """Whether all that comes before `name` in `sentence` is one word `_glued_opener` dropped from
     it ("Founder Zytrolav Grorax, who ..."): the name is the sentence's subject as if it opened it."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.spans import _FUNCTION, MONTHS, WEEKDAYS
 
 # a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand")
@@ -78,3 +78,27 @@ def heading(sentence: str) -> bool:
     first, second = label.group("first").lower(), label.group("second")
     return first in _LABEL_PREPOSITIONS or first not in _FUNCTION and second not in AUXILIARIES and second not in ADVERBS \
         and base_verb(second) is None
+
+
+# a role before a person's name that opens a sentence: "Founder Zytrolav Grorax, who", "Captain Ada Lind said"
+_TITLED = re.compile(r"^(?P<role>[A-Z][a-z]+) (?P<name>[A-Z][a-z'’-]+(?: [A-Z][a-z'’-]+){1,2})(?=[ ,])")
+# titles a person has of their own, not of the thing a text is about ("Professor Ivo Brask taught her")
+_TITLES = {"doctor", "professor", "sir", "dame", "lord", "lady", "saint", "senator", "president", "judge", "bishop", "king", "queen",
+           "prince", "princess", "duke", "pope", "father", "brother", "sister", "mother", "uncle", "aunt", "chief"}
+# "It's in Teirev", "It's been": a pronoun's contracted verb
+_PRONOUN_IS = re.compile(r"^(?P<who>It|He|She)['’]s (?P<been>been )?")
+
+
+def role_before_name(sentence: str) -> tuple[str, str] | None:
+    """(role, name) where a person's role opens the sentence before their name ("Founder Zytrolav
+    Grorax, who ...", "Captain Ada Lind said ..."): the role they hold of the thing the text is
+    about; None for a title of their own ("Professor Ivo Brask") or no role."""
+    m = _TITLED.match(sentence)
+    role = m.group("role").lower() if m else ""
+    return (role, m.group("name")) if m and person_role(role) and role not in _TITLES else None
+
+
+def uncontracted(sentence: str) -> str:
+    """ "It's in Teirev" → "It is in Teirev", "It's been" → "It has been": the pronoun the sentence
+    opens with, its verb in full."""
+    return _PRONOUN_IS.sub(lambda m: m.group("who") + (" has " if m.group("been") else " is ") + (m.group("been") or ""), sentence)

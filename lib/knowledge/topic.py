@@ -14,7 +14,7 @@ import re
 from typing import Callable, Sequence
 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
-from lib.knowledge.relations import ORDINALS, person_like
+from lib.knowledge.relations import ORDINALS, name_head, person_like
 from lib.knowledge.spans import _PARTICIPLES, STATIVE_PARTICIPLES, _Span
 
 # a sentence that goes on about a thing: "It was ...", "Its kit ...", "The basketball side ...", "This tree frog ..."
@@ -163,3 +163,24 @@ def typed_name(sentence: str, name: _Span) -> str | None:
     if not nxt or nxt.group("w") and not (nxt.group("w") in AUXILIARIES or nxt.group("w") in ADVERBS or base_verb(nxt.group("w")) is not None):
         return None
     return nouns[-1]
+
+
+def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], words: set[str]) -> tuple[str, bool] | None:
+    """(name, whether the text is about it) of the thing a sentence without a subject names, for a
+    document no sentence has given a subject yet: what "it" and "the <noun>" then mean. A name of
+    one word with its noun ("Meet the Miagror seed drill.", "Ever tried Drell cake?"); else a name
+    written after "the", built on one of `words` (those the texts write in lower case, or that end
+    several names), or described by an apposition ("miss Brufeik Dome, a giant"): the last one after
+    no "of" (a name after "of" is another noun's: "call Lefaund Dome the old giant of the Peigasir
+    Highlands. It ...": the dome), else the last ("the sale of the Pouskaipum. The ship"), what the
+    text is about unless it stands in a fronted phrase ("Part of the X, the peak ..."). None where
+    the sentence names no such thing."""
+    headed = [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p, articled=False)) != p.text]
+    if headed:
+        return headed[-1], True
+    things = [p.text for p in propers if p.text in articled or name_head(p.text) in words or re.match(r", (?:a|an) [a-z]", sentence[p.end :])]
+    if not things:
+        return None
+    free = [p.text for p in propers if p.text in things and not re.search(r"\bof (?:the )?$", sentence[: p.start])]
+    name = (free or things)[-1]
+    return name, bool(free) or not sentence[sentence.rindex(name) + len(name) :].startswith(",")
