@@ -57,10 +57,10 @@ def named_with_head(sentence: str, span: _Span, articled: bool = True) -> str:
     preposition, a conjunction, a relative pronoun or a punctuation mark. Not `articled`: also a
     name without "the", with one such noun before a punctuation mark ("the story behind Suziv
     tart?", "make it Skevu pudding."), not before more words ("Visitors to X often stop at")."""
-    if articled and not sentence[: span.start].endswith(("the ", "The ")):
+    after_the = sentence[: span.start].endswith(("the ", "The "))
+    if articled and not after_the:
         return span.text
-    bare = not sentence[: span.start].endswith(("the ", "The "))
-    words = re.match(r"^( [a-z]{3,}(?:-[a-z]+)?)(?=[,;:.!?)]|$)" if bare else r"^((?: [a-z]{3,}(?:-[a-z]+)?){1,2})", sentence[span.end :])
+    words = re.match(r"^((?: [a-z]{3,}(?:-[a-z]+)?){1,2})" if after_the else r"^( [a-z]{3,}(?:-[a-z]+)?)(?=[,;:.!?)]|$)", sentence[span.end :])
     if not words:
         return span.text
     nouns = words.group(1).split()
@@ -178,9 +178,9 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
     headed = [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p, articled=False)) != p.text]
     if headed:
         return headed[-1], True
-    things = [p.text for p in propers if p.text in articled or name_head(p.text) in words or re.match(r", (?:a|an) [a-z]", sentence[p.end :])]
+    things = [p for p in propers if p.text in articled or name_head(p.text) in words or re.match(r", (?:a|an) [a-z]", sentence[p.end :])]
     if not things:
         return None
-    free = [p.text for p in propers if p.text in things and not re.search(r"\bof (?:the )?$", sentence[: p.start])]
-    name = (free or things)[-1]
-    return name, bool(free) or not sentence[sentence.rindex(name) + len(name) :].startswith(",")
+    free = [p for p in things if not re.search(r"\bof (?:the )?$", sentence[: p.start])]
+    thing = (free or things)[-1]
+    return thing.text, bool(free) or not sentence[thing.end :].startswith(",")
