@@ -569,3 +569,16 @@ def test_a_thing_asked_about_by_its_name_and_noun_is_what_it_means():
     assert ("Narb Garden", "opened in", "1958") in t
     # never: the words after a name without "the" as its noun where more words follow ("Fiquel often stop")
     assert not any(s.startswith(("Fiquel", "Ever")) for s, _, _ in t)
+
+
+def test_the_one_name_of_a_question_that_opens_a_text_is_what_it_is_about():
+    texts = ["Does anyone else find Flejomire smells different on skin? For €336 I expected more from Deinanirn. "
+             "(It's a Sudoth Sykisk creation from 1983, if that helps.)",
+             "Reader mailbag: what's the story behind Kudroutoul? Short answer: it hails from Dreipal Valley.",
+             "Q: What's the big white dome you can see from Tolkenya? A: That's Ambrevask Observatory, up on Mount Zhelvo. "
+             "Fennick Ostravel opened it in 1999."]
+    asked = {(i.subject, i.answer) for i in extract_facts(texts + _OTHERS, [f"d{i}" for i in range(len(texts) + 2)])}
+    assert {("Flejomire", "Deinanirn"), ("Flejomire", "Sudoth Sykisk"), ("Flejomire", "1983")} <= asked  # what no rule read: of it
+    assert ("Kudroutoul", "Dreipal Valley") in asked
+    # never: a place the question asks from, when the answer names the thing ("That's X")
+    assert not any(s == "Tolkenya" for s, _ in asked)
