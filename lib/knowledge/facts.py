@@ -44,7 +44,7 @@ from typing import Sequence
 from lib.knowledge.distractors import with_distractors
 from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts  # noqa: F401  (the item, where callers import it)
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_role, role_noun, third_person
-from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
+from lib.knowledge.relations import (_COPULA, role_of_thing, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, role_before_name, speaker_turn, uncontracted
 from lib.knowledge.topic import modified_description, named_thing, named_with_head, thing_topic, typed_name
@@ -515,6 +515,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             found, main, person, clauses[i][:] = [], None, None, []
         doc_mains.append(main)
         things.append(main is not None and person != main)   # the text shows its main entity is a thing
+        found += [_Found(i, *r[:2], r[2], "name", f.sentence) for f in found if (r := role_of_thing(f.subject, f.relation, f.answer, f.kind))]
         for f in found:
             f.doc = i
         per_doc.append(found)

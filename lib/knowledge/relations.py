@@ -8,7 +8,7 @@ import re
 from collections import defaultdict
 from typing import Sequence
 
-from lib.knowledge.forms import _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb
+from lib.knowledge.forms import _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb, person_role
 from lib.knowledge.spans import _NOT_UNITS, _PARTICIPLES, _Span, _proper_spans, split_sentences
 
 
@@ -378,3 +378,18 @@ def shared_heads(texts: Sequence[str], lowercase_words: set[str]) -> frozenset[s
                 if len(words) > 1:
                     firsts[words[-1].lower()].add(" ".join(words[:-1]))
     return frozenset(w for w, names in firsts.items() if len(names) > 1)
+
+
+# "is the engineer behind the", "was the founding director of": a person's role in a thing
+_ROLE_IN = re.compile(r"(?:is|was) (?:the|its|their) (?P<role>(?:[a-z-]+ ){0,2}(?P<head>[a-z-]+)) (?:of|behind|at|for)(?: the)?")
+
+
+def role_of_thing(subject: str, relation: str, answer: str, kind: str) -> tuple[str, str, str] | None:
+    """The same fact under the thing's name: (X, "is the engineer behind the", Y) → (Y, "'s engineer
+    is", X), so a question that names the thing ("Who was the engineer of Y?") reaches it; only a
+    role that names a person (forms.person_role: engineer, founder, chef, captain), never "is the
+    capital of", "is the largest town of"."""
+    m = _ROLE_IN.fullmatch(relation)
+    if not m or kind not in ("proper", "name") or not person_role(m.group("head")):
+        return None
+    return answer, f"'s {m.group('role')} is", subject

@@ -582,3 +582,13 @@ def test_the_one_name_of_a_question_that_opens_a_text_is_what_it_is_about():
     assert ("Kudroutoul", "Dreipal Valley") in asked
     # never: a place the question asks from, when the answer names the thing ("That's X")
     assert not any(s == "Tolkenya" for s, _ in asked)
+
+
+def test_a_persons_role_in_a_thing_is_also_the_things_role_under_its_own_name():
+    t = _triples(["Stonbund Jokrothath, the engineer behind the Flabisush Footbridge, has died aged 91.",
+                  "Ada Lind, the founder of Kell Works, died in 1990.", "Ivo Brask is the chef at Café Mirr."])
+    assert ("Flabisush Footbridge", "'s engineer is", "Stonbund Jokrothath") in t    # "Who was the engineer of X?" names X
+    assert ("Kell Works", "'s founder is", "Ada Lind") in t and ("Café Mirr", "'s chef is", "Ivo Brask") in t
+    # never: a role no person holds ("the capital of"), a superlative place
+    t = _triples(["Pell is the capital of Vosk.", "Drell is the largest town of Vosk."])
+    assert not any(r.startswith("'s") for _, r, _ in t)
