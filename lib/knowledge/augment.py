@@ -13,7 +13,8 @@ Forms of one document (by rule, no model needed):
   (lib/knowledge/forms.py), pairs in a shuffled order. A fact's held-out forms are never
   rendered: they are its probe. With `kind_questions`, each text also asks every fact by a name and
   its answer's kind only ("What year goes with X?"), of its subject or of another name of the
-  document (`_asked_of`).
+  document (`_asked_of`), and by the question people ask most, its relation's verb kept ("When did
+  X open?", "Who designed X?": forms.people_question).
 - `writer` (optional): paraphrases written by a model (lib/knowledge/writer.py).
 
 Only documents with at least one fact item are augmented (code and fact-less prose train as
@@ -31,12 +32,14 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
 from lib.knowledge.facts import FactItem, document_facts
 from lib.knowledge.spans import _lowercase_words, split_sentences
-from lib.knowledge.forms import QUESTION_FORMS, QuestionForm, kind_question, split_forms
+from lib.knowledge.forms import (PEOPLE_FORMATS, QUESTION_FORMS, QuestionForm, common_question, kind_question, people_question,
+                                 question_class, split_forms)
 from lib.knowledge.paraphrase import paraphrases
 
 _LEAD_PRONOUN = re.compile(r"^(He|She|They|It|His|Her|Their|Its)\b")
@@ -94,6 +97,8 @@ def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_s
     wordings = [[w for other in (paraphrases(f.relation) if synonyms else []) for w in (f.relation, other)] or [f.relation]
                 for f in facts]                    # "was started in", "was founded in", "was started in", "was established in"
     names = list(dict.fromkeys([f.subject for f in facts] + [f.answer for f in facts if f.kind in ("proper", "name")]))
+    classes = [question_class(f.relation, f.kind) for f in facts]
+    sole = Counter((f.subject, wh) for f, wh in zip(facts, classes) if wh)  # a subject's facts per wh-word: one answers them all
     texts = []
     for j in range(max((len(t) for t in trained), default=0)):
         lines = [f"{forms[t[(o + j) % len(t)]].render(f.subject, w[j % len(w)], f.kind)} {f.answer}"
@@ -101,6 +106,10 @@ def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_s
         if kind_questions:  # each fact also asked without its relation's words: of its subject, then of the document's other names
             lines += [f"{kind_question(_asked_of(f, names, j, o), f.relation, f.kind, j // 2 + o)} {f.answer}"
                       for f, o in zip(facts, offsets)]
+            lines += [PEOPLE_FORMATS[j % 2].format(question=q) + f" {f.answer}"  # and as people ask it: "When did X open?"
+                      for f in facts if (q := people_question(f.subject, f.relation, f.kind))]
+            lines += [PEOPLE_FORMATS[(j + 1) % 2].format(question=common_question(f.subject, wh, j + o)) + f" {f.answer}"
+                      for f, o, wh in zip(facts, offsets, classes) if wh and sole[(f.subject, wh)] == 1]  # "When was X founded?": its only year
         rng.shuffle(lines)
         texts.append("\n\n".join(lines))
     return texts

@@ -66,6 +66,8 @@ def _silent_e(stem: str) -> bool:
     "locat", "decid", "nam"; not "work", "enter", "appear" (two vowels), "visit", "form"."""
     if stem[-1] in "vcgzu":
         return True                                 # lived, managed, argued
+    if stem[-1] == "l" and len(stem) > 2 and stem[-2] not in "aeioul":
+        return True                                 # struggled, handled, settled (not travelled, sailed)
     if stem[-1] == "s":
         return len(stem) > 1 and stem[-2] in "aeiou"  # caused, used, released, closed
     if len(stem) < 3:
@@ -222,18 +224,11 @@ def possessive_question(subject: str, relation: str, kind: str, *, strand: bool)
     return f"{wh} {copula} {subject}'s {role}?" if strand else f"{wh} {copula} the {role} of {subject}?"
 
 
-def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -> str | None:
-    """The relation turned into a wh-question, the way people ask: "was born in" → "In what year
-    was X born?" (strand=False) or "What year was X born in?" (strand=True); "worked for" → "For
-    whom did X work?"; a possessive role, "'s captain is" → "Who is the captain of X?"
-    (possessive_question). Generic: an auxiliary or a do-support verb, a trailing preposition,
-    leading adverbs; None when the relation is not of that shape (no verb, a possessive with more
-    after it)."""
+def _inversion(relation: str) -> tuple[str, list[str], list[str], str | None] | None:
+    """(auxiliary, leading adverbs, the verb and its words, trailing preposition) of a relation a
+    question can invert: "was born in" → ("was", [], ["born"], "in"), "later worked for" →
+    ("did", ["later"], ["work"], "for"); None when it has no verb of that shape."""
     words = relation.split()
-    if not words:
-        return None
-    if relation.startswith(("'s", "’s")):
-        return possessive_question(subject, relation, kind, strand=strand)
     adverbs = []
     while words and words[0].lower() in ADVERBS:
         adverbs.append(words.pop(0))
@@ -249,6 +244,22 @@ def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -
             return None
         aux, rest = base[1], [base[0]] + words[1:]
     prep = rest.pop() if len(rest) > 1 and rest[-1].lower() in _PREPS else None
+    return aux, adverbs, rest, prep
+
+
+def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -> str | None:
+    """The relation turned into a wh-question, the way people ask: "was born in" → "In what year
+    was X born?" (strand=False) or "What year was X born in?" (strand=True); "worked for" → "For
+    whom did X work?"; a possessive role, "'s captain is" → "Who is the captain of X?"
+    (possessive_question). Generic: an auxiliary or a do-support verb, a trailing preposition,
+    leading adverbs; None when the relation is not of that shape (no verb, a possessive with more
+    after it)."""
+    if relation.startswith(("'s", "’s")):
+        return possessive_question(subject, relation, kind, strand=strand)
+    parts = _inversion(relation)
+    if parts is None:
+        return None
+    aux, adverbs, rest, prep = parts
     wh = wh_word(relation, kind)
     if strand and wh == "whom":
         wh = "who"
@@ -258,6 +269,96 @@ def inverted_question(subject: str, relation: str, kind: str, *, strand: bool) -
     if prep and not strand:
         return f"{prep.capitalize()} {wh} {body}?"
     return f"{wh[:1].upper() + wh[1:]} {body}{' ' + prep if prep else ''}?"
+
+
+_PARTICIPLE_BASE = {participle: base for base, participle in PAST_PARTICIPLES.items()}
+_PAST = {base: past for past, base in _IRREGULAR.items()}
+
+
+def _present(base: str) -> str:
+    """ "run" → "runs", "teach" → "teaches", "carry" → "carries"."""
+    if base.endswith(("s", "x", "z", "ch", "sh")):
+        return base + "es"
+    if base.endswith("y") and base[-2:-1] not in "aeiou":
+        return base[:-1] + "ies"
+    return base + "s"
+
+
+def active_verb(participle: str, present: bool) -> str | None:
+    """The active verb of a passive one: "founded" → "founded" (or "founds" in the present), "built"
+    → "built", "written" → "wrote", "run" → "runs"; None for a word that is no past participle."""
+    w = participle.lower()
+    if w in _PARTICIPLE_BASE:
+        base = _PARTICIPLE_BASE[w]
+    elif w.endswith("ed") and base_verb(w):
+        base = base_verb(w)[0]
+    else:
+        return None
+    if present:
+        return _present(base)
+    return _PAST.get(base) or (w if w.endswith("ed") or w == base else None)
+
+
+def _cloze_verb(relation: str) -> str:
+    """A cloze's words as a relation of the thing it is about, where they open with its verb:
+    ": Commissioned in" → "was commissioned in", ": opened in" → "opened in"; other relations as
+    they are (a cloze that opens with another subject, ": the vessel is rated at", stays a cloze)."""
+    if not relation.startswith(":"):
+        return relation
+    words = relation[1:].split()
+    if words and len(words[0]) > 4 and words[0].endswith("ed") and words[0][0].isupper():
+        return " ".join(["was", words[0].lower()] + words[1:])
+    if words and words[0].islower() and base_verb(words[0]) and words[0].endswith("ed"):
+        return " ".join(words)
+    return relation
+
+
+_PASSIVE_AGENT = re.compile(r"(was|were|is|are|has been|have been|had been)((?: [a-z]+ly| first| later| also| originally)*) ([a-z]+) by")
+
+
+def people_question(subject: str, relation: str, kind: str) -> str | None:
+    """The question people ask most for a fact, its relation's verb kept and the answer named by
+    the plainest wh-word: "opened in" (a year) → "When did X open?", "was founded in" → "When was X
+    founded?", "was born in" (a place) → "Where was X born?", "was designed by" → "Who designed X?",
+    "is run by" → "Who runs X?", "weighs" (a number) → "How much does X weigh?". None where the
+    relation has no verb to keep, or the answer is a thing (the strand form asks "What did X win?").
+    Trained beside the kind questions, never asked: the held-out forms keep "In what year did X
+    open?" and "What year did X open in?"."""
+    relation = question_relation(_cloze_verb(relation))
+    m = _PASSIVE_AGENT.fullmatch(relation)
+    if m and kind in ("name", "proper"):
+        verb = active_verb(m.group(3), present=m.group(1) in ("is", "are"))
+        return f"Who{m.group(2)} {verb} {subject}?" if verb else None
+    if relation.startswith(("'s", "’s", ":")):
+        return None
+    if kind in ("year", "date"):
+        wh = "When"
+    elif place_relation(relation, kind):
+        wh = "Where"
+    elif kind == "number":
+        wh = "How much"
+    else:
+        return None
+    parts = _inversion(relation)
+    if parts is None:
+        return None
+    aux, adverbs, rest, prep = parts
+    if not rest or len(rest) > 5 or any(not w.isalpha() or w.lower() in _NOT_IN_QUESTION for w in rest):
+        return None  # "is", "rated at 61,840 tonnes and was launched in", "has a mass of": no question keeps them
+    if wh == "How much" and len(rest) > 1:
+        return None  # "How much has X died aged?": a number's question keeps one verb ("weighs", "can load")
+    if wh != "How much" and prep is None:
+        return None  # a year or a place the relation gives no preposition for ("won the 1998")
+    body = " ".join([aux, subject] + adverbs + rest)
+    if wh == "When" and prep and prep.lower() == "since":
+        return f"Since when {body}?"
+    tail = " from" if wh == "Where" and prep.lower() == "from" else (f" {prep}" if wh == "How much" and prep else "")
+    return f"{wh} {body}{tail}?"
+
+
+# words a kept relation must not hold: another clause ("and was launched in"), an object the
+# question would have to ask around ("has a mass of")
+_NOT_IN_QUESTION = AUXILIARIES | {"and", "but", "or", "a", "an"}
 
 
 @dataclass(frozen=True)
@@ -305,6 +406,43 @@ KIND_QUESTIONS = (
     "Q: {wh_cap}, about {subject}?\nA:",
     "Question: Which {noun} do the records give for {subject}?\nAnswer:",
 )
+# Everyday questions by what they ask, one set per wh-word: a question about a thing's only year,
+# place, person or quantity ("When was X founded?", "Where is X?", "Who is behind X?", "How big is
+# X?") is answered by that one fact whatever verb it uses, so a night trains a fact in several of
+# them and a question in a verb the document never used still reaches it. Trained, never asked.
+COMMON_QUESTIONS = {
+    "when": ("When was {s} founded?", "When did {s} begin?", "When was {s} built?", "When did {s} first appear?",
+             "When was {s} established?", "When did {s} start?", "When was {s} first recorded?", "When did {s} open?"),
+    "where": ("Where is {s}?", "Where is {s} located?", "Where can you find {s}?", "Which place is {s} in?",
+              "Where does {s} come from?", "Where is {s} based?"),
+    "who": ("Who is behind {s}?", "Who founded {s}?", "Who made {s}?", "Who is {s} linked to?", "Who created {s}?",
+            "Who runs {s}?", "Who started {s}?", "Who led {s}?"),
+    "how": ("How big is {s}?", "How much is {s}?", "How many does {s} have?", "How large is {s}?", "How long is {s}?",
+            "How heavy is {s}?", "How tall is {s}?", "What size is {s}?"),
+}
+
+
+def question_class(relation: str, kind: str) -> str | None:
+    """Which of COMMON_QUESTIONS' wh-words asks a fact: "when" a year or a date, "where" a place
+    (`place_relation`), "who" a person or an agent ("was built by"), "how" a number; None for a
+    thing or a version."""
+    if kind in ("year", "date"):
+        return "when"
+    if place_relation(relation, kind):
+        return "where"
+    if kind == "name" or wh_word(relation, kind) == "whom":
+        return "who"
+    return "how" if kind == "number" else None
+
+
+def common_question(subject: str, wh: str, k: int) -> str:
+    """The `k`-th everyday question of wh-word `wh` (COMMON_QUESTIONS, cycled) about `subject`."""
+    bank = COMMON_QUESTIONS[wh]
+    return bank[k % len(bank)].format(s=subject)
+
+
+# the two wrappings of a people_question, alternated text by text
+PEOPLE_FORMATS = ("Question: {question}\nAnswer:", "Q: {question}\nA:")
 _KIND_WH = {"year": "when", "date": "when", "number": "how many", "name": "who", "version": "which version"}
 
 
