@@ -97,6 +97,7 @@ def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_s
     wordings = [[w for other in (paraphrases(f.relation) if synonyms else []) for w in (f.relation, other)] or [f.relation]
                 for f in facts]                    # "was started in", "was founded in", "was started in", "was established in"
     names = list(dict.fromkeys([f.subject for f in facts] + [f.answer for f in facts if f.kind in ("proper", "name")]))
+    asked = [people_question(f.subject, f.relation, f.kind) for f in facts]  # as people ask it: "When did X open?"
     classes = [question_class(f.relation, f.kind) for f in facts]
     sole = Counter((f.subject, wh) for f, wh in zip(facts, classes) if wh)  # a subject's facts per wh-word: one answers them all
     texts = []
@@ -106,8 +107,7 @@ def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_s
         if kind_questions:  # each fact also asked without its relation's words: of its subject, then of the document's other names
             lines += [f"{kind_question(_asked_of(f, names, j, o), f.relation, f.kind, j // 2 + o)} {f.answer}"
                       for f, o in zip(facts, offsets)]
-            lines += [PEOPLE_FORMATS[j % 2].format(question=q) + f" {f.answer}"  # and as people ask it: "When did X open?"
-                      for f in facts if (q := people_question(f.subject, f.relation, f.kind))]
+            lines += [PEOPLE_FORMATS[j % 2].format(question=q) + f" {f.answer}" for f, q in zip(facts, asked) if q]
             lines += [PEOPLE_FORMATS[(j + 1) % 2].format(question=common_question(f.subject, wh, j + o)) + f" {f.answer}"
                       for f, o, wh in zip(facts, offsets, classes) if wh and sole[(f.subject, wh)] == 1]  # "When was X founded?": its only year
         rng.shuffle(lines)

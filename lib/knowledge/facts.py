@@ -515,7 +515,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             found, main, person, clauses[i][:] = [], None, None, []
         doc_mains.append(main)
         things.append(main is not None and person != main)   # the text shows its main entity is a thing
-        found += [_Found(i, *r[:2], r[2], "name", f.sentence) for f in found if (r := role_of_thing(f.subject, f.relation, f.answer, f.kind))]
+        found += [_Found(i, *r, "name", f.sentence) for f in found if (r := role_of_thing(f.subject, f.relation, f.answer, f.kind))]
         for f in found:
             f.doc = i
         per_doc.append(found)

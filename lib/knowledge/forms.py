@@ -443,14 +443,14 @@ def common_question(subject: str, wh: str, k: int) -> str:
 
 # the two wrappings of a people_question, alternated text by text
 PEOPLE_FORMATS = ("Question: {question}\nAnswer:", "Q: {question}\nA:")
-_KIND_WH = {"year": "when", "date": "when", "number": "how many", "name": "who", "version": "which version"}
+_KIND_WH = {"version": "which version"}  # the kinds question_class has no wh-word for
 
 
 def kind_question(subject: str, relation: str, kind: str, k: int) -> str:
     """The `k`-th relation-free question of a fact (KIND_QUESTIONS, cycled): "What year goes with
     X?", "Q: When, about X?", a place "Where, about X?"."""
     noun = answer_noun(relation, kind)
-    wh = "where" if noun == "place" else ("who" if wh_word(relation, kind) == "whom" else _KIND_WH.get(kind, "what"))
+    wh = {"how": "how many"}.get(c, c) if (c := question_class(relation, kind)) else _KIND_WH.get(kind, "what")
     return KIND_QUESTIONS[k % len(KIND_QUESTIONS)].format(noun=noun, subject=subject, wh_cap=wh[:1].upper() + wh[1:])
 
 
