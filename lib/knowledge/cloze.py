@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 
 from lib.knowledge.relations import _names_outside_dates
-from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, split_sentences
+from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, english_word, split_sentences
 
 # a capitalised pronoun or function word that opens a sentence ("It was built by ..."): the rules
 # resolve it as a subject and never ask it, a cloze must not either
@@ -74,6 +74,7 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
     if not main:
         return []
     out, taken = [], set(answered)
+    box = sum(bool(re.match(r"[A-Z][A-Za-z]*(?: [A-Za-z]+){0,2}: ", sentence)) for _, sentence, _ in sentences) >= BOX_LINES
     for n, sentence, spans in sentences:
         for sp in spans:
             if sp.text in taken or sp.text in main or main in sp.text or sp.text.lower() in _NOT_NAMES:
@@ -81,7 +82,7 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
             before = sentence[: sp.start].split()
             clause = _clause(before)
             opens = sp.start == 0 or before and not clause
-            if before and len(before) <= 3 and (label := _label_relation(before, sp.kind, lowercase_words)):
+            if before and len(before) <= 3 and (label := _label_relation(before, sp.kind, lowercase_words, box)):
                 relation = label                                  # "Ground: Bogrom Meadow" → "'s ground is"
             elif len(clause) >= MIN_WORDS:
                 relation = CLOZE_MARK + " ".join(clause[-MAX_WORDS:])
@@ -113,16 +114,19 @@ def _clause(before: list[str]) -> list[str]:
     return clause
 
 
+BOX_LINES = 3  # labelled lines ("Inventor: X.") that make a document a fact box
+
 # a fact box's field named by a question word, as a relation
 _WH_LABELS = {"where": "is in", "since": "has existed since", "when": "dates from"}
 
 
-def _label_relation(before: list[str], kind: str, lowercase_words: set[str]) -> str | None:
+def _label_relation(before: list[str], kind: str, lowercase_words: set[str], box: bool = False) -> str | None:
     """The relation of a label that opens a sentence before its value, as in a fact box: "Ground:
     Bogrom Meadow" → "'s ground is", "Head coach: Sukrend Teski" → "'s head coach is", "Founded:
     1886" → "was founded in"; None where the words are no label: a speaker ("Ada: ..."), a word the
     night never writes in lower case (nor English does: "House: X", "Nose: Y" are labels), more than
-    the label before the value."""
+    the label before the value. In a fact box (`box`: a document of `BOX_LINES` labelled lines or
+    more) any English word is a label ("Assignee: X", "Applicant: Y"), not only an everyday one."""
     if not before[-1].endswith(":") or not before[0][:1].isupper():
         return None
     words = [w.strip(":").lower() for w in before]
@@ -132,7 +136,8 @@ def _label_relation(before: list[str], kind: str, lowercase_words: set[str]) -> 
         return f"was {words[0]} {words[1]}"                 # "FOUNDED BY: X" → "was founded by"
     if not all(w.isalpha() and w not in _NOT_NAMES for w in words) or not (words[0] in lowercase_words or len(words) > 1 and before[1].islower()
                                                                     or len(words) == 1 and words[0].endswith("ed")
-                                                                    or all(common_word(w) for w in words)):
+                                                                    or all(common_word(w) for w in words)
+                                                                    or box and len(words) == 1 and english_word(words[0])):
         return None
     label = " ".join(words)
     if words[-1].endswith("ed") and len(words) == 1:

@@ -320,6 +320,19 @@ def common_word(word: str) -> bool:
     return zipf_frequency(word.lower(), "en") >= COMMON_ZIPF
 
 
+# how common a word must be to be an English word at all ("assignee" 2.2, "varietal" 2.5); a made-up
+# name is 0
+ENGLISH_ZIPF = 2.0
+
+
+@lru_cache(maxsize=65536)
+def english_word(word: str) -> bool:
+    """Whether `word` is an English word at all, however rare (`ENGLISH_ZIPF`): "assignee"; not "miagror"."""
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word.lower(), "en") >= ENGLISH_ZIPF
+
+
 def _english_opener(sentence: str, word: tuple[int, int, str]) -> bool:
     """ "Key facts about ...", "Meet the ...", "Huge thanks to ...", "Fun fact: ...": a lone
     capitalised everyday word at the sentence start is that word, not a name, unless a verb

@@ -117,6 +117,26 @@ def test_a_cloze_keeps_its_own_clause_a_name_opening_a_clause_is_asked_by_what_i
     assert ("Kell Mills", "ships in", "2024") in got and not any(r.startswith("'s") for _, r, _ in got)
 
 
+def test_in_a_fact_box_any_english_word_is_a_label_outside_one_only_an_everyday_word():
+    box = ["Patent application: the Siabis pressure gauge. Applicant: Mukund Labs. Inventor: Chari Lavax. Filed: 2003. "
+           "Laboratory: Trechin.",
+           "Patent application: the Neimecheim door lock. Applicant: Teigirex Dynamics. Inventor: Tehos Bregrus. Filed: 2020. "
+           "Laboratory: Traifezold."]
+    got = {(i.subject, i.relation, i.answer) for i in extract_facts(box, ["a", "b"])}
+    # "applicant" (Zipf 3.6) is no everyday word, but four labelled lines make the document a fact box
+    assert ("Siabis pressure gauge", "'s applicant is", "Mukund Labs") in got
+    assert ("Siabis pressure gauge", "'s laboratory is", "Trechin") in got
+    # one labelled line is no box: a rare word before a colon stays unread as a label
+    lone = ["The Siabis pressure gauge was filed in 2003. Applicant: Mukund Labs.",
+            "The Neimecheim door lock was filed in 2020. Applicant: Teigirex Dynamics."]
+    got = {(i.subject, i.relation, i.answer) for i in extract_facts(lone, ["a", "b"])}
+    assert not any(r == "'s applicant is" for _, r, _ in got)
+    # a made-up word is never a label, box or not: a speaker ("Zeilev: ...") is no field
+    talk = ["Zeilev: Kell Mills ships in 2024. Ground: Mirr Park. Founded: 1901. Colours: red.",
+            "Zeilev: Vask Mills ships in 2025. Ground: Ost Park. Founded: 1902. Colours: blue."]
+    assert not any(i.relation == "'s zeilev is" for i in extract_facts(talk, ["t", "u"]))
+
+
 def test_an_everyday_word_opening_a_sentence_is_no_name_unless_it_is_the_subject_or_a_title():
     from lib.knowledge.spans import _proper_spans, common_word
 
