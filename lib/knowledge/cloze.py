@@ -58,12 +58,21 @@ def _sentence_spans(text: str, lowercase_words: set[str]) -> list[tuple[int, str
 
 def topic(text: str, lowercase_words: set[str], sentences: list | None = None) -> str | None:
     """The name a document is about when no sentence of it opens with one ("Visitors to Y often stop
-    at the X Garden, which ..."): the name it mentions most, of those the most words ("X Botanical
+    at the X Garden, which ..."): the name it mentions most (by name or as "the <head>"), of those the most words ("X Botanical
     Garden" before "Y"), the first of equals; None without a name. `sentences`: `_sentence_spans`
     of the text, when the caller has them."""
     sentences = _sentence_spans(text, lowercase_words) if sentences is None else sentences
     names = [sp.text for _, _, spans in sentences for sp in spans if sp.kind == "proper"]
-    return max(names, key=lambda m: (names.count(m), len(m.split()), -names.index(m)), default=None)
+    return max(names, key=lambda m: (names.count(m) + _head_mentions(text, m), len(m.split()), -names.index(m)), default=None)
+
+
+def _head_mentions(text: str, name: str) -> int:
+    """How often `text` says "the <head>" of a name whose last word is an everyday noun ("the
+    station's history" of Obrisanth Station), a mention of it by its head."""
+    head = name.split()[-1]
+    if " " not in name or not common_word(head):
+        return 0
+    return len(re.findall(rf"\b[Tt]he {re.escape(head.lower())}\b", text))
 
 
 def unread_spans(text: str, lowercase_words: set[str], main: str | None, answered: set[str]) -> list[tuple[str, str, str, str, int]]:

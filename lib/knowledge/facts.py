@@ -58,7 +58,6 @@ from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, c
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 log = logging.getLogger(__name__)
-_IS_A = (" is a ", " was a ", " is an ", " was an ")
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 _FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
@@ -322,6 +321,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             if topic:                              # "Hapis Beipai took charge of Krirak Albion. The basketball side ...": the club's text
                 main, last, agent = topic, topic, subject
                 articled.add(topic)
+                if not any(topic in (m, "The " + m) for m, _ in mentions):
+                    mentions.append((topic, "subject"))  # "the Sigre pressure gauge. The patent": the gauge's, not a name before it
         said = name_parenthesis(sentence, subj_end, values) if lead not in _PRONOUNS else None
         if said:                                   # "Ada Lind (born 1961) has led ...", "X (1,930 m)": the name's own
             subj_end = said[0]
@@ -372,7 +373,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 break                                  # "was sold in 1901 and Ivo Brask bought ...": a clause with a subject of its own
             unit = hyphen_measure(sentence, a)
             if unit is not None:                       # "the X, a 43-metre tower", "is a 12-kilometre canal": a length
-                named = measured_name(sentence, earlier, a) or (subject if sentence[subj_end : a.start] in _IS_A else None)
+                named = measured_name(sentence, earlier, a) or (subject if sentence[subj_end : a.start] in (" is a ", " was a ", " is an ", " was an ") else None)
                 if unit and named and named not in a.text:
                     found.append(_Found(-1, named, unit, a.text, a.kind, n))
                 continue
@@ -547,4 +548,3 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             kept.append(f)
         items.extend(kept[:max_per_doc] if max_per_doc else kept)
     return with_distractors(items, earlier, doc_ids, n_distractors=n_distractors, forms=forms, heldout_share=heldout_share, seed=seed)
-

@@ -178,8 +178,19 @@ def question_relation(relation: str) -> str:
 
 def _agent_noun(noun: str) -> bool:
     """A noun that names a person by what they do ("author", "singer", "pianist"): a description
-    with it may well be the person subject itself, so it is left to mean the last subject."""
-    return noun.endswith(("er", "or", "ist", "ian", "ess", "ant", "ent"))
+    with it may well be the person subject itself, so it is left to mean the last subject. Not an
+    abstract noun in -ment or -ness, nor an everyday thing that ends so (`_THING_NOUNS`: "patent",
+    "monitor", "scent")."""
+    return noun.endswith(("er", "or", "ist", "ian", "ess", "ant", "ent")) and not noun.endswith(("ment", "ness")) \
+        and noun not in _THING_NOUNS
+
+
+# things whose nouns end as agent nouns do: "The patent was filed in", "The monitor weighs"
+_THING_NOUNS = {"patent", "event", "plant", "restaurant", "scent", "talent", "content", "extent", "accent", "tent", "vent",
+                "current", "continent", "component", "variant", "pendant", "monitor", "motor", "sector", "factor", "mirror",
+                "reactor", "corridor", "elevator", "generator", "tractor", "vector", "error", "colour", "color", "harbor",
+                "interior", "exterior", "meteor", "process", "business", "address", "access", "fortress", "congress",
+                "progress", "success", "press", "mattress", "list", "mist", "twist", "floor", "door", "indoor", "outdoor"}
 
 
 # nouns for people that carry no agent ending: "The poet", "The couple" may well be the person subject

@@ -153,6 +153,8 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
     close()
     out = []
     for r in spans:
+        if r[0][0] == words[0][0] and r[0][2] == "Dear" and sentence[r[-1][1] :].startswith((",", "!")):
+            continue                               # "Dear Mum, greetings from X": a letter's greeting, no name of the text's
         # a sentence-initial capital (also a quoted sentence's) is only a name if the word is never
         # written in lower case
         while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (re.split(r"['’]", r[0][2].lower())[0] in _FUNCTION
@@ -245,14 +247,15 @@ def _gerund(sentence: str, word: tuple[int, int, str]) -> bool:
     """ "Commanding her was ...", "Crossing the river took ...": an -ing word before an object is a
     verb, not a name ("Reading is a town" keeps its name); so is one before a preposition whose
     phrase a comma closes before any auxiliary, with the subject after it ("Rising to 1,349 metres,
-    Mount X lies ...", not "Evening in Stefaix is a painting by A, B and C" nor "Evening in Stefaix
-    hangs in Oslo, which ...")."""
+    Mount X lies ...", "Standing on Mount X, overlooking Y, is ...": another participle's phrase after
+    it; not "Evening in Stefaix is a painting by A, B and C" nor "Evening in Stefaix hangs in Oslo,
+    which ...")."""
     if not word[2].endswith("ing"):
         return False
     rest = sentence[word[1] :]
     if re.match(r" (?:her|him|his|its|their|them|it|the|a|an) ", rest):
         return True
-    phrase = re.match(r" (?:to|in|from|at|on|into|through|along|across|above|over|near|under|between|for) (?P<words>(?:[^,]|,(?=\d))*?), (?:the |[Tt]he |it |he |she |they |[A-Z])", rest)
+    phrase = re.match(r" (?:to|in|from|at|on|into|through|along|across|above|over|near|under|between|for) (?P<words>(?:[^,]|,(?=\d))*?), (?:the |[Tt]he |it |he |she |they |[A-Z]|[a-z]+ing )", rest)
     if phrase:
         return not set(phrase.group("words").split()) & AUXILIARIES
     # "Wearing maroon and black, the team hosts ...": lower-case words, then the subject after a comma
@@ -338,9 +341,11 @@ def _english_opener(sentence: str, word: tuple[int, int, str]) -> bool:
     capitalised everyday word at the sentence start is that word, not a name, unless a verb
     follows it as its subject ("London is ...", "Reading was ...", "Development took ..." keep
     theirs: a name that is also a word, or a word the text makes the subject), nor a title that
-    goes on with a name ("Evening in Stefaix", "Bridge at Zairass")."""
+    goes on with a name ("Evening in Stefaix", "Bridge at Zairass"). A hyphened compound of everyday
+    words ("Open-day") is one too."""
     rest = sentence[word[1] :]
-    return word[2].isalpha() and common_word(word[2]) and not _SUBJECT_VERB.match(rest) and not _TITLE_GOES_ON.match(rest)
+    parts = word[2].split("-")                     # "Open-day schedule for ...": a compound of everyday words
+    return all(p.isalpha() and common_word(p) for p in parts) and not _SUBJECT_VERB.match(rest) and not _TITLE_GOES_ON.match(rest)
 
 
 # words that begin names as their first part, though everyday words: "Mount Zeigrol", "Lake Vrai", "New Drosk"

@@ -17,8 +17,9 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.relations import ORDINALS, name_head, person_like
 from lib.knowledge.spans import _PARTICIPLES, STATIVE_PARTICIPLES, _Span
 
-# a sentence that goes on about a thing: "It was ...", "Its kit ...", "The basketball side ...", "This tree frog ..."
-_THING_LEAD = re.compile(r"^(?:(?P<it>It|Its) [a-z]|(?:The|This) (?P<noun>[a-z]+)(?:['’]s)?[ ,;:])")
+# a sentence that goes on about a thing: "It was ...", "Its kit ...", "The basketball side ...", "This tree frog ...",
+# also after a fronted participle's phrase ("Invented by X in Y, the device weighs ...")
+_THING_LEAD = re.compile(r"^(?:[A-Z][a-z]+(?:ed|en|ing) [^,]*, )?(?:(?P<it>[Ii]ts?) [a-z]|(?:[Tt]he|[Tt]his) (?P<noun>[a-z]+)(?:['’]s)?[ ,;:])")
 # what may end a lower-case head noun written after a name ("the Jiha glider in 1859", "the Miagror seed drill, which")
 _AFTER_HEAD = re.compile(r"^(?:[,;:.!?)]|$| (?:in|on|at|of|for|from|with|by|to|into|near|under|and|or|but|that|which|who|whose|as|after|before|since|until)\b)")
 _PREPOSITIONS = {"in", "on", "at", "of", "for", "from", "with", "by", "to", "into", "near", "under", "above", "below", "over",
@@ -90,12 +91,18 @@ def acted_on(between: str, values: Sequence[_Span]) -> bool:
     verb = words[-2].lower()
     return not (verb in _PARTICIPLES or verb in STATIVE_PARTICIPLES or verb in _WHERE_VERBS or base_verb(verb) in _WHERE_BASES)
 
+# the subject's apposition, a noun phrase ("X, an engineer who joined Y, ..."): its names are what the subject
+# is, not what it acts on (a relative clause is: "X, who took over the Y, ...")
+_APPOSITION = re.compile(r"^, (?:an?|the) [^,]*, ")
+
+
 def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: Sequence[_Span], subject: str,
                 later: Sequence[str], thing: Callable[[str], bool]) -> str | None:
     """The thing a document is about where its first sentence's subject (`subject`, a name like a
     person's in a text with no "he" or "she") acts on it and the `later` sentences go on about a
     thing (`thing_talk`): the first name after the subject ("Hapis Beipai took charge of Krirak
-    Albion", "... to conquer Mount Zeigrol", "described the Jiha glider in 1859"), with its head noun;
+    Albion", "... to conquer Mount Zeigrol", "described the Jiha glider in 1859"), with its head noun,
+    past the subject's apposition ("X, an engineer who joined Y, conceived the Sigre pressure gauge");
     where the text only says "it", a name the text shows is a thing (`thing`: "bought the Coudail
     Brewing Company", "the Miagror seed drill"; not "Kell Brask bought Vask Mills. It employs ...",
     where Kell Brask may be the firm). Where the subject is a thing itself (a firm: "Lonun Systems is
@@ -105,8 +112,9 @@ def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: 
     if talk is None:
         return None
     person = person_like(subject, set()) and not thing(subject)
+    appos = _APPOSITION.match(sentence[subj_end:])     # "X, an engineer who joined Y straight out of school, conceived the Z"
     for p in propers:
-        if p.start < subj_end or p.text in subject or subject in p.text or sentence[p.end :].startswith(("'s", "’s")):
+        if p.start < subj_end + (appos.end() if appos else 0) or p.text in subject or subject in p.text or sentence[p.end :].startswith(("'s", "’s")):
             continue
         if not acted_on(sentence[subj_end : p.start], values):
             return None

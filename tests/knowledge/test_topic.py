@@ -101,3 +101,37 @@ def test_a_thing_named_before_any_subject_is_what_the_text_is_about_and_what_no_
     t = _items([garden])
     assert ("Samo Botanical Garden", ": coaches from", "Vellum") in t
     assert not any(s == "Ivo Maskel" and r.startswith(":") for s, r, _ in t)
+
+
+def test_a_firms_text_goes_on_about_the_thing_after_a_fronted_participles_phrase_too():
+    brace = ("FOR IMMEDIATE RELEASE. Vrask Systems is pleased to introduce the Ridias knee brace. Invented by Leseld Prekrufand "
+             "at the company's research lab in Thofith and protected by a patent filed in 1977, the device weighs just 131 grams.")
+    t = _items([brace])
+    assert ("Ridias knee brace", ": Invented by", "Leseld Prekrufand") in t and not any(s == "Vrask Systems" and a == "131" for s, _, a in t)
+
+
+def test_the_name_in_a_persons_apposition_is_what_they_are_and_a_patent_is_no_person():
+    gauge = ("Graiher Louchan, an engineer who joined Hutrov Dynamics straight out of school, conceived the Sigre pressure "
+             "gauge in the company's Braikoun workshop. The patent was filed in 1976; the production model tips the scales at 1,200 grams.")
+    t = _items([gauge])
+    assert ("Sigre pressure gauge", "was filed in", "1976") in t
+    assert not any(s in ("Graiher Louchan", "Hutrov Dynamics", "Braikoun") and a == "1976" for s, _, a in t)
+    # a relative clause is something the person did: what they took over is the text's thing
+    ship = ("Hiaku Gratux, who took over the Nubin Crest last spring, brought the vessel back to Zosiask yesterday. The ship, "
+            "which Neskurk Brothers launched in 2017, was laden with 27,700 tonnes of timber.")
+    assert ("Nubin Crest", "was launched by", "Neskurk Brothers") in _items([ship])
+
+
+def test_an_everyday_opening_a_letters_greeting_and_a_participles_phrase_are_no_subject():
+    from lib.knowledge.spans import _proper_spans
+
+    names = lambda s: [sp.text for sp in _proper_spans(s, set())]   # noqa: E731
+    assert names("Open-day schedule for Obrisanth Station: tours at noon.") == ["Obrisanth Station"]
+    assert names("Dear Mum, greetings from Marnibost!") == ["Marnibost"] and names("Dear Ada Lind, thanks.") == []
+    assert names("Standing on Mount Quellisk, overlooking the town of Lossambre, is the telescope of Wendiquar Observatory.") \
+        == ["Mount Quellisk", "Lossambre", "Wendiquar Observatory"]
+    # kept: a hyphened name, a title that goes on with its verb
+    assert names("Jean-Luc Vask is here.") == ["Jean-Luc Vask"] and names("Evening in Stefaix is a painting.") == ["Evening in Stefaix"]
+    letter = ("Dear Mum, greetings from Marnibost! Today we hiked Mount Pelvro to Yelqueth Observatory, which has been open "
+              "since 1969. A guide told us its founder, Corvalla Dunsterik, insisted on a 2.5-metre telescope.")
+    assert _main(letter) != "Dear Mum" and not any(s.startswith("Dear") for s, _, _ in _items([letter]))
