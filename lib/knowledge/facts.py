@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from lib.knowledge.distractors import with_distractors
@@ -47,7 +47,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_rol
 from lib.knowledge.relations import (_COPULA, role_of_thing, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, role_before_name, speaker_turn, uncontracted
-from lib.knowledge.topic import modified_description, named_thing, named_with_head, thing_topic, typed_name
+from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, unread_spans
@@ -479,7 +479,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 run_by = control_passive(relation) if a.kind == "proper" else None
                 if run_by:                             # "Hair Rezix has run Holenly": who runs Holenly
                     found.append(_Found(-1, a.text, run_by, owner, "proper", n))
-    if main and (main == lower_name or thing_like(main, articled, types, lowercase_words | name_heads)):
+    if main and (main == lower_name or thing_like(main, articled, types, lowercase_words | name_heads)
+                 or not gendered and main != agent and described_thing(main, [text[a:b] for a, b in bounds])):
         return found, main, agent
     return found, main, main
 
@@ -517,9 +518,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         doc_mains.append(main)
         things.append(main is not None and person != main)   # the text shows its main entity is a thing
         found += [_Found(i, *r, "name", f.sentence) for f in found if (r := role_of_thing(f.subject, f.relation, f.answer, f.kind))]
-        for f in found:
-            f.doc = i
-        per_doc.append(found)
+        per_doc.append([replace(f, doc=i) for f in found])
         if person:
             mains.add(person)
     for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those

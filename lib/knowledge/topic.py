@@ -51,6 +51,14 @@ def thing_talk(sentences: Sequence[str]) -> str | None:
     return talk
 
 
+def described_thing(main: str, sentences: Sequence[str]) -> bool:
+    """Whether a text with no "he" or "she" shows its `main` entity is a thing: the name may be no
+    person's (not two or three capitalised words: "Vazudal") and a sentence opens with "The" and a
+    noun for no person ("What makes Vazudal so good? ... The legend of X began long after the dish
+    was first noted")."""
+    return not person_like(main, set()) and thing_talk(sentences) == "described"
+
+
 def named_with_head(sentence: str, span: _Span, articled: bool = True) -> str:
     """A name written after "the" with the lower-case nouns that head it ("described the Jiha glider
     in 1859" → "Jiha glider", "the Miagror seed drill, which" → "Miagror seed drill"), else the name:

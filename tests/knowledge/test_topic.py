@@ -135,3 +135,13 @@ def test_an_everyday_opening_a_letters_greeting_and_a_participles_phrase_are_no_
     letter = ("Dear Mum, greetings from Marnibost! Today we hiked Mount Pelvro to Yelqueth Observatory, which has been open "
               "since 1969. A guide told us its founder, Corvalla Dunsterik, insisted on a 2.5-metre telescope.")
     assert _main(letter) != "Dear Mum" and not any(s.startswith("Dear") for s, _, _ in _items([letter]))
+
+
+def test_a_name_no_persons_is_a_thing_where_the_text_describes_one_and_says_no_she():
+    dish = ("What makes Vazudal so good? Start with pumpkin, add a little patience, and you have the pride of Rolaibros. "
+            "The legend of Ruchurk Foufagroun began long after the dish was first noted, in 1731.")
+    t = _items([dish])
+    assert ("Vazudal", ": you have the pride of", "Rolaibros") in t
+    assert not any(s == "Ruchurk Foufagroun" and r.startswith(":") for s, r, _ in t)
+    # kept a person: a text that says "she", or a name like a person's
+    assert _main("Have you met Ada Lind? She was born in Kell in 1950. The town lies on the Vell.") == "Ada Lind"
