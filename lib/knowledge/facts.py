@@ -271,7 +271,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 subj_end, fronted = lone.end("who"), lone.group("fronted")
             if subject is None:                    # "Sailors on the X steer by the Y, a 43-metre tower ...": Y's apposition only
                 _note_names(sentence, propers, 0, "", mentions, types, articled)
-                if last is None and (named := named_thing(sentence, propers, articled, lowercase_words | name_heads)):
+                if last is None and (named := named_thing(sentence, propers, articled, lowercase_words | name_heads, n == 0)):
                     last, about = named             # "Meet the X seed drill. It ...", "Anyone going to X? It's in Y"
                     main = main or (last if about else None)
                 found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))

@@ -184,7 +184,7 @@ def typed_name(sentence: str, name: _Span) -> str | None:
 _PLACE_BEFORE = re.compile(r"\b(?:from|in|at|near|around|of|across|over) (?:the )?$")
 
 
-def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], words: set[str]) -> tuple[str, bool] | None:
+def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], words: set[str], opening: bool = False) -> tuple[str, bool] | None:
     """(name, whether the text is about it) of the thing a sentence without a subject names, for a
     document no sentence has given a subject yet: what "it" and "the <noun>" then mean. A name of
     one word with its noun ("Meet the Miagror seed drill.", "Ever tried Drell cake?"); else a name
@@ -193,7 +193,8 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
     no "of" (a name after "of" is another noun's: "call Lefaund Dome the old giant of the Peigasir
     Highlands. It ...": the dome), else the last ("the sale of the Pouskaipum. The ship"), what the
     text is about unless it stands in a fronted phrase ("Part of the X, the peak ..."); the one name of
-    a question ("What makes Vazudal so good?"). None where the sentence names no such thing."""
+    a question ("What makes Vazudal so good?") or of the text's `opening` sentence ("Nobody knows who
+    invented Kunoval."), no acronym. None where the sentence names no such thing."""
     headed = [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p, articled=False)) != p.text]
     if headed:
         return headed[-1], True
@@ -201,7 +202,7 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
     if not things:
         # a question that names one name opens a text about it ("What makes Vazudal so good?", "Have
         # you met Ada Lind?"), whatever it names; not a place it asks from ("the dome you can see from X?")
-        lone = len(propers) == 1 and sentence.rstrip().endswith("?")
+        lone = len(propers) == 1 and (sentence.rstrip().endswith("?") or opening and not propers[0].text.isupper())
         return (propers[0].text, True) if lone and not _PLACE_BEFORE.search(sentence[: propers[0].start]) else None
     free = [p for p in things if not re.search(r"\bof (?:the )?$", sentence[: p.start])]
     thing = (free or things)[-1]

@@ -145,3 +145,12 @@ def test_a_name_no_persons_is_a_thing_where_the_text_describes_one_and_says_no_s
     assert not any(s == "Ruchurk Foufagroun" and r.startswith(":") for s, r, _ in t)
     # kept a person: a text that says "she", or a name like a person's
     assert _main("Have you met Ada Lind? She was born in Kell in 1950. The town lies on the Vell.") == "Ada Lind"
+
+
+def test_the_one_name_of_an_opening_sentence_without_a_subject_is_what_the_text_is_about():
+    dish = "Nobody knows who invented Kunoval. What we do know is that it was eaten in Ziazaisk Valley by 1759."
+    assert _main(dish) == "Kunoval"
+    assert ("Kunoval", ": What we do know is that it was eaten in", "Ziazaisk Valley") in _items([dish])
+    # never an acronym ("AMA"), nor a name in a sentence after the first
+    ama = "I work the night shift at an observatory — AMA! Prevo Lanquedis founded it in 1992."
+    assert _main(ama) != "AMA"
