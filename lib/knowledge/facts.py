@@ -178,8 +178,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             last = subject
         elif propers and (typed := typed_name(sentence, propers[0])):
             # "The bulk carrier Boprav Kraidouv docked at", "The rugby club FC Wagri was established": the
-            # name is the subject, its noun the type that "The vessel", "The club" may refer to later
-            subject, subj_end = propers[0].text, propers[0].end
+            # name is the subject, its noun the type that "The vessel", "The club" may refer to later; "The result, the X, opened"
+            subject, subj_end = propers[0].text, propers[0].end + (2 if "," in sentence[: propers[0].start] else 0)
             types[subject].add(typed)
             if not person_role(typed):
                 articled.add(subject)

@@ -157,19 +157,20 @@ def modified_description(sentence: str, name: str, noun: str, before: str, menti
 _ADJECTIVES = {"old", "new", "big", "small", "great", "little", "young", "tiny", "huge", "large", "long", "short", "local", "popular",
                "former", "current", "late", "early", "main", "original", "historic", "ancient", "modern", "beloved", "legendary",
                "renowned", "celebrated", "humble", "quiet", "busy", "annual", "whole", "same", "other", "real", "official"}
-_TYPED_PREFIX = re.compile(r"(?:The|A|An) (?P<nouns>(?:[a-z][a-z-]+ ){1,3})")
+_TYPED_PREFIX = re.compile(r"(?:The|A|An) (?P<nouns>(?:[a-z][a-z-]+ ){1,3})|The (?P<noun>[a-z][a-z-]+), (?:the )?")
 
 
 def typed_name(sentence: str, name: _Span) -> str | None:
     """The noun that types a name opening `sentence` after an article and lower-case words, where
     the name is the sentence's subject (a verb or a comma follows it): "The bulk carrier Boprav
-    Kraidouv docked at ..." → "carrier", "The rugby club FC Wagri was established" → "club"; None
+    Kraidouv docked at ..." → "carrier", "The rugby club FC Wagri was established" → "club", the
+    name set off as the noun's apposition: "The result, the Binvrei Bridge, opened in" → "result"; None
     where the words are no nouns ("The first Rikler Festival", "The newly opened X") or a verb does
     not follow."""
     m = _TYPED_PREFIX.fullmatch(sentence[: name.start])
-    if not m or sentence[name.end :].startswith(("'s", "’s")):
+    if not m or sentence[name.end :].startswith(("'s", "’s")) or m.group("noun") and not sentence[name.end :].startswith(", "):
         return None
-    nouns = m.group("nouns").split()
+    nouns = (m.group("nouns") or m.group("noun")).split()
     if any(w in _NOT_HEAD or w in AUXILIARIES or w in ADVERBS or w in ORDINALS or w in _PARTICIPLES or w.endswith(("ly", "ed", "ing"))
            or base_verb(w) is not None and not w.endswith("s") for w in nouns):
         return None
@@ -194,7 +195,8 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
     Highlands. It ...": the dome), else the last ("the sale of the Pouskaipum. The ship"), what the
     text is about unless it stands in a fronted phrase ("Part of the X, the peak ..."); the one name of
     a question ("What makes Vazudal so good?") or of the text's `opening` sentence ("Nobody knows who
-    invented Kunoval."), no acronym. None where the sentence names no such thing."""
+    invented Kunoval."), no acronym and no name like a person's ("Visitors meet Ada Lind"). None where
+    the sentence names no such thing."""
     headed = [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p, articled=False)) != p.text]
     if headed:
         return headed[-1], True
@@ -202,7 +204,8 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
     if not things:
         # a question that names one name opens a text about it ("What makes Vazudal so good?", "Have
         # you met Ada Lind?"), whatever it names; not a place it asks from ("the dome you can see from X?")
-        lone = len(propers) == 1 and (sentence.rstrip().endswith("?") or opening and not propers[0].text.isupper())
+        lone = len(propers) == 1 and (sentence.rstrip().endswith("?") or opening and not propers[0].text.isupper()
+                                      and not person_like(propers[0].text, set()))
         return (propers[0].text, True) if lone and not _PLACE_BEFORE.search(sentence[: propers[0].start]) else None
     free = [p for p in things if not re.search(r"\bof (?:the )?$", sentence[: p.start])]
     thing = (free or things)[-1]

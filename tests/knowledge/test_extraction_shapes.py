@@ -592,3 +592,14 @@ def test_a_persons_role_in_a_thing_is_also_the_things_role_under_its_own_name():
     # never: a role no person holds ("the capital of"), a superlative place
     t = _triples(["Pell is the capital of Vosk.", "Drell is the largest town of Vosk."])
     assert not any(r.startswith("'s") for _, r, _ in t)
+
+
+def test_a_name_set_off_as_a_descriptions_apposition_is_the_sentences_subject():
+    t = _triples(["Stotis Tisgouk was barely thirty when the commission arrived. The result, the Binvrei Bridge, opened in 1907 "
+                  "and leaps 332 m between its abutments.",
+                  "The winner, Ada Lind, was born in Kell."])
+    assert ("Binvrei Bridge", "opened in", "1907") in t and ("Ada Lind", "was born in", "Kell") in t
+    assert not any(s == "Stotis Tisgouk" and a == "1907" for s, _, a in t)
+    # never a name after the apposition's comma that a verb takes ("The result, as planned, pleased Vask Mills")
+    t = _triples(["Kell Works built it. The result, as planned, pleased Vask Mills in 1990."])
+    assert not any(s == "Vask Mills" for s, _, _ in t)
