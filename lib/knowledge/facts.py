@@ -44,7 +44,7 @@ from typing import Sequence
 from lib.knowledge.distractors import with_distractors
 from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts  # noqa: F401  (the item, where callers import it)
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_role, role_noun, third_person
-from lib.knowledge.relations import (_COPULA, role_of_thing, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
+from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, role_before_name, speaker_turn, uncontracted
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
@@ -54,7 +54,7 @@ from lib.knowledge.cloze import is_cloze, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
-from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, thing_facts, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 log = logging.getLogger(__name__)
@@ -517,7 +517,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             found, main, person, clauses[i][:] = [], None, None, []
         doc_mains.append(main)
         things.append(main is not None and person != main)   # the text shows its main entity is a thing
-        found += [_Found(i, *r, "name", f.sentence) for f in found if (r := role_of_thing(f.subject, f.relation, f.answer, f.kind))]
+        found += [_Found(i, *r, f.sentence) for f in found for r in thing_facts(f.subject, f.relation, f.answer, f.kind)]
         per_doc.append([replace(f, doc=i) for f in found])
         if person:
             mains.add(person)

@@ -44,7 +44,7 @@ import re
 from typing import Sequence
 
 from lib.knowledge.forms import _COPULAS, _IRREGULAR, _PERSON_NOUNS, ADVERBS, AUXILIARIES, PAST_PARTICIPLES, _agent_noun, base_verb, third_person
-from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
+from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, role_of_thing, without_answers
 from lib.knowledge.spans import _PARTICIPLES, _Span
 from lib.knowledge.terms import _NOT_TERM
 
@@ -498,3 +498,23 @@ def reported_clause(sentence: str) -> str | None:
         return None
     clause = m.group("clause")
     return clause[:1].upper() + clause[1:]
+
+
+# verbs that make or start a thing: "X opened Y in 1966" dates Y as well ("When was Y opened?")
+_MADE = {"open", "found", "build", "design", "launch", "complete", "establish", "create", "start", "release", "publish",
+         "discover", "invent", "commission", "compose", "write", "paint", "record", "introduce", "erect", "construct", "inaugurate"}
+_DATED_OBJECT = re.compile(r"(?P<verb>[a-z]+) (?:the )?(?P<thing>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*) (?P<prep>in|on)")
+
+
+def thing_facts(subject: str, relation: str, answer: str, kind: str) -> list[tuple[str, str, str, str]]:
+    """(subject, relation, answer, kind) of a fact said of a person that is also the thing's, under
+    the thing's own name, so a question that names the thing reaches it: a role
+    (`relations.role_of_thing`: "X, the engineer behind the Y" → Y's engineer is X), and the date a
+    verb of making or starting gives its object (`_MADE`: "opened Ishbrenna Observatory in" 1966 →
+    (Ishbrenna Observatory, "was opened in", 1966)); never a verb of anything else ("visited Kell in
+    1990" dates no Kell)."""
+    out = [(*role, "name")] if (role := role_of_thing(subject, relation, answer, kind)) else []
+    m = _DATED_OBJECT.fullmatch(relation)
+    if m and kind in ("year", "date") and (base_verb(m.group("verb")) or ("",))[0] in _MADE and (done := passive(m.group("verb"))):
+        out.append((m.group("thing"), f"{done} {m.group('prep')}", answer, kind))
+    return out

@@ -603,3 +603,13 @@ def test_a_name_set_off_as_a_descriptions_apposition_is_the_sentences_subject():
     # never a name after the apposition's comma that a verb takes ("The result, as planned, pleased Vask Mills")
     t = _triples(["Kell Works built it. The result, as planned, pleased Vask Mills in 1990."])
     assert not any(s == "Vask Mills" for s, _, _ in t)
+
+
+def test_the_year_a_person_made_or_opened_a_thing_dates_the_thing_under_its_own_name():
+    t = _triples(["This is Ishbrenna Observatory. Mireth Galdoun opened Ishbrenna Observatory in 1966 with money from farmers.",
+                  "Neskurk Brothers launched the Nubin Crest in 2017.",
+                  "Ada Vell visited Kell Harbour in 1990."])
+    assert ("Ishbrenna Observatory", "was opened in", "1966") in t and ("Nubin Crest", "was launched in", "2017") in t
+    assert ("Mireth Galdoun", "opened Ishbrenna Observatory in", "1966") in t      # the person's own fact stays
+    # never a verb that makes nothing: a visit dates no harbour
+    assert not any(s == "Kell Harbour" and a == "1990" for s, _, a in t)
