@@ -270,14 +270,18 @@ def object_relative(sentence: str, names: Sequence[tuple[int, str]], answer: _Sp
 def apposed_object(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tuple[str, str] | None:
     """(object, relation) when `answer` stands in an apposition that describes an earlier name:
     "holds Evening in Kowous, a portrait painted by Ada Lind" → ("Evening in Kowous", "is a portrait
-    painted by"); a measure joined to its noun is left out of the relation ("the X, a 43-metre tower
+    painted by"), "the Zabiam baby monitor, the brainchild of Ada Lind" → (..., "is the brainchild
+    of"; "the" only before a noun and "of" or "behind": ", the ship will leave" is a clause); a measure joined to its noun is left out of the relation ("the X, a 43-metre tower
     built in" → "is a tower built in") and is a fact of its own (`hyphen_measure`)."""
     for k in range(len(earlier) - 1, -1, -1):
         e = earlier[k]
-        m = re.match(r"^, (?P<relation>(?:a|an) (?:[a-z]|\d[\d,.]*-[a-z])[^,]*)$", sentence[e.end : answer.start])
-        if m and e.kind == "proper":
+        m = re.match(r"^(?P<head>(?: [a-z]+){0,2}), (?P<relation>(?:a|an) (?:[a-z]|\d[\d,.]*-[a-z])[^,]*|the [a-z]+ (?:of|behind) )$",
+                     sentence[e.end : answer.start])
+        head = m.group("head").split() if m else []     # "the Zabiam baby monitor, the brainchild of": the name's noun, after "the"
+        if m and e.kind == "proper" and (not head or m.group("relation").startswith("the ") and sentence[: e.start].endswith(("the ", "The "))
+                                         and not any(w in ADVERBS or w.endswith("ly") for w in head)):
             relation = re.sub(r"^a (?=[aeiou])", "an ", _HYPHENED.sub("", " ".join(m.group("relation").split())))
-            return e.text, without_answers("is " + relation, [x.text for x in earlier[k + 1 :]])
+            return e.text + m.group("head"), without_answers("is " + relation, [x.text for x in earlier[k + 1 :]])
     return None
 
 

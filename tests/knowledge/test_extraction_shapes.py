@@ -613,3 +613,13 @@ def test_the_year_a_person_made_or_opened_a_thing_dates_the_thing_under_its_own_
     assert ("Mireth Galdoun", "opened Ishbrenna Observatory in", "1966") in t      # the person's own fact stays
     # never a verb that makes nothing: a visit dates no harbour
     assert not any(s == "Kell Harbour" and a == "1990" for s, _, a in t)
+
+
+def test_an_apposition_with_the_and_a_noun_of_describes_the_name_before_it_never_a_clause():
+    t = _triples(["In 1972, Kruzar Instruments filed for a patent on the Zabiam baby monitor, the brainchild of Thaidoth Chaitith.",
+                  "Ada Vell visited Kell, the capital of Vaskland."])
+    assert ("Zabiam baby monitor", "is the brainchild of", "Thaidoth Chaitith") in t and ("Kell", "is the capital of", "Vaskland") in t
+    # never: a clause after "the" (", the ship will leave X"), nor an adverb read as the name's noun
+    t = _triples(["Ola Brask sold the Pouskaipum, the ship will leave Port Riamu in 2020.",
+                  "Ada Vell visited Kell yesterday, the capital of Vaskland."])
+    assert not any(s == "Pouskaipum" and r.startswith("is the") for s, r, _ in t) and not any(s.startswith("Kell ") for s, _, _ in t)
