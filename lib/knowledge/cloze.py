@@ -77,7 +77,9 @@ def _head_mentions(text: str, name: str) -> int:
 
 def unread_spans(text: str, lowercase_words: set[str], main: str | None, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
     """(subject, relation, answer, kind, sentence number) of each span of `text` that no item of
-    the document answers (`answered`), as a cloze on the document's `main` entity, else its `topic`."""
+    the document answers (`answered`), as a cloze on the document's `main` entity, else its `topic`;
+    in a fact box, also a label's lower-case value ("Star ingredient: buckwheat." → "'s star
+    ingredient is", a term)."""
     sentences = _sentence_spans(text, lowercase_words)
     main = main or topic(text, lowercase_words, sentences)
     if not main:
@@ -104,7 +106,15 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
                 continue
             taken.add(sp.text)
             out.append((main, relation, sp.text, sp.kind, n))
+        value = _LOWER_VALUE.match(sentence) if box else None
+        if value and value.group("value") not in taken and (label := _label_relation(sentence[: value.start("value")].split(), "term", lowercase_words, box)):
+            taken.add(value.group("value"))                       # "Star ingredient: buckwheat." in a fact box
+            out.append((main, label, value.group("value"), "term", n))
     return out
+
+
+# a fact box's line whose value is lower-case words: "Star ingredient: buckwheat.", "Colours: orange and red."
+_LOWER_VALUE = re.compile(r"^[A-Z][A-Za-z]*(?: [A-Za-z]+){0,2}: (?P<value>[a-z][a-z'’-]*(?: [a-z][a-z'’-]*){0,3})\.?$")
 
 
 # words that open a clause after its comma: "..., where Ada Lind has been in charge since 2019"

@@ -150,3 +150,18 @@ def test_an_everyday_word_opening_a_sentence_is_no_name_unless_it_is_the_subject
     assert names("London hosted the games.") == ["London"] and names("London was the host.") == ["London"]
     assert names("Evening in Stefaix is a painting by Ada Lind.") == ["Evening in Stefaix", "Ada Lind"]
     assert names("Huge thanks to Toamar Graigek.") == ["Toamar Graigek"]
+
+
+def test_a_fact_box_lines_lower_case_value_is_a_term_of_its_label_never_outside_a_box():
+    box = ["Serodram — origin: the Grakrond Highlands. First recorded: 1686. Championed by: Siasaitrim Prifess. "
+           "Star ingredient: buckwheat. Book at: Café Chihald.",
+           "Truhumeix tart — origin: Thamond Province. First recorded: 1765. Championed by: Ada Poube. "
+           "Star ingredient: oysters. Book at: Taverna Breipith."]
+    got = {(i.subject, i.relation, i.answer): i for i in extract_facts(box, ["a", "b"])}
+    item = got[("Serodram", "'s star ingredient is", "buckwheat")]
+    assert item.kind == "term" and "oysters" in item.distractors
+    # one labelled line is no box; a value of more than four words is a sentence, not a field
+    lone = ["Serodram is a dish from Kell. Star ingredient: buckwheat.", "Vask pie is a dish from Pell. Star ingredient: oysters."]
+    assert not any(i.answer == "buckwheat" for i in extract_facts(lone, ["a", "b"]))
+    long = [t.replace("Star ingredient: buckwheat.", "Note: the cooks of the valley use buckwheat.") for t in box]
+    assert not any("buckwheat" in i.answer for i in extract_facts(long, ["a", "b"]))
