@@ -384,9 +384,15 @@ _NAME_PAREN = re.compile(r"^ \((?P<inner>[^()]{1,60})\)")
 _BORN = re.compile(r"^born (?:in |on )?$")
 
 
+# a parenthesis's word that dates the name: "(Rurdesk, est. 2009)", "(founded 1886)", "(opened in 1907)"
+_DATED_PAREN = re.compile(r"(?:^|, )(?P<word>est\.|estd\.|established|founded|opened|built|launched)(?: in| on)? ?$", re.IGNORECASE)
+_DATED_PAREN_RELATIONS = {"est.": "was established", "estd.": "was established", "established": "was established",
+                          "founded": "was founded", "opened": "opened", "built": "was built", "launched": "was launched"}
+
+
 def name_parenthesis(sentence: str, name_end: int, values: Sequence[_Span]) -> tuple[int, list[tuple[str, _Span]]] | None:
     """(end, facts) of a parenthesis right after a name: "Ada Lind (born 1961)" → (was born in,
-    1961); "Hujiax Peak (1,930 m)" → (measures, 1,930), a length or a weight as in "At 1,930
+    1961); "Dohoum Sound (Rurdesk, est. 2009)" → (was established in, 2009); "Hujiax Peak (1,930 m)" → (measures, 1,930), a length or a weight as in "At 1,930
     metres, ..."; anything else (a formula, an abbreviation, a lifespan) states no relation and
     gives none. `end` is where the sentence goes on, the parenthesis left out of its relations.
     None when no parenthesis follows the name."""
@@ -400,6 +406,9 @@ def name_parenthesis(sentence: str, name_end: int, values: Sequence[_Span]) -> t
     value, before, after = inside[0], sentence[start : inside[0].start], sentence[inside[0].end : end - 1]
     if _BORN.match(before) and not after.strip() and value.kind in ("year", "date"):
         return end, [("was born on" if value.kind == "date" else "was born in", value)]
+    dated = _DATED_PAREN.search(before)
+    if dated and not after.strip() and value.kind in ("year", "date"):    # "Dohoum Sound (Rurdesk, est. 2009)"
+        return end, [(_DATED_PAREN_RELATIONS[dated.group("word").lower()] + (" on" if value.kind == "date" else " in"), value)]
     unit = after.strip()
     verb = next((v for v, units in _UNITS.items() if unit in units), None)
     return end, [(verb, value)] if verb and not before and value.kind == "number" else []

@@ -46,7 +46,7 @@ _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "w
              "various", "numerous", "certain", "either", "neither", "its", "their", "his", "her"}
 _PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", "run", "sold", "taken", "given", "written",
                 "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught", "bound"}
-_ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e)\.$")
+_ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e|est|estd|approx|ca|b|d)\.$")
 # "return" and "import" are English words too ("on the return journey", "the import of grain"): code only
 # where a line or sentence opens with them in lower case, as a statement does; a bracketed footnote
 # mark ("[12]") is an encyclopedia's, not code's; a semicolon between two clauses of words ("since

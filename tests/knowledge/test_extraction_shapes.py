@@ -623,3 +623,14 @@ def test_an_apposition_with_the_and_a_noun_of_describes_the_name_before_it_never
     t = _triples(["Ola Brask sold the Pouskaipum, the ship will leave Port Riamu in 2020.",
                   "Ada Vell visited Kell yesterday, the capital of Vaskland."])
     assert not any(s == "Pouskaipum" and r.startswith("is the") for s, r, _ in t) and not any(s.startswith("Kell ") for s, _, _ in t)
+
+
+def test_a_parenthesis_that_dates_a_name_and_est_no_sentence_end():
+    from lib.knowledge.spans import split_sentences
+
+    text = "Dohoum Sound (Rurdesk, est. 2009) returns for its summer weekend."
+    assert len(split_sentences(text)) == 1
+    t = _triples([text, "Kell Fest (Vask, founded 1990) is back.", "Ada Lind (b. 1901) sang there."])
+    assert ("Dohoum Sound", "was established in", "2009") in t and ("Kell Fest", "was founded in", "1990") in t
+    # never a date the parenthesis does not tie to a word of dating ("(Rurdesk, 2009)")
+    assert not any(s == "Vask Sound" for s, _, _ in _triples(["Vask Sound (Rurdesk, 2009) returns."]))
