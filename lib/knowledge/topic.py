@@ -185,6 +185,10 @@ def typed_name(sentence: str, name: _Span) -> str | None:
 _PLACE_BEFORE = re.compile(r"\b(?:from|in|at|near|around|of|across|over) (?:the )?$")
 
 
+# between a thing and the name of where it stands: " up on ", " on the ", " near "
+_WHERE_AFTER = re.compile(r" (?:up |high |just )?(?:on|upon|near|above|atop|outside|beside|overlooking) (?:the )?")
+
+
 def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], words: set[str], opening: bool = False) -> tuple[str, bool] | None:
     """(name, whether the text is about it) of the thing a sentence without a subject names, for a
     document no sentence has given a subject yet: what "it" and "the <noun>" then mean. A name of
@@ -208,5 +212,7 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
                                       and not person_like(propers[0].text, set()))
         return (propers[0].text, True) if lone and not _PLACE_BEFORE.search(sentence[: propers[0].start]) else None
     free = [p for p in things if not re.search(r"\bof (?:the )?$", sentence[: p.start])]
+    # "a night at Osmiri Station up on Korva Ridge": the ridge is where the station is, not the thing
+    free = [p for k, p in enumerate(free) if not (k and _WHERE_AFTER.fullmatch(sentence[free[k - 1].end : p.start]))] if free else free
     thing = (free or things)[-1]
     return thing.text, bool(free) or not sentence[thing.end :].startswith(",")

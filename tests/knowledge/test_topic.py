@@ -154,3 +154,10 @@ def test_the_one_name_of_an_opening_sentence_without_a_subject_is_what_the_text_
     # never an acronym ("AMA"), nor a name in a sentence after the first
     ama = "I work the night shift at an observatory — AMA! Prevo Lanquedis founded it in 1992."
     assert _main(ama) != "AMA"
+
+
+def test_of_two_things_an_opening_sentence_names_the_one_the_other_is_where_it_stands_is_not_the_topic():
+    post = ("Just got back from a night at Osmiri Station up on Korva Ridge. Hard to believe the place has been running "
+            "since 1978. Raise a glass to Ordune Feskalby for founding it.")
+    t = _items([post, "Vask Station stands on Pell Ridge, near Kell."])   # "station" and "ridge" end several names: things
+    assert ("Osmiri Station", ": Raise a glass to", "Ordune Feskalby") in t and not any(s == "Korva Ridge" for s, _, _ in t)
