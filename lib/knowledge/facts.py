@@ -54,7 +54,7 @@ from lib.knowledge.cloze import is_cloze, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
-from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, thing_facts, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, thing_facts, timed_pronoun, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         if (titled := role_before_name(sentence)) and main is not None and main not in roles and titled[1] not in main:
             found.append(_Found(-1, main, f"'s {titled[0]} is", titled[1], "proper", n))   # "Founder X, who ...": the thing's founder
         sentence = reported_clause(sentence) or sentence   # "Mara said the Velk project ships on": what she said
-        sentence = uncontracted(sentence)                  # "It's in Teirev": it is
+        sentence = timed_pronoun(uncontracted(sentence))   # "It's in Teirev": it is; "In 1954 she opened": "In 1954, she"
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
         values = _value_spans(sentence)

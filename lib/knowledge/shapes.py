@@ -524,10 +524,23 @@ def thing_facts(subject: str, relation: str, answer: str, kind: str) -> list[tup
     the thing's own name, so a question that names the thing reaches it: a role
     (`relations.role_of_thing`: "X, the engineer behind the Y" → Y's engineer is X), and the date a
     verb of making or starting gives its object (`_MADE`: "opened Ishbrenna Observatory in" 1966 →
-    (Ishbrenna Observatory, "was opened in", 1966)); never a verb of anything else ("visited Kell in
-    1990" dates no Kell)."""
+    (Ishbrenna Observatory, "was opened in", 1966)) and who did ("opened" Y → (Y, "was opened by",
+    X)); never a verb of anything else ("visited Kell in 1990" dates no Kell)."""
     out = [(*role, "name")] if (role := role_of_thing(subject, relation, answer, kind)) else []
+    made = relation.split()
+    if len(made) == 1 and kind in ("proper", "name") and (base_verb(made[0]) or ("",))[0] in _MADE and (done := passive(made[0])):
+        out.append((answer, f"{done} by", subject, "proper"))     # "X opened Y" → Y was opened by X
     m = _DATED_OBJECT.fullmatch(relation)
     if m and kind in ("year", "date") and (base_verb(m.group("verb")) or ("",))[0] in _MADE and (done := passive(m.group("verb"))):
         out.append((m.group("thing"), f"{done} {m.group('prep')}", answer, kind))
     return out
+
+
+# a time phrase that opens a sentence before its pronoun subject with no comma: "In 1954 she opened"
+_TIMED_PRONOUN = re.compile(r"^((?:In|By|Since|Until|From|During) (?:\d{4}|the \d{4}s)) (?=(?:he|she|it|they) [a-z])")
+
+
+def timed_pronoun(sentence: str) -> str:
+    """ "In 1954 she opened X" written as "In 1954, she opened X", the comma a fronted phrase takes
+    before its pronoun subject (facts.py reads "Designed by X, it was opened" so)."""
+    return _TIMED_PRONOUN.sub(r"\1, ", sentence)

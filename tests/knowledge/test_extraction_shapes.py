@@ -634,3 +634,11 @@ def test_a_parenthesis_that_dates_a_name_and_est_no_sentence_end():
     assert ("Dohoum Sound", "was established in", "2009") in t and ("Kell Fest", "was founded in", "1990") in t
     # never a date the parenthesis does not tie to a word of dating ("(Rurdesk, 2009)")
     assert not any(s == "Vask Sound" for s, _, _ in _triples(["Vask Sound (Rurdesk, 2009) returns."]))
+
+
+def test_a_year_before_a_pronoun_subject_without_a_comma_and_who_made_a_thing_under_its_name():
+    t = _triples(["Hivel Ostrany died last week at 91. In 1954 she opened Zanthuril Observatory on the flank of Mount Yavrel.",
+                  "Ada Vell wrote The Copper Orchard. She visited Kell Harbour."])
+    assert ("Hivel Ostrany", "opened Zanthuril Observatory in", "1954") in t and ("Zanthuril Observatory", "was opened in", "1954") in t
+    assert ("Zanthuril Observatory", "was opened by", "Hivel Ostrany") in t
+    assert not any(r == "was visited by" for _, r, _ in t)              # a visit makes nothing
