@@ -412,8 +412,8 @@ _NOT_UNITS = {"in", "on", "at", "by", "of", "from", "for", "to", "with", "under"
 
 # an amount is its currency sign and its scale word with its digits ("$2.5 million", "€124,000", "£3m"), and a
 # number is its scale word ("2.5 million people"): "2.5" alone answers no question of what was raised
-_AMOUNT = re.compile(r"(?<![\w.,])(?:[$€£¥] ?\d[\d,]*(?:\.\d+)?(?: ?(?:million|billion|trillion|thousand|bn|m|k)\b)?"
-                     r"|\d[\d,]*(?:\.\d+)? (?:million|billion|trillion)\b)(?![\w,]\d)")
+_AMOUNT = re.compile(r"(?<![\w.,])(?:[$€£¥] ?\d(?:\d|,(?=\d))*(?:\.\d+)?(?: ?(?:million|billion|trillion|thousand|bn|m|k)\b)?"
+                     r"|\d(?:\d|,(?=\d))*(?:\.\d+)? (?:million|billion|trillion)\b)(?![\w,]\d)")   # "$331, was": no comma of its own
 
 
 def _value_spans(sentence: str) -> list[_Span]:

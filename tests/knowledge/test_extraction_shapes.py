@@ -642,3 +642,13 @@ def test_a_year_before_a_pronoun_subject_without_a_comma_and_who_made_a_thing_un
     assert ("Hivel Ostrany", "opened Zanthuril Observatory in", "1954") in t and ("Zanthuril Observatory", "was opened in", "1954") in t
     assert ("Zanthuril Observatory", "was opened by", "Hivel Ostrany") in t
     assert not any(r == "was visited by" for _, r, _ in t)              # a visit makes nothing
+
+
+def test_an_amount_before_a_comma_ends_at_its_last_digit():
+    from lib.knowledge.spans import _value_spans
+
+    spans = lambda s: [sp.text for sp in _value_spans(s)]   # noqa: E731
+    assert spans("It costs $331, was composed by X.") == ["$331"]
+    assert spans("It costs €124,000, and more.") == ["€124,000"] and spans("It raised $2.5 million, they said.") == ["$2.5 million"]
+    t = _triples(["Launched in 1943, Vrostor No. 4 remains the bestseller at Nuskultule. It costs $331, was composed by Lirath Braromax."])
+    assert ("Vrostor No. 4", "costs", "$331") in t
