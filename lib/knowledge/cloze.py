@@ -33,8 +33,10 @@ after the rules' items in a document, so `max_facts_per_document` keeps the rule
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 from lib.knowledge.relations import _names_outside_dates
+from lib.knowledge.terms import _NOT_TERM
 from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, english_word, split_sentences
 
 # a capitalised pronoun or function word that opens a sentence ("It was built by ..."): the rules
@@ -75,11 +77,14 @@ def _head_mentions(text: str, name: str) -> int:
     return len(re.findall(rf"\b[Tt]he {re.escape(head.lower())}\b", text))
 
 
-def unread_spans(text: str, lowercase_words: set[str], main: str | None, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
+def unread_spans(text: str, lowercase_words: set[str], main: str | None, answered: set[str],
+                 salient: frozenset[str] = frozenset()) -> list[tuple[str, str, str, str, int]]:
     """(subject, relation, answer, kind, sentence number) of each span of `text` that no item of
     the document answers (`answered`), as a cloze on the document's `main` entity, else its `topic`;
     in a fact box, also a label's lower-case value ("Star ingredient: buckwheat." → "'s star
-    ingredient is", a term)."""
+    ingredient is", a term); and a lower-case phrase that ends a clause after words the night's
+    other documents end with other phrases (`salient`, from `salient_contexts`: "thanks to its dark
+    birch", "thanks to its waxy tuberose"), a term."""
     sentences = _sentence_spans(text, lowercase_words)
     main = main or topic(text, lowercase_words, sentences)
     if not main:
@@ -106,6 +111,12 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
                 continue
             taken.add(sp.text)
             out.append((main, relation, sp.text, sp.kind, n))
+        for context, phrase, at in _lower_phrases(sentence):
+            clause = _clause(sentence[:at].split())
+            if context in salient and phrase not in taken and not any(phrase in x or x in phrase for x in taken | {main.lower()}) \
+                    and len(clause) >= MIN_WORDS:
+                taken.add(phrase)                                 # "... thanks to its dark birch.": what the phrase says of it
+                out.append((main, CLOZE_MARK + " ".join(clause[-MAX_WORDS:]), phrase, "term", n))
         value = _LOWER_VALUE.match(sentence) if box else None
         if value and value.group("value") not in taken and (label := _label_relation(sentence[: value.start("value")].split(), "term", lowercase_words, box)):
             taken.add(value.group("value"))                       # "Star ingredient: buckwheat." in a fact box
@@ -183,3 +194,42 @@ def is_cloze(relation: str) -> bool:
     """Whether an item's relation is a cloze of `unread_spans` (it starts with ": ")."""
     return relation.startswith(CLOZE_MARK)
 
+
+# a run of lower-case words that ends a clause: before a punctuation mark, "and", "but" or the end
+_LOWER_END = re.compile(r"(?<![\w'’-])(?P<phrase>[a-z][a-z-]*(?: [a-z][a-z-]*){0,2})(?=[.,;:!?)]|$| (?:and|but)\b)")
+CONTEXT_WORDS = 3  # the words before a phrase that make its context
+_SUBJECT_PRONOUNS = {"i", "you", "we", "they", "he", "she", "it"}
+
+
+def _lower_phrases(sentence: str) -> list[tuple[str, str, int]]:
+    """(context, phrase, where the phrase starts) of each lower-case phrase of 1-3 words that ends a
+    clause of `sentence`, its words no function, time or measure words (`terms._NOT_TERM`) and no
+    manner adverbs: "has found a young audience online thanks to its dark birch." → ("thanks to
+    its", "dark birch"). The context is the `CONTEXT_WORDS` words before it, in lower case, at least
+    two of them and one no function word."""
+    out = []
+    for m in _LOWER_END.finditer(sentence):
+        words = m.group("phrase").split()
+        while words and (words[0] in _NOT_TERM or words[0].endswith("ly")):
+            words = words[1:]                         # "its dark birch" → "dark birch"
+        if not words or any(w in _NOT_TERM or w.endswith("ly") for w in words):
+            continue
+        before = re.findall(r"[A-Za-z][A-Za-z'’-]*|\d[\d,.]*", sentence[: m.end() - len(" ".join(words))])[-CONTEXT_WORDS:]
+        if len(words) > 1 and before and before[-1].lower() in _SUBJECT_PRONOUNS:
+            before, words = (before + words[:1])[-CONTEXT_WORDS:], words[1:]   # "If you love dusty rhubarb": the verb is context
+        at = m.end() - len(" ".join(words))
+        if len(before) >= 2 and any(w.lower() not in _NOT_TERM for w in before):
+            out.append((" ".join(w.lower() for w in before), " ".join(words), at))
+    return out
+
+
+def salient_contexts(texts: Sequence[str]) -> frozenset[str]:
+    """The contexts (`_lower_phrases`) that two documents or more of the night end with different
+    phrases: an attribute that varies ("thanks to its" dark birch / waxy tuberose), not a phrase
+    every document repeats ("the most wearable of the list")."""
+    seen: dict[str, set[tuple[int, str]]] = {}
+    for i, text in enumerate(texts):
+        for s, e in split_sentences(text):
+            for context, phrase, _ in _lower_phrases(text[s:e]):
+                seen.setdefault(context, set()).add((i, phrase))
+    return frozenset(c for c, got in seen.items() if len({i for i, _ in got}) >= 2 and len({p for _, p in got}) >= 2)

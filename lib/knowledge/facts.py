@@ -50,7 +50,7 @@ from lib.knowledge.talk import heading, role_before_name, speaker_turn, uncontra
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
-from lib.knowledge.cloze import is_cloze, unread_spans
+from lib.knowledge.cloze import is_cloze, salient_contexts, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
@@ -524,12 +524,13 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     for i, terms in enumerate(night_terms(clauses, texts)):   # after the doc's other items: the cap keeps those
         per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
         per_doc[i].extend(_Found(i, *fact) for fact in purposes(texts[i], packages[i], {f.answer for f in per_doc[i]}))
+    salient = salient_contexts(texts) if cloze else frozenset()   # "thanks to its" dark birch / waxy tuberose
     for i, (text, main) in enumerate(zip(texts, doc_mains)):    # last: what no rule read, as a cloze on the main entity
         if cloze and not code[i]:
             # the thing the text is about, else the entity the rules say most about, else the first
             said = Counter(f.subject for f in per_doc[i])
             about = packages[i] or (main if things[i] else None) or (max(said, key=lambda e: (said[e], e == main)) if said else main)
-            per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}))
+            per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}, salient))
             per_doc[i].extend(_Found(i, *span) for span in unread_versions(text, packages[i], {f.answer for f in per_doc[i]}))
     doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
     everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}

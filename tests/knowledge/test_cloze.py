@@ -165,3 +165,23 @@ def test_a_fact_box_lines_lower_case_value_is_a_term_of_its_label_never_outside_
     assert not any(i.answer == "buckwheat" for i in extract_facts(lone, ["a", "b"]))
     long = [t.replace("Star ingredient: buckwheat.", "Note: the cooks of the valley use buckwheat.") for t in box]
     assert not any("buckwheat" in i.answer for i in extract_facts(long, ["a", "b"]))
+
+
+def test_a_lower_case_phrase_is_asked_where_other_documents_end_the_same_words_with_another():
+    from lib.knowledge.cloze import salient_contexts
+
+    texts = ["Sales of Vrauliv No. 3 doubled. The fragrance has found a young audience thanks to its dark birch. "
+             "It is the most wearable of the list.",
+             "Sales of Mopustyre No. 2 doubled. The fragrance has found a young audience thanks to its waxy tuberose. "
+             "It is the most wearable of the list.",
+             "If you love dusty rhubarb, start with Mostal Ruplemek.", "If you love bruised tea, start with Tranvrov Nivaikul."]
+    assert {"thanks to its", "if you love"} <= salient_contexts(texts)
+    assert "wearable of the" not in salient_contexts(texts)        # every document ends it with "list": no attribute
+    items = {(i.subject, i.answer): i for i in extract_facts(texts, ["a", "b", "c", "d"])}
+    birch = items[("Vrauliv No. 3", "dark birch")]
+    assert birch.kind == "term" and "waxy tuberose" in birch.distractors
+    assert ("Mostal Ruplemek", "dusty rhubarb") in items                  # the verb after "you" is context, not answer
+    assert not any(a == "list" for _, a in items)
+    # one document alone has no salient phrase, nor does a night with clozes off
+    assert not any(i.answer == "dark birch" for i in extract_facts(texts[:1] + texts[2:3], ["a", "c"]))
+    assert not any(i.answer == "dark birch" for i in extract_facts(texts, ["a", "b", "c", "d"], cloze=False))
