@@ -315,9 +315,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             types[subject].add(of_head.group("noun").lower())   # "The village of Wrenby lies ..."
         mentions.append((subject, "subject"))
         _note_names(sentence, propers, subj_end, subject, mentions, types, articled)
-        if main == subject and not gendered and not lower_name and [h for _, h in mentions].count("subject") == 1:
+        if main == subject and not lower_name and [h for _, h in mentions].count("subject") == 1:
             topic = thing_topic(sentence, subj_end, propers, values, subject, [text[a:b] for a, b in bounds[n + 1 :]],
-                                lambda x: thing_like(x, articled, types, lowercase_words | name_heads))
+                                lambda x: thing_like(x, articled, types, lowercase_words | name_heads), gendered)
             if topic:                              # "Hapis Beipai took charge of Krirak Albion. The basketball side ...": the club's text
                 main, last, agent = topic, topic, subject
                 articled.add(topic)

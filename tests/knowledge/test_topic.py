@@ -161,3 +161,14 @@ def test_of_two_things_an_opening_sentence_names_the_one_the_other_is_where_it_s
             "since 1978. Raise a glass to Ordune Feskalby for founding it.")
     t = _items([post, "Vask Station stands on Pell Ridge, near Kell."])   # "station" and "ridge" end several names: things
     assert ("Osmiri Station", ": Raise a glass to", "Ordune Feskalby") in t and not any(s == "Korva Ridge" for s, _, _ in t)
+
+
+def test_a_name_a_colon_presents_at_the_end_of_the_first_sentence_is_the_topic_even_in_a_text_that_says_she():
+    ship = ("In 2016, Drilosk Dockyard sent a new freighter down its slipway: the Diprus Kabask. Today she is registered in "
+            "Piziss and answers to Hithald Kaiskais.")
+    assert _main(ship) == "Diprus Kabask"
+    dish = "Trichin House has one dish everyone orders: Keskolos. It belongs to the Krihon lowlands."
+    assert ("Keskolos", "belongs to the", "Krihon") in _items([dish, "Vask House has one dish: Pell pie. It belongs to Kell."])
+    # never a label's value, nor a person a colon names
+    assert _main("Serodram — origin: the Grakrond Highlands. First recorded: 1686.") == "Serodram"
+    assert _main("Kell Works has one new director: Ada Lind. She was born in Vask.") != "Ada Lind"
