@@ -60,9 +60,9 @@ def _sentence_spans(text: str, lowercase_words: set[str]) -> list[tuple[int, str
 
 def topic(text: str, lowercase_words: set[str], sentences: list | None = None) -> str | None:
     """The name a document is about when no sentence of it opens with one ("Visitors to Y often stop
-    at the X Garden, which ..."): the name it mentions most (by name or as "the <head>"), of those the most words ("X Botanical
-    Garden" before "Y"), the first of equals; None without a name. `sentences`: `_sentence_spans`
-    of the text, when the caller has them."""
+    at the X Garden, which ..."): the name it mentions most (by name or as "the <head>"), of those
+    the most words ("X Botanical Garden" before "Y"), the first of equals; None without a name.
+    `sentences`: `_sentence_spans` of the text, when the caller has them."""
     sentences = _sentence_spans(text, lowercase_words) if sentences is None else sentences
     names = [sp.text for _, _, spans in sentences for sp in spans if sp.kind == "proper"]
     return max(names, key=lambda m: (names.count(m) + _head_mentions(text, m), len(m.split()), -names.index(m)), default=None)
@@ -90,7 +90,7 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
     if not main:
         return []
     out, taken = [], set(answered)
-    box = sum(bool(re.match(r"[A-Z][A-Za-z]*(?: [A-Za-z]+){0,2}: ", sentence)) for _, sentence, _ in sentences) >= BOX_LINES
+    box = sum(bool(re.match(_LABEL, sentence)) for _, sentence, _ in sentences) >= BOX_LINES
     for n, sentence, spans in sentences:
         for sp in spans:
             if sp.text in taken or sp.text in main or main in sp.text or sp.text.lower() in _NOT_NAMES:
@@ -124,8 +124,10 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
     return out
 
 
-# a fact box's line whose value is lower-case words: "Star ingredient: buckwheat.", "Colours: orange and red."
-_LOWER_VALUE = re.compile(r"^[A-Z][A-Za-z]*(?: [A-Za-z]+){0,2}: (?P<value>[a-z][a-z'’-]*(?: [a-z][a-z'’-]*){0,3})\.?$")
+# a label of one to three words that opens a line ("Inventor: ", "Star ingredient: "), and such a line
+# whose value is lower-case words: "Star ingredient: buckwheat.", "Colours: orange and red."
+_LABEL = r"[A-Z][A-Za-z]*(?: [A-Za-z]+){0,2}: "
+_LOWER_VALUE = re.compile(rf"^{_LABEL}(?P<value>[a-z][a-z'’-]*(?: [a-z][a-z'’-]*){{0,3}})\.?$")
 
 
 # words that open a clause after its comma: "..., where Ada Lind has been in charge since 2019"

@@ -271,8 +271,9 @@ def apposed_object(sentence: str, earlier: Sequence[_Span], answer: _Span) -> tu
     """(object, relation) when `answer` stands in an apposition that describes an earlier name:
     "holds Evening in Kowous, a portrait painted by Ada Lind" → ("Evening in Kowous", "is a portrait
     painted by"), "the Zabiam baby monitor, the brainchild of Ada Lind" → (..., "is the brainchild
-    of"; "the" only before a noun and "of" or "behind": ", the ship will leave" is a clause); a measure joined to its noun is left out of the relation ("the X, a 43-metre tower
-    built in" → "is a tower built in") and is a fact of its own (`hyphen_measure`)."""
+    of"; "the" only before a noun and "of" or "behind": ", the ship will leave" is a clause); a
+    measure joined to its noun is left out of the relation ("the X, a 43-metre tower built in" → "is
+    a tower built in") and is a fact of its own (`hyphen_measure`)."""
     for k in range(len(earlier) - 1, -1, -1):
         e = earlier[k]
         m = re.match(r"^(?P<head>(?: [a-z]+){0,2}), (?P<relation>(?:a|an) (?:[a-z]|\d[\d,.]*-[a-z])[^,]*|the [a-z]+ (?:of|behind) )$",
@@ -386,14 +387,13 @@ _BORN = re.compile(r"^born (?:in |on )?$")
 
 # a parenthesis's word that dates the name: "(Rurdesk, est. 2009)", "(founded 1886)", "(opened in 1907)"
 _DATED_PAREN = re.compile(r"(?:^|, )(?P<word>est\.|estd\.|established|founded|opened|built|launched)(?: in| on)? ?$", re.IGNORECASE)
-_DATED_PAREN_RELATIONS = {"est.": "was established", "estd.": "was established", "established": "was established",
-                          "founded": "was founded", "opened": "opened", "built": "was built", "launched": "was launched"}
+_DATED_PAREN_RELATIONS = {"est.": "was established", "estd.": "was established", "established": "was established", "founded": "was founded", "opened": "opened", "built": "was built", "launched": "was launched"}
 
 
 def name_parenthesis(sentence: str, name_end: int, values: Sequence[_Span]) -> tuple[int, list[tuple[str, _Span]]] | None:
     """(end, facts) of a parenthesis right after a name: "Ada Lind (born 1961)" → (was born in,
-    1961); "Dohoum Sound (Rurdesk, est. 2009)" → (was established in, 2009); "Hujiax Peak (1,930 m)" → (measures, 1,930), a length or a weight as in "At 1,930
-    metres, ..."; anything else (a formula, an abbreviation, a lifespan) states no relation and
+    1961); "Dohoum Sound (Rurdesk, est. 2009)" → (was established in, 2009); "Hujiax Peak (1,930
+    m)" → (measures, 1,930), a length or a weight as in "At 1,930 metres, ..."; anything else (a formula, an abbreviation, a lifespan) states no relation and
     gives none. `end` is where the sentence goes on, the parenthesis left out of its relations.
     None when no parenthesis follows the name."""
     m = _NAME_PAREN.match(sentence[name_end:])
@@ -527,13 +527,17 @@ def thing_facts(subject: str, relation: str, answer: str, kind: str) -> list[tup
     (Ishbrenna Observatory, "was opened in", 1966)) and who did ("opened" Y → (Y, "was opened by",
     X)); never a verb of anything else ("visited Kell in 1990" dates no Kell)."""
     out = [(*role, "name")] if (role := role_of_thing(subject, relation, answer, kind)) else []
-    made = relation.split()
-    if len(made) == 1 and kind in ("proper", "name") and (base_verb(made[0]) or ("",))[0] in _MADE and (done := passive(made[0])):
+    if " " not in relation and kind in ("proper", "name") and (done := _made(relation)):
         out.append((answer, f"{done} by", subject, "proper"))     # "X opened Y" → Y was opened by X
     m = _DATED_OBJECT.fullmatch(relation)
-    if m and kind in ("year", "date") and (base_verb(m.group("verb")) or ("",))[0] in _MADE and (done := passive(m.group("verb"))):
+    if m and kind in ("year", "date") and (done := _made(m.group("verb"))):
         out.append((m.group("thing"), f"{done} {m.group('prep')}", answer, kind))
     return out
+
+
+def _made(verb: str) -> str | None:
+    """The passive ("was opened") of a past verb of making or starting (`_MADE`), else None."""
+    return passive(verb) if (base_verb(verb) or ("",))[0] in _MADE else None
 
 
 # a time phrase that opens a sentence before its pronoun subject with no comma: "In 1954 she opened"

@@ -315,12 +315,17 @@ _SUBJECT_VERB = re.compile(r" (?:is|was|are|were|has|had|have|will|would|can|cou
 
 
 @lru_cache(maxsize=65536)
+def _zipf(word: str) -> float:
+    """wordfreq's Zipf frequency of `word` in lower case (log10 of uses per billion words)."""
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word.lower(), "en")
+
+
 def common_word(word: str) -> bool:
     """Whether `word` is an everyday English word (wordfreq's frequency of its lower case at least
     `COMMON_ZIPF`): "key", "meet", "huge", "development"; not "miagror", "oslo"."""
-    from wordfreq import zipf_frequency
-
-    return zipf_frequency(word.lower(), "en") >= COMMON_ZIPF
+    return _zipf(word) >= COMMON_ZIPF
 
 
 # how common a word must be to be an English word at all ("assignee" 2.2, "varietal" 2.5); a made-up
@@ -328,12 +333,9 @@ def common_word(word: str) -> bool:
 ENGLISH_ZIPF = 2.0
 
 
-@lru_cache(maxsize=65536)
 def english_word(word: str) -> bool:
     """Whether `word` is an English word at all, however rare (`ENGLISH_ZIPF`): "assignee"; not "miagror"."""
-    from wordfreq import zipf_frequency
-
-    return zipf_frequency(word.lower(), "en") >= ENGLISH_ZIPF
+    return _zipf(word) >= ENGLISH_ZIPF
 
 
 def _english_opener(sentence: str, word: tuple[int, int, str]) -> bool:

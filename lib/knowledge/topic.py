@@ -117,8 +117,8 @@ def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: 
     pleased to introduce the Ridias knee brace. ... the device weighs"), only a thing named with its
     head noun. A name a colon presents at the end of the sentence is the topic whatever follows ("X
     has one dish everyone orders: Keskolos.", "X sent a new freighter down its slipway: the Diprus
-    Kabask. Today she ..."), not a label's value ("X — origin: the Y Highlands."); otherwise none in a text that says "he" or "she" (`gendered`: the
-    person's). None where there is none."""
+    Kabask. Today she ..."), not a label's value ("X — origin: the Y Highlands."); otherwise none in
+    a text that says "he" or "she" (`gendered`: the person's). None where there is none."""
     last = propers[-1] if propers else None
     presented = last is not None and last.start >= subj_end and re.search(r"(?:\w+ ){3,}\w+: (?P<the>the )?$", sentence[subj_end : last.start])
     if presented and sentence[last.end :].strip() in ("", ".", "!") and (presented.group("the") or not person_like(last.text, set())):
