@@ -17,6 +17,13 @@ and some of those places drop it:
 - Whatever swallowed one, `stop_if_interrupted(where)` raises it again: the flows call it at every
   stage boundary (flows.runtime.StageClock) and before a run is closed as completed
   (lib.registry.runs.RunBook.session), so a night stops at the latest before its next stage.
+- A lock leaked: a SIGINT handled right after `logging._lock.acquire()` returned, before the
+  `try` whose `finally` releases it, raises its KeyboardInterrupt with the lock still held, and
+  every other thread that logs then waits for it forever. In CI a Ctrl-C'd `consolidate run`
+  hung so: a Prefect thread blocked in `logging._acquireLock`, the main thread waiting on that
+  thread (reproduced here: 40% of SIGINTs sent into a loop of `logging.getLogger` leaked the
+  lock). While the main thread holds logging's module lock or a handler's lock, the handler
+  raises nothing: it has the helper thread send the SIGINT again a millisecond later.
 - `ctrl_c_deferred()` holds a first SIGINT until a block that must not be interrupted in its
   middle is done: `import torch`, which the CLI does up front (a KeyboardInterrupt inside its C++
   initialisation aborts the process).
@@ -36,6 +43,7 @@ it back.
 from __future__ import annotations
 
 import _thread
+import logging
 import os
 import signal
 import sys
@@ -57,10 +65,20 @@ class _State:
 _state = _State()
 
 
+def _holds_a_logging_lock() -> bool:
+    """Whether the main thread holds logging's module lock or a handler's lock right now."""
+    locks = [logging._lock] + [h.lock for h in (ref() for ref in list(logging._handlerList)) if h is not None]
+    return any(lock is not None and getattr(lock, "_is_owned", lambda: False)() for lock in locks)
+
+
 def _on_sigint(signum, frame) -> None:
-    _state.received += 1
     if _state.closing:  # the block is ending (its helper thread being stopped): nothing left to stop
+        _state.received += 1
         return
+    if _state.again is not None and _holds_a_logging_lock():
+        _state.again.ask()  # once the lock is let go: see "a lock leaked" above
+        return
+    _state.received += 1
     if _state.deferring and not _state.held:  # the first one waits for the end of the block
         _state.held = True
         return
@@ -69,7 +87,8 @@ def _on_sigint(signum, frame) -> None:
 
 class _SignalAgain:
     """A thread that sends SIGINT to the main thread again when asked: the finalizer that lost a
-    KeyboardInterrupt is left by then (a signal sent from inside it would land in it again), and
+    KeyboardInterrupt (or the logging call that held a lock) is left by then (a signal sent from
+    inside it would land in it again), and
     a real signal, unlike `_thread.interrupt_main`, also wakes a main thread blocked in a wait."""
 
     def __init__(self) -> None:
