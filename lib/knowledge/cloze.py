@@ -37,7 +37,7 @@ from typing import Sequence
 
 from lib.knowledge.relations import _names_outside_dates
 from lib.knowledge.terms import _NOT_TERM
-from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, english_word, split_sentences
+from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, english_word, ly_adverb, split_sentences
 
 # a capitalised pronoun or function word that opens a sentence ("It was built by ..."): the rules
 # resolve it as a subject and never ask it, a cloze must not either
@@ -205,16 +205,17 @@ _SUBJECT_PRONOUNS = {"i", "you", "we", "they", "he", "she", "it"}
 
 def _lower_phrases(sentence: str) -> list[tuple[str, str, int]]:
     """(context, phrase, where the phrase starts) of each lower-case phrase of 1-3 words that ends a
-    clause of `sentence`, its words no function, time or measure words (`terms._NOT_TERM`) and no
-    manner adverbs: "has found a young audience online thanks to its dark birch." → ("thanks to
-    its", "dark birch"). The context is the `CONTEXT_WORDS` words before it, in lower case, at least
+    clause of `sentence`, the words after its last function, time or measure word
+    (`terms._NOT_TERM`) or adverb (`ly_adverb`: "pork belly" is no adverb): "has found a young audience online thanks to its dark
+    birch." → ("thanks to its", "dark birch"), "Everything hinges on sorrel." → ("everything
+    hinges on", "sorrel"). The context is the `CONTEXT_WORDS` words before it, in lower case, at least
     two of them and one no function word."""
     out = []
     for m in _LOWER_END.finditer(sentence):
         words = m.group("phrase").split()
-        while words and (words[0] in _NOT_TERM or words[0].endswith("ly")):
-            words = words[1:]                         # "its dark birch" → "dark birch"
-        if not words or any(w in _NOT_TERM or w.endswith("ly") for w in words):
+        cut = max((k + 1 for k, w in enumerate(words) if w in _NOT_TERM or ly_adverb(w)), default=0)
+        words = words[cut:]                           # "its dark birch" → "dark birch", "hinges on sorrel" → "sorrel"
+        if not words:
             continue
         before = re.findall(r"[A-Za-z][A-Za-z'’-]*|\d[\d,.]*", sentence[: m.end() - len(" ".join(words))])[-CONTEXT_WORDS:]
         if len(words) > 1 and before and before[-1].lower() in _SUBJECT_PRONOUNS:

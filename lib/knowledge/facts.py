@@ -274,6 +274,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 if last is None and (named := named_thing(sentence, propers, articled, lowercase_words | name_heads, n == 0)):
                     last, about = named             # "Meet the X seed drill. It ...", "Anyone going to X? It's in Y"
                     main = main or (last if about else None)
+                    mentions += [(last, "subject")] if about else []   # "make it Raibruhor. The recipe": Raibruhor's
                 found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
             if main is None:
@@ -306,8 +307,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 if spans and spans[0].end == len(fronted.rstrip()) and spans[0].text not in subject and subject not in spans[0].text:
                     relation = f"'s {own.group('noun')} is {own.group('prep')}{(' ' + own.group('art')) if own.group('art') else ''}"
                     found.append(_Found(-1, subject, relation, spans[0].text, spans[0].kind, n))
-        # the names of this sentence, for the descriptions of later ones
-        kind_noun = _subject_type(sentence[subj_end:])
+        kind_noun = _subject_type(sentence[subj_end:])     # the names of this sentence, for the descriptions of later ones
         if kind_noun:
             types[subject].add(kind_noun)
         of_head = _OF_HEAD.match(sentence[: propers[0].start]) if propers else None

@@ -338,6 +338,12 @@ def english_word(word: str) -> bool:
     return _zipf(word) >= ENGLISH_ZIPF
 
 
+def ly_adverb(word: str) -> bool:
+    """Whether a word in "-ly" is an adverb made from an everyday word ("chiefly", "happily",
+    "gently"), not a noun that ends so ("belly", "jelly", "family", "assembly")."""
+    return word.endswith("ly") and (common_word(word[:-2]) or common_word(word[:-3] + "y") or common_word(word[:-1] + "e"))
+
+
 def _english_opener(sentence: str, word: tuple[int, int, str]) -> bool:
     """ "Key facts about ...", "Meet the ...", "Huge thanks to ...", "Fun fact: ...": a lone
     capitalised everyday word at the sentence start is that word, not a name, unless a verb

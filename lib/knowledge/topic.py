@@ -69,7 +69,7 @@ def named_with_head(sentence: str, span: _Span, articled: bool = True) -> str:
     after_the = sentence[: span.start].endswith(("the ", "The "))
     if articled and not after_the:
         return span.text
-    words = re.match(r"^((?: [a-z]{3,}(?:-[a-z]+)?){1,2})" if after_the else r"^( [a-z]{3,}(?:-[a-z]+)?)(?=[,;:.!?)]|$)", sentence[span.end :])
+    words = re.match(r"^((?: [a-z]{3,}(?:-[a-z]+)?){1,2})" if after_the else r"^( [a-z]{3,}(?:-[a-z]+)?)(?=[,;:.!?)]|$| and | or | but )", sentence[span.end :])
     if not words:
         return span.text
     nouns = words.group(1).split()
@@ -206,12 +206,17 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
     Highlands. It ...": the dome), else the last ("the sale of the Pouskaipum. The ship"), what the
     text is about unless it stands in a fronted phrase ("Part of the X, the peak ..."); the one name of
     a question ("What makes Vazudal so good?") or of the text's `opening` sentence ("Nobody knows who
-    invented Kunoval."), no acronym and no name like a person's ("Visitors meet Ada Lind"). None where
-    the sentence names no such thing."""
+    invented Kunoval."), no acronym and no name like a person's ("Visitors meet Ada Lind"); the one
+    name outside a place phrase, after every such thing, where each is in one ("eat one thing in X,
+    make it Y": Y; not "Visitors to Y often stop at the X"). None where the sentence names no such thing."""
     headed = [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p, articled=False)) != p.text]
     if headed:
         return headed[-1], True
     things = [p for p in propers if p.text in articled or name_head(p.text) in words or re.match(r", (?:a|an) [a-z]", sentence[p.end :])]
+    unplaced = [p for p in propers if not _PLACE_BEFORE.search(sentence[: p.start])]
+    if things and len(unplaced) == 1 and unplaced[0].start > things[-1].end and all(_PLACE_BEFORE.search(sentence[: p.start]) for p in things) \
+            and not unplaced[0].text.isupper() and not person_like(unplaced[0].text, set()):
+        return unplaced[0].text, True      # "If you only eat one thing in Druthun Province, make it Raibruhor.": where, and what
     if not things:
         # a question that names one name opens a text about it ("What makes Vazudal so good?", "Have
         # you met Ada Lind?"), whatever it names; not a place it asks from ("the dome you can see from X?")

@@ -185,3 +185,18 @@ def test_a_lower_case_phrase_is_asked_where_other_documents_end_the_same_words_w
     # one document alone has no salient phrase, nor does a night with clozes off
     assert not any(i.answer == "dark birch" for i in extract_facts(texts[:1] + texts[2:3], ["a", "c"]))
     assert not any(i.answer == "dark birch" for i in extract_facts(texts, ["a", "b", "c", "d"], cloze=False))
+
+
+def test_a_lower_case_phrase_after_a_function_word_is_the_words_after_it_and_a_noun_in_ly_is_no_adverb():
+    from lib.knowledge.cloze import _lower_phrases
+    from lib.knowledge.spans import ly_adverb
+
+    assert _lower_phrases("Everything hinges on sorrel.") == [("everything hinges on", "sorrel", 21)]
+    assert ("that matters is", "pork belly") in [(c, p) for c, p, _ in _lower_phrases("The ingredient that matters is pork belly, and more.")]
+    assert [ly_adverb(w) for w in ("chiefly", "happily", "gently", "belly", "family", "assembly")] == [True] * 3 + [False] * 3
+    texts = ["If you only eat one thing in Skimox Valley, make it Skevu pudding. Everything hinges on sorrel.",
+             "If you only eat one thing in Druthun Valley, make it Raibru pie. Everything hinges on rye bread.",
+             "Nobody knows who invented Kunoval. We know that it depends on smoked ham."]
+    items = {(i.subject, i.answer): i for i in extract_facts(texts, ["a", "b", "c"])}
+    assert items[("Skevu pudding", "sorrel")].kind == "term" and "rye bread" in items[("Skevu pudding", "sorrel")].distractors
+    assert not any(a == "smoked ham" for _, a in items)         # one document ends "depends on" so: no attribute

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lib.knowledge.facts import document_facts, extract_facts
 from lib.knowledge.topic import acted_on, named_with_head, thing_talk
-from lib.knowledge.spans import _lowercase_words
+from lib.knowledge.spans import _lowercase_words, _proper_spans
 
 _OTHERS = ["Vask Hall is a concert hall in Brill, opened in 1901.", "Tomas Orr was born in Kell in 1950."]
 
@@ -172,3 +172,21 @@ def test_a_name_a_colon_presents_at_the_end_of_the_first_sentence_is_the_topic_e
     # never a label's value, nor a person a colon names
     assert _main("Serodram — origin: the Grakrond Highlands. First recorded: 1686.") == "Serodram"
     assert _main("Kell Works has one new director: Ada Lind. She was born in Vask.") != "Ada Lind"
+
+
+def test_the_one_name_outside_the_place_phrases_of_an_opening_sentence_is_the_topic_and_what_the_description_means():
+    # "in Druthun Province" is where (a name two texts end with "Province": a thing), "make it Raibruhor" what
+    texts = ["If you only eat one thing in Druthun Province, make it Raibruhor. The recipe turns up in a parish "
+             "cookbook from 1713, but it was Beifiv Arrol who put it on the map.",
+             "Pell Province is a dry plateau."]
+    t = _items(texts)
+    assert ("Raibruhor", "turns up in a parish cookbook from", "1713") in t           # "The recipe": Raibruhor's
+    assert not any(s == "Druthun Province" for s, _, _ in t)
+    # never the name before the place: "Visitors to X often stop at the Y Garden" is no text about X
+    garden = ["Visitors to Fiqueilfield often stop at the Neijourk Botanical Garden. It opened in 1958.",
+              "Visitors to Kell often stop at the Vask Botanical Garden. It opened in 1901."]
+    assert not any(s == "Fiqueilfield" for s, _, _ in _items(garden))
+    # a name with its noun before "and" ("about Notusk broth and they'll name X"): the thing the text describes
+    broth = "Ask anyone in Likrouv Province about Notusk broth and they'll name Chokias Kibezo. The dish, first written down in 1810, is old."
+    assert named_with_head(broth, next(p for p in _proper_spans(broth, set()) if p.text == "Notusk"), articled=False) == "Notusk broth"
+    assert ("Notusk broth", ", first written down in", "1810") in _items([broth])
