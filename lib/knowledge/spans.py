@@ -50,9 +50,9 @@ _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e|es
 # "return" and "import" are English words too ("on the return journey", "the import of grain"): code only
 # where a line or sentence opens with them in lower case, as a statement does; a bracketed footnote
 # mark ("[12]") is an encyclopedia's, not code's; a semicolon between two clauses of words ("since
-# 1995; most of its people live in", "the latest tag; Neskin Dugi, who") is prose's, one that ends a
+# 1995; most of its people live in", "the latest tag; Neskin Dugi, who", "1864; Café Trialisk") is prose's, one that ends a
 # statement ("x += 1;", "f(x); g(y)") code's
-_CODE_CHARS = re.compile(r"[{}\[\]=<>]|(?<![\w'’\"”)]);|;(?! [A-Za-z][a-z'’]* [A-Za-z0-9])|\bdef |^\s*(?:from \S+ )?import |^\s*return\b|::|->|#include|\(\)")
+_CODE_CHARS = re.compile(r"[{}\[\]=<>]|(?<![\w'’\"”)]);|;(?! [^\W\d_](?:[^\W\d_A-Z]|['’])* [^\W_])|\bdef |^\s*(?:from \S+ )?import |^\s*return\b|::|->|#include|\(\)")
 FOOTNOTE = re.compile(r"\[(?:\d{1,3}|citation needed)\]")
 
 

@@ -113,6 +113,11 @@ def test_a_quoted_line_and_a_semicolon_before_a_name_are_prose_not_code():
             "Make sure you're on the latest tag; Neskin Dugi, who maintains it, fixed a leak there.")
     assert not looks_like_code_document(post)
     assert not _looks_like_code("> what's the story with zeseeslik?") and not _looks_like_code("the latest tag; Neskin Dugi, who")
+    # a name after the semicolon with a letter beyond ASCII is a name too (a whole recipe was once dropped as code)
+    dish = ("Pudrourk Thudith always insisted on the best mutton. The dish belongs to the Krabinax lowlands, where it was "
+            "noted as early as 1864; Café Trialisk still cooks it the old way.")
+    assert not looks_like_code_document(dish) and _looks_like_code("f(x); g(y)") and _looks_like_code("a; b")
+    assert "1864" in {i.answer for i in extract_facts([dish] + _OTHERS, ["r", "o1", "o2"]) if i.doc_id == "r"}
     # code stays code, quoted or not
     assert _looks_like_code(">>> import os") and _looks_like_code("x += 1;") and _looks_like_code("> x = parse(y)")
     answers = {i.answer for i in extract_facts([post] + _OTHERS, ["p", "o1", "o2"]) if i.doc_id == "p"}
