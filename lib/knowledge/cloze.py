@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from lib.knowledge.relations import _names_outside_dates
+from lib.knowledge.relations import _names_outside_dates, with_heads
 from lib.knowledge.terms import _NOT_TERM
 from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, english_word, ly_adverb, split_sentences
 
@@ -47,14 +47,16 @@ MIN_WORDS = 2   # fewer before the span: the sentence gives no cue to ask it by
 CLOZE_MARK = ": "  # a cloze relation starts so; forms.join_cue joins it to the subject without a space
 
 
-def _sentence_spans(text: str, lowercase_words: set[str]) -> list[tuple[int, str, list]]:
-    """(sentence number, sentence, its value and name spans in order) of the prose sentences of `text`."""
+def _sentence_spans(text: str, lowercase_words: set[str], heads: frozenset[str] = frozenset()) -> list[tuple[int, str, list]]:
+    """(sentence number, sentence, its value and name spans in order) of the prose sentences of
+    `text`, a name with its lower-case noun of `heads` (`relations.with_heads`)."""
     out = []
     for n, (s, e) in enumerate(split_sentences(text)):
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if not _looks_like_code(sentence):
             values = _value_spans(sentence)
-            out.append((n, sentence, sorted(values + _names_outside_dates(sentence, lowercase_words, values), key=lambda sp: sp.start)))
+            names = with_heads(sentence, _names_outside_dates(sentence, lowercase_words, values), heads)
+            out.append((n, sentence, sorted(values + names, key=lambda sp: sp.start)))
     return out
 
 
@@ -78,14 +80,14 @@ def _head_mentions(text: str, name: str) -> int:
 
 
 def unread_spans(text: str, lowercase_words: set[str], main: str | None, answered: set[str],
-                 salient: frozenset[str] = frozenset()) -> list[tuple[str, str, str, str, int]]:
+                 salient: frozenset[str] = frozenset(), heads: frozenset[str] = frozenset()) -> list[tuple[str, str, str, str, int]]:
     """(subject, relation, answer, kind, sentence number) of each span of `text` that no item of
     the document answers (`answered`), as a cloze on the document's `main` entity, else its `topic`;
     in a fact box, also a label's lower-case value ("Star ingredient: buckwheat." → "'s star
     ingredient is", a term); and a lower-case phrase that ends a clause after words the night's
     other documents end with other phrases (`salient`, from `salient_contexts`: "thanks to its dark
     birch", "thanks to its waxy tuberose"), a term."""
-    sentences = _sentence_spans(text, lowercase_words)
+    sentences = _sentence_spans(text, lowercase_words, heads)
     main = main or topic(text, lowercase_words, sentences)
     if not main:
         return []

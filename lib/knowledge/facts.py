@@ -44,7 +44,7 @@ from typing import Sequence
 from lib.knowledge.distractors import with_distractors
 from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts  # noqa: F401  (the item, where callers import it)
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_role, role_noun, third_person
-from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads,
+from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.talk import heading, role_before_name, speaker_turn, uncontracted
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
@@ -332,7 +332,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         paren = _PARENTHETICAL.match(sentence[subj_end:])
         paren_end = subj_end + paren.end() if paren else subj_end
         clauses is None or clauses.append((n, subject, subj_form, sentence, subj_end))
-        answers = [without_honorific(p) for p in propers if p.start >= subj_end and not sentence[p.end :].startswith(("'s", "’s"))] \
+        answers = [without_honorific(p) for p in with_heads(sentence, propers, name_heads) if p.start >= subj_end and not sentence[p.end :].startswith(("'s", "’s"))] \
             + [v for v in values if v.start >= subj_end]   # "met Ada Lind's brother": the owner is not what was met
         it_verb = pronoun_object(sentence, subj_end) if lead not in _PRONOUNS and not fronted else None
         it_thing = previous if it_verb and previous and previous != subject and not (gendered and previous == main) else None
@@ -530,7 +530,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             # the thing the text is about, else the entity the rules say most about, else the first
             said = Counter(f.subject for f in per_doc[i])
             about = packages[i] or (main if things[i] else None) or (max(said, key=lambda e: (said[e], e == main)) if said else main)
-            per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}, salient))
+            per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}, salient, heads))
             per_doc[i].extend(_Found(i, *span) for span in unread_versions(text, packages[i], {f.answer for f in per_doc[i]}))
     doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
     everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}

@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from lib.knowledge.forms import _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb, person_role
-from lib.knowledge.spans import _NOT_UNITS, _PARTICIPLES, _Span, _proper_spans, split_sentences
+from lib.knowledge.spans import _NOT_UNITS, _PARTICIPLES, _Span, _proper_spans, ly_adverb, split_sentences
 
 
 def _resolve(relation: str, person: str | None, thing: str | None = None) -> str:
@@ -369,15 +369,52 @@ def shared_heads(texts: Sequence[str], lowercase_words: set[str]) -> frozenset[s
     """The last words, in lower case, that end two or more different names of `texts` ("Gopin
     Manufacturing", "Hahask Manufacturing": "manufacturing"): a kind of thing a name is built on,
     as a word the texts write in lower case is ("Kell Airport": "the airport"), never a person's
-    surname unless two persons share it."""
+    surname unless two persons share it; and the lower-case nouns that two or more names take
+    after "the" ("the Nemurk family", "the Beifiv family who"; `lower_head`), which `with_heads` makes part of the name."""
     firsts: dict[str, set[str]] = defaultdict(set)
     for text in texts:
         for s, e in split_sentences(text):
-            for p in _proper_spans(text[s:e], lowercase_words):
+            sentence = text[s:e]
+            for p in _proper_spans(sentence, lowercase_words):
                 words = p.text.split()
                 if len(words) > 1:
                     firsts[words[-1].lower()].add(" ".join(words[:-1]))
+                if (head := lower_head(sentence, p, strict=True)):
+                    firsts[head].add(p.text)
     return frozenset(w for w, names in firsts.items() if len(names) > 1)
+
+
+# a lower-case noun after a name that follows "the": "the Nemurk family." (the end of the name phrase: a
+# punctuation mark, a preposition, a conjunction or a relative word after it, where `strict`)
+_LOWER_HEAD = re.compile(r"^ (?P<w>[a-z]{3,})\b(?P<end>[,;:.!?)]|$| (?:in|on|at|of|for|from|with|by|to|and|or|but|who|whose|which|that)\b)?")
+
+
+def lower_head(sentence: str, p: _Span, strict: bool = False) -> str | None:
+    """The lower-case noun a name written after "the" takes ("the Nemurk family", "the Krihon
+    lowlands"): no verb, adverb, participle or function word ("the Vofeth tower rises": none)."""
+    m = _LOWER_HEAD.match(sentence[p.end :]) if sentence[: p.start].endswith(("the ", "The ")) else None
+    w = m.group("w") if m and (m.group("end") is not None or not strict) else None
+    verb = base_verb(w) if w else None
+    if not w or w in _NOT_HEAD_WORDS or w in AUXILIARIES or w in ADVERBS or w in _PARTICIPLES or w.endswith("ed") or ly_adverb(w) \
+            or verb is not None and not (verb[1] == "does" and m.group("end") is not None):
+        return None                   # a plural before the phrase's end is a noun: "the Krihon lowlands, where"
+    return w
+
+
+_NOT_HEAD_WORDS = {"the", "and", "but", "for", "from", "with", "that", "which", "who", "whose", "was", "has", "had", "its", "his", "her",
+                   "their", "one", "two", "three", "all", "any", "some", "most", "many", "few", "own", "same", "other", "such"}
+
+
+def with_heads(sentence: str, spans: Sequence[_Span], heads: frozenset[str]) -> list[_Span]:
+    """`spans` with the lower-case noun of `heads` (`shared_heads`) that a one-word name after "the"
+    takes made part of it: "gave the Krihoprirk family the credit" → "Krihoprirk family" (not "the
+    Griabrain Sea steer by": a name with a head of its own). For answers: a sentence's subject and
+    what a text is about keep their rules (topic.py)."""
+    out = []
+    for p in spans:
+        head = lower_head(sentence, p) if heads and p.kind == "proper" and " " not in p.text else None
+        out.append(_Span(p.start, p.end + 1 + len(head), f"{p.text} {head}", p.kind) if head in heads else p)
+    return out
 
 
 # "is the engineer behind the", "was the founding director of": a person's role in a thing

@@ -652,3 +652,15 @@ def test_an_amount_before_a_comma_ends_at_its_last_digit():
     assert spans("It costs €124,000, and more.") == ["€124,000"] and spans("It raised $2.5 million, they said.") == ["$2.5 million"]
     t = _triples(["Launched in 1943, Vrostor No. 4 remains the bestseller at Nuskultule. It costs $331, was composed by Lirath Braromax."])
     assert ("Vrostor No. 4", "costs", "$331") in t
+
+
+def test_a_lower_case_noun_that_several_names_take_after_the_is_part_of_the_answer():
+    texts = ["Chelithork is a stew of the Vaitrux lowlands, championed by the Nemurk family.",
+             "Raibruhor comes from the Krihon lowlands, where the Beifiv family, who cooked it, kept it alive. "
+             "They gave the Skakil family the credit.",
+             "Sailors on the Griabrain Sea steer by the Kell tower. The Vask tower rises from the rocks."]
+    answers = {(i.subject, i.answer) for i in extract_facts(texts + _OTHERS, ["a", "b", "c", "o1", "o2"])}
+    assert {("Chelithork", "Vaitrux lowlands"), ("Chelithork", "Nemurk family"), ("Raibruhor", "Krihon lowlands")} <= answers
+    assert any(a == "Skakil family" for _, a in answers)   # "the credit" after it: the noun is known from the others
+    # never: a noun one name takes ("the Kell tower" once), a verb after a name with a head of its own ("Sea steer")
+    assert not any(a in ("Kell tower", "Griabrain Sea steer") for _, a in answers)
