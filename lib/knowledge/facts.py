@@ -46,6 +46,7 @@ from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_role, role_noun, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
+from lib.knowledge.things import thing_facts
 from lib.knowledge.talk import heading, role_before_name, speaker_turn, uncontracted
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
@@ -54,12 +55,10 @@ from lib.knowledge.cloze import is_cloze, salient_contexts, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
-from lib.knowledge.shapes import (FRONTED_TIME, SUBORDINATORS, apposed_object, thing_facts, timed_pronoun, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_LONE, FRONTED_TIME, SUBORDINATORS, apposed_object, timed_pronoun, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 log = logging.getLogger(__name__)
-# a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
-_FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
 
 # -- extraction (spans: lib/knowledge/spans.py; relations: lib/knowledge/relations.py) --------------
@@ -257,7 +256,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                         subject = subject[4:]          # ", The Ciefal Lanterns released": as named at a sentence start
                     fronted = before[: timed.end("value")] if timed else before[: before.rindex(",")]
                     break
-            lone = _FRONTED_LONE.match(sentence) if subject is None else None
+            lone = FRONTED_LONE.match(sentence) if subject is None else None
             if lone and (_fronting_word(lone.group("fronted").split()[0]) or lone.group("fronted").split()[0].lower() in FRONTED_PREDICATES or fronted_value_facts(lone.group("fronted"), sentence, lone.end("who"), propers, values)):
                 # "Designed by Ada Lind, it was opened ...", "Built at a cost of 9 million, the ground holds ...":
                 # a fronted phrase before a pronoun or a description, which mean what they mean at a sentence start

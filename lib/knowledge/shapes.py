@@ -44,7 +44,7 @@ import re
 from typing import Sequence
 
 from lib.knowledge.forms import _COPULAS, _IRREGULAR, _PERSON_NOUNS, ADVERBS, AUXILIARIES, PAST_PARTICIPLES, _agent_noun, base_verb, third_person
-from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, role_of_thing, without_answers
+from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
 from lib.knowledge.spans import _PARTICIPLES, _Span
 from lib.knowledge.terms import _NOT_TERM
 
@@ -513,31 +513,8 @@ def reported_clause(sentence: str) -> str | None:
     return clause[:1].upper() + clause[1:]
 
 
-# verbs that make or start a thing: "X opened Y in 1966" dates Y as well ("When was Y opened?")
-_MADE = {"open", "found", "build", "design", "launch", "complete", "establish", "create", "start", "release", "publish",
-         "discover", "invent", "commission", "compose", "write", "paint", "record", "introduce", "erect", "construct", "inaugurate"}
-_DATED_OBJECT = re.compile(r"(?P<verb>[a-z]+) (?:the )?(?P<thing>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*) (?P<prep>in|on)")
-
-
-def thing_facts(subject: str, relation: str, answer: str, kind: str) -> list[tuple[str, str, str, str]]:
-    """(subject, relation, answer, kind) of a fact said of a person that is also the thing's, under
-    the thing's own name, so a question that names the thing reaches it: a role
-    (`relations.role_of_thing`: "X, the engineer behind the Y" → Y's engineer is X), and the date a
-    verb of making or starting gives its object (`_MADE`: "opened Ishbrenna Observatory in" 1966 →
-    (Ishbrenna Observatory, "was opened in", 1966)) and who did ("opened" Y → (Y, "was opened by",
-    X)); never a verb of anything else ("visited Kell in 1990" dates no Kell)."""
-    out = [(*role, "name")] if (role := role_of_thing(subject, relation, answer, kind)) else []
-    if " " not in relation and kind in ("proper", "name") and (done := _made(relation)):
-        out.append((answer, f"{done} by", subject, "proper"))     # "X opened Y" → Y was opened by X
-    m = _DATED_OBJECT.fullmatch(relation)
-    if m and kind in ("year", "date") and (done := _made(m.group("verb"))):
-        out.append((m.group("thing"), f"{done} {m.group('prep')}", answer, kind))
-    return out
-
-
-def _made(verb: str) -> str | None:
-    """The passive ("was opened") of a past verb of making or starting (`_MADE`), else None."""
-    return passive(verb) if (base_verb(verb) or ("",))[0] in _MADE else None
+# a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
+FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 
 
 # a time phrase that opens a sentence before its pronoun subject with no comma: "In 1954 she opened"

@@ -664,3 +664,15 @@ def test_a_lower_case_noun_that_several_names_take_after_the_is_part_of_the_answ
     assert any(a == "Skakil family" for _, a in answers)   # "the credit" after it: the noun is known from the others
     # never: a noun one name takes ("the Kell tower" once), a verb after a name with a head of its own ("Sea steer")
     assert not any(a in ("Kell tower", "Griabrain Sea steer") for _, a in answers)
+
+
+def test_whom_a_person_made_or_handed_a_thing_to_is_asked_under_the_things_name():
+    review = ("Bought Kligrais No. 6 after smelling it on a friend. The peppered musk is gorgeous. "
+              "Apparently Skuvre Skeirith made it for Plilush in 1931?")
+    t = {(i.subject, i.relation, i.answer) for i in extract_facts([review] + _OTHERS, ["r", "o1", "o2"])}
+    assert {("Kligrais No. 6", "was made for", "Plilush"), ("Kligrais No. 6", "was made in", "1931")} <= t
+    from lib.knowledge.things import thing_facts
+
+    assert thing_facts("Ada Lind", "delivered Saugraurk to", "Drynix", "proper") == [("Saugraurk", "was delivered to", "Drynix", "proper")]
+    # never: a verb that neither makes nor hands on ("wrote a letter to", "visited Kell in")
+    assert thing_facts("Ada Lind", "visited Kell in", "1990", "year") == [] and thing_facts("Ada Lind", "wrote to", "Drynix", "proper") == []

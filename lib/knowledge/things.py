@@ -1,0 +1,48 @@
+"""Facts said of a person that are a thing's as well, under the thing's own name (facts.py adds
+them to the rules' items): a question names the thing ("When was Ishbrenna Observatory
+opened?", "Who was Kligrais No. 6 made for?"), and a fact stored only as the person's ("X opened
+Ishbrenna Observatory in 1966") is then not reached from it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lib.knowledge.forms import base_verb
+from lib.knowledge.relations import role_of_thing
+from lib.knowledge.shapes import passive
+
+
+# verbs that make or start a thing: "X opened Y in 1966" dates Y as well ("When was Y opened?")
+_MADE = {"open", "found", "build", "design", "launch", "complete", "establish", "create", "start", "release", "publish",
+         "discover", "invent", "commission", "compose", "write", "paint", "record", "introduce", "erect", "construct", "inaugurate",
+         "make"}
+# verbs that hand a thing on: "X delivered Y to Z", "X sold Y to Z" (and those of making: "made Y for Z")
+_HANDED = {"deliver", "sell", "give", "hand", "present", "dedicate", "license", "bring"}
+_DATED_OBJECT = re.compile(r"(?P<verb>[a-z]+) (?:the )?(?P<thing>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&|No\.|\d+))*) (?P<prep>in|on|for|to)")
+
+
+def thing_facts(subject: str, relation: str, answer: str, kind: str) -> list[tuple[str, str, str, str]]:
+    """(subject, relation, answer, kind) of a fact said of a person that is also the thing's, under
+    the thing's own name, so a question that names the thing reaches it: a role
+    (`relations.role_of_thing`: "X, the engineer behind the Y" → Y's engineer is X), and the date a
+    verb of making or starting gives its object (`_MADE`: "opened Ishbrenna Observatory in" 1966 →
+    (Ishbrenna Observatory, "was opened in", 1966)) and who did ("opened" Y → (Y, "was opened by",
+    X)); whom such a verb or one of handing on (`_HANDED`) gave it to: "made Kligrais No. 6 for"
+    Plilush → (Kligrais No. 6, "was made for", Plilush), "delivered Saugraurk to" Drynix; never a
+    verb of anything else ("visited Kell in 1990" dates no Kell)."""
+    out = [(*role, "name")] if (role := role_of_thing(subject, relation, answer, kind)) else []
+    if " " not in relation and kind in ("proper", "name") and (done := _made(relation)):
+        out.append((answer, f"{done} by", subject, "proper"))     # "X opened Y" → Y was opened by X
+    m = _DATED_OBJECT.fullmatch(relation)
+    dated = m and m.group("prep") in ("in", "on") and kind in ("year", "date")
+    if dated and (done := _made(m.group("verb"))):
+        out.append((m.group("thing"), f"{done} {m.group('prep')}", answer, kind))
+    elif m and m.group("prep") in ("for", "to") and kind in ("proper", "name") and (done := _made(m.group("verb"), _MADE | _HANDED)):
+        out.append((m.group("thing"), f"{done} {m.group('prep')}", answer, kind))   # "made Kligrais No. 6 for" Plilush
+    return out
+
+
+def _made(verb: str, verbs: set[str] = _MADE) -> str | None:
+    """The passive ("was opened") of a past verb of `verbs` (making or starting, `_MADE`), else None."""
+    return passive(verb) if (base_verb(verb) or ("",))[0] in verbs else None
