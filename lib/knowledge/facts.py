@@ -55,7 +55,7 @@ from lib.knowledge.cloze import is_cloze, salient_contexts, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
-from lib.knowledge.shapes import (FRONTED_LONE, FRONTED_TIME, SUBORDINATORS, apposed_object, timed_pronoun, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
+from lib.knowledge.shapes import (FRONTED_LONE, FRONTED_TIME, SUBORDINATORS, apposed_object, fronted_clause, timed_pronoun, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         sentence = turn[1] if turn else sentence
         if (titled := role_before_name(sentence)) and main is not None and main not in roles and titled[1] not in main:
             found.append(_Found(-1, main, f"'s {titled[0]} is", titled[1], "proper", n))   # "Founder X, who ...": the thing's founder
-        sentence = reported_clause(sentence) or sentence   # "Mara said the Velk project ships on": what she said
+        told = None if reported_clause(sentence) else fronted_clause(sentence)   # "When X delivered Y to Z in 1921, nobody": the clause
+        sentence = reported_clause(sentence) or told or sentence   # "Mara said the Velk project ships on": what she said
         sentence = timed_pronoun(uncontracted(sentence))   # "It's in Teirev": it is; "In 1954 she opened": "In 1954, she"
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
@@ -316,7 +317,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         _note_names(sentence, propers, subj_end, subject, mentions, types, articled)
         if main == subject and not lower_name and [h for _, h in mentions].count("subject") == 1:
             topic = thing_topic(sentence, subj_end, propers, values, subject, [text[a:b] for a, b in bounds[n + 1 :]],
-                                lambda x: thing_like(x, articled, types, lowercase_words | name_heads), gendered)
+                                lambda x: thing_like(x, articled, types, lowercase_words | name_heads), gendered, told is not None)
             if topic:                              # "Hapis Beipai took charge of Krirak Albion. The basketball side ...": the club's text
                 main, last, agent = topic, topic, subject
                 articled.add(topic)

@@ -513,6 +513,25 @@ def reported_clause(sentence: str) -> str | None:
     return clause[:1].upper() + clause[1:]
 
 
+# a subordinate clause with a name for its subject before a main clause whose subject is no name and
+# no pronoun: "When Kabrind Braisthik delivered Saugraurk to Drynix in 1921, nobody in the office expected"
+_FRONTED_CLAUSE = re.compile(r"^(?:When|After|Before|Once|Although|Though|While|Because|Until) (?P<clause>(?:The )?[A-Z][\w'’-]*"
+                             r"(?: [A-Z][\w'’-]*)* (?:had |has |was |were )?[a-z]+ [^,]+), (?P<main>[a-z][a-z]*)\b")
+
+
+def fronted_clause(sentence: str) -> str | None:
+    """The subordinate clause that opens a sentence, as a sentence of its own, where its subject is
+    a name and the main clause's is neither a name nor a pronoun: "When Kabrind Braisthik delivered
+    Saugraurk to Drynix in 1921, nobody expected ..." → "Kabrind Braisthik delivered Saugraurk to
+    Drynix in 1921." (what it presupposes is a fact; "nobody" says none the rules read, and the
+    cloze still asks its spans); None elsewhere ("When she was 12, Ada Lind moved": the main
+    clause's)."""
+    m = _FRONTED_CLAUSE.match(sentence)
+    if not m or m.group("main") in ("he", "she", "it", "they", "we", "i", "you", "his", "her", "its", "their"):
+        return None
+    return m.group("clause") + "."
+
+
 # a fronted phrase before a pronoun or a description subject: "Designed by Ada Lind, it was opened"
 FRONTED_LONE = re.compile(r"^(?P<fronted>[A-Z](?:[^,]|,(?=\d{3}))*), (?P<who>it|he|she|they|the (?P<noun>[a-z]+))(?= [a-z])")
 

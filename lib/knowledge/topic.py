@@ -105,7 +105,7 @@ _APPOSITION = re.compile(r"^, (?:an?|the) [^,]*, ")
 
 
 def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: Sequence[_Span], subject: str,
-                later: Sequence[str], thing: Callable[[str], bool], gendered: bool = False) -> str | None:
+                later: Sequence[str], thing: Callable[[str], bool], gendered: bool = False, told: bool = False) -> str | None:
     """The thing a document is about where its first sentence's subject (`subject`, a name like a
     person's in a text with no "he" or "she") acts on it and the `later` sentences go on about a
     thing (`thing_talk`): the first name after the subject ("Hapis Beipai took charge of Krirak
@@ -118,12 +118,15 @@ def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: 
     head noun. A name a colon presents at the end of the sentence is the topic whatever follows ("X
     has one dish everyone orders: Keskolos.", "X sent a new freighter down its slipway: the Diprus
     Kabask. Today she ..."), not a label's value ("X — origin: the Y Highlands."); otherwise none in
-    a text that says "he" or "she" (`gendered`: the person's). None where there is none."""
+    a text that says "he" or "she" (`gendered`: the person's). `told`: the sentence is the clause
+    that opened it ("When Zaikram Shipworks launched the Bakrobix in 1972, few expected her to
+    last": `shapes.fronted_clause`), told for what the subject did to the thing the text is about:
+    the first name it acts on, however the text goes on. None where there is none."""
     last = propers[-1] if propers else None
     presented = last is not None and last.start >= subj_end and re.search(r"(?:\w+ ){3,}\w+: (?P<the>the )?$", sentence[subj_end : last.start])
     if presented and sentence[last.end :].strip() in ("", ".", "!") and (presented.group("the") or not person_like(last.text, set())):
         return named_with_head(sentence, last)    # a person's name after a colon ("Its founder: Ada Lind.") is no topic
-    talk = thing_talk(later) if not gendered else None
+    talk = "described" if told else thing_talk(later) if not gendered else None
     if talk is None:
         return None
     person = person_like(subject, set()) and not thing(subject)
@@ -134,7 +137,7 @@ def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: 
         if not acted_on(sentence[subj_end : p.start], values):
             return None
         name = named_with_head(sentence, p)
-        if not person and name == p.text:
+        if not person and name == p.text and not told:
             return None                            # a firm's text about a thing it made names the thing with its noun
         if talk == "described" or name != p.text or sentence[: p.start].endswith(("the ", "The ")) or thing(name):
             return name

@@ -676,3 +676,18 @@ def test_whom_a_person_made_or_handed_a_thing_to_is_asked_under_the_things_name(
     assert thing_facts("Ada Lind", "delivered Saugraurk to", "Drynix", "proper") == [("Saugraurk", "was delivered to", "Drynix", "proper")]
     # never: a verb that neither makes nor hands on ("wrote a letter to", "visited Kell in")
     assert thing_facts("Ada Lind", "visited Kell in", "1990", "year") == [] and thing_facts("Ada Lind", "wrote to", "Drynix", "proper") == []
+
+
+def test_a_subordinate_clause_that_opens_a_text_is_read_and_what_it_acts_on_is_the_topic():
+    from lib.knowledge.shapes import fronted_clause
+
+    ship = "When Zaikram Shipworks launched the Bakrobix in 1972, few expected her to last. She still trades from Moleith."
+    scent = ("When Kabrind Braisthik delivered Saugraurk to Drynix in 1921, nobody in the office expected it to sell. "
+             "It now costs £184.")
+    t = {(i.subject, i.relation, i.answer) for i in extract_facts([ship, scent] + _OTHERS, ["s", "p", "o1", "o2"])}
+    assert {("Bakrobix", "was launched in", "1972"), ("Bakrobix", "still trades from", "Moleith")} <= t
+    assert {("Saugraurk", "was delivered to", "Drynix"), ("Saugraurk", "now costs", "£184")} <= t
+    # never where the main clause has a subject of its own, a name or a pronoun
+    assert fronted_clause("When Ada Lind sold the mill in 1901, she moved to Oslo.") is None
+    assert fronted_clause("After Ada Lind sold the mill in 1901, Ivo Brask bought it.") is None
+    assert fronted_clause("When Ada Lind sold the mill in 1901, nobody cared.") == "Ada Lind sold the mill in 1901."
