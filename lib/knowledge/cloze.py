@@ -190,8 +190,10 @@ def _what_they_did(rest: str) -> str | None:
     m = _DOER.match(rest)
     if not m:
         return None
-    words = m.group("did").split()
-    return " ".join(words[:MAX_WORDS]) if len(words) >= MIN_WORDS else None
+    words = m.group("did").split()[:MAX_WORDS]
+    while len(words) > MIN_WORDS and words[-1].lower() in _FUNCTION:
+        words.pop()                       # cut at MAX_WORDS: "keeps the first trial vial of Plilrak on a" ends at Plilrak
+    return " ".join(words) if len(words) >= MIN_WORDS else None
 
 
 def is_cloze(relation: str) -> bool:

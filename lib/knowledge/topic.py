@@ -37,13 +37,15 @@ _NOT_HEAD = {"the", "a", "an", "and", "or", "but", "of", "in", "on", "at", "to",
 
 
 def thing_talk(sentences: Sequence[str]) -> str | None:
-    """How `sentences` (those after the first) go on about a thing: "described" where one opens with
+    """How `sentences` (those after the first) go on about a thing: "described" where one (or a clause
+    after its semicolon) opens with
     "The"/"This" and a noun that names no person and no part or event of the subject ("The basketball
     side", "This tree frog"; not "The coach", "The singer", "The first ascent"), else "it" where one
     opens with "It"/"Its" (which a firm named like a person may be as well), else None."""
     talk = None
     for sentence in sentences:
         m = _THING_LEAD.match(sentence.strip())
+        m = m or next((c for c in map(_THING_LEAD.match, sentence.split("; ")[1:]) if c and c.group("noun")), None)   # "That was 1993; the formula"
         if m and m.group("it"):
             talk = "it"
         elif m and not person_role(m.group("noun")) and m.group("noun") not in ORDINALS:
@@ -199,6 +201,10 @@ _PLACE_BEFORE = re.compile(r"\b(?:from|in|at|near|around|of|across|over) (?:the 
 _WHERE_AFTER = re.compile(r" (?:up |high |just )?(?:on|upon|near|above|atop|outside|beside|overlooking) (?:the )?")
 
 
+# a description that a copula identifies with the name after it: "The scent that made X's name was "
+_CLEFT = re.compile(r"^The (?:[a-z]+ )?(?P<noun>[a-z]+) (?:that|which|who|whose) [^,;]*? (?:was|is) (?:the )?$")
+
+
 def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], words: set[str], opening: bool = False) -> tuple[str, bool] | None:
     """(name, whether the text is about it) of the thing a sentence without a subject names, for a
     document no sentence has given a subject yet: what "it" and "the <noun>" then mean. A name of
@@ -211,7 +217,11 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
     a question ("What makes Vazudal so good?") or of the text's `opening` sentence ("Nobody knows who
     invented Kunoval."), no acronym and no name like a person's ("Visitors meet Ada Lind"); the one
     name outside a place phrase, after every such thing, where each is in one ("eat one thing in X,
-    make it Y": Y; not "Visitors to Y often stop at the X"). None where the sentence names no such thing."""
+    make it Y": Y; not "Visitors to Y often stop at the X"); the name a description of no person is
+    (a cleft: "The scent that made X's name was Y, which ...": Y). None where the sentence names no such thing."""
+    cleft = next((p for p in propers if (m := _CLEFT.match(sentence[: p.start])) and not person_role(m.group("noun"))), None)
+    if cleft:                              # "The scent that made X's name was Torfost Dutork, which ...": the scent
+        return named_with_head(sentence, cleft), True
     headed = [t for p in propers if " " not in p.text and (t := named_with_head(sentence, p, articled=False)) != p.text]
     if headed:
         return headed[-1], True

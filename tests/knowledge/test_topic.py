@@ -190,3 +190,20 @@ def test_the_one_name_outside_the_place_phrases_of_an_opening_sentence_is_the_to
     broth = "Ask anyone in Likrouv Province about Notusk broth and they'll name Chokias Kibezo. The dish, first written down in 1810, is old."
     assert named_with_head(broth, next(p for p in _proper_spans(broth, set()) if p.text == "Notusk"), articled=False) == "Notusk broth"
     assert ("Notusk broth", ", first written down in", "1810") in _items([broth])
+
+
+def test_a_cleft_names_the_topic_and_a_description_after_a_semicolon_goes_on_about_the_thing_a_person_acted_on():
+    cleft = ("The scent that made Felteim Naganeth's name was Torfost Dutork, which Zauvo & Vroflik put on shelves in 1986 "
+             "and which still sells for $380. Its signature is sun-dried amber.")
+    t = _items([cleft])
+    assert ("Torfost Dutork", ": Zauvo & Vroflik put on shelves in", "1986") in t and not any(s == "Zauvo & Vroflik" for s, _, _ in t)
+    vial = ("Granoumu Nushynd still keeps the first trial vial of Plilrak on a shelf in the lab. That was 1993; the formula, "
+            "anchored by burnt vetiver, went to Surpu a few months later and now sells at €236.")
+    t = _items([vial])
+    assert ("Plilrak", ": That was", "1993") in t
+    from lib.knowledge.cloze import _what_they_did
+
+    assert _what_they_did(" still keeps the first trial vial of Plilrak on a shelf") == "still keeps the first trial vial of Plilrak"   # no "on a"
+    # never: a description of a person ("The man who founded it was X": X may be the person), nor "it" after a semicolon
+    assert _main("The man who founded Vask Mills was Ivo Brask. He died in 1950.") != "Vask Mills"
+    assert thing_talk(["Hair Rezix has run it; it had 18 staff."]) is None
