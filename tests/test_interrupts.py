@@ -204,26 +204,37 @@ def test_a_sigint_after_the_interrupted_block_exits_with_its_code_at_once(after)
 
 def _sigint_into_a_logging_loop(trials: int, recorded: bool) -> int:
     """SIGINTs sent at random moments into a main thread that loops on `logging.getLogger` (which
-    takes logging's module lock each call): how many left that lock held after the interrupt."""
+    takes logging's module lock each call): how many left that lock held after the interrupt. The
+    sender waits until the main thread is inside the loop's `try` (a SIGINT that landed while a
+    loaded machine was still starting its thread ended the whole pytest session once)."""
     import logging
     import random
     import threading
 
     main, leaked = threading.main_thread().ident, 0
     for _ in range(trials):
-        timer = threading.Timer(random.uniform(0.001, 0.01), signal.pthread_kill, (main, signal.SIGINT))
-        timer.start()
+        go = threading.Event()
+
+        def send(go=go):
+            go.wait()
+            time.sleep(random.uniform(0.001, 0.01))
+            signal.pthread_kill(main, signal.SIGINT)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
         try:
             if recorded:
                 with ctrl_c_recorded():
+                    go.set()
                     while True:
                         logging.getLogger("ctrl-c-test")
             else:
+                go.set()
                 while True:
                     logging.getLogger("ctrl-c-test")
         except KeyboardInterrupt:
             pass
-        timer.join()
+        sender.join()
         if logging._lock._is_owned():
             leaked += 1
             while logging._lock._is_owned():  # let the rest of the suite log again
