@@ -132,8 +132,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         sentence = turn[1] if turn else sentence
         if (titled := role_before_name(sentence)) and main is not None and main not in roles and titled[1] not in main:
             found.append(_Found(-1, main, f"'s {titled[0]} is", titled[1], "proper", n))   # "Founder X, who ...": the thing's founder
-        told = None if reported_clause(sentence) else fronted_clause(sentence)   # "When X delivered Y to Z in 1921, nobody": the clause
-        sentence = reported_clause(sentence) or told or sentence   # "Mara said the Velk project ships on": what she said
+        told = None if (reported := reported_clause(sentence)) else fronted_clause(sentence)   # "When X delivered Y to Z in 1921, nobody"
+        sentence = reported or told or sentence   # "Mara said the Velk project ships on": what she said; else the fronted clause
         sentence = timed_pronoun(uncontracted(sentence))   # "It's in Teirev": it is; "In 1954 she opened": "In 1954, she"
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""

@@ -391,18 +391,29 @@ _LOWER_HEAD = re.compile(r"^ (?P<w>[a-z]{3,})\b(?P<end>[,;:.!?)]|$| (?:in|on|at|
 
 def lower_head(sentence: str, p: _Span, strict: bool = False) -> str | None:
     """The lower-case noun a name written after "the" takes ("the Nemurk family", "the Krihon
-    lowlands"): no verb, adverb, participle or function word ("the Vofeth tower rises": none)."""
+    lowlands"): a `head_word`, no verb ("the Vofeth tower rises": none)."""
     m = _LOWER_HEAD.match(sentence[p.end :]) if sentence[: p.start].endswith(("the ", "The ")) else None
     w = m.group("w") if m and (m.group("end") is not None or not strict) else None
     verb = base_verb(w) if w else None
-    if not w or w in _NOT_HEAD_WORDS or w in AUXILIARIES or w in ADVERBS or w in _PARTICIPLES or w.endswith("ed") or ly_adverb(w) \
-            or verb is not None and not (verb[1] == "does" and m.group("end") is not None):
+    if not w or not head_word(w) or verb is not None and not (verb[1] == "does" and m.group("end") is not None):
         return None                   # a plural before the phrase's end is a noun: "the Krihon lowlands, where"
     return w
 
 
-_NOT_HEAD_WORDS = {"the", "and", "but", "for", "from", "with", "that", "which", "who", "whose", "was", "has", "had", "its", "his", "her",
-                   "their", "one", "two", "three", "all", "any", "some", "most", "many", "few", "own", "same", "other", "such"}
+# words that never head a name: function words, numbers and quantifiers, and a time after the name ("took
+# over the Nubin Crest last spring")
+NOT_HEAD = {"the", "a", "an", "and", "or", "but", "of", "in", "on", "at", "to", "for", "from", "with", "by", "as", "that", "which",
+            "who", "whose", "this", "these", "those", "its", "his", "her", "their", "our", "my", "your", "was", "has", "had",
+            "one", "two", "three", "all", "any", "some", "most", "many", "few", "own", "same", "other", "such", "years", "ago",
+            "last", "next", "spring", "summer", "autumn", "winter", "year", "week", "month", "morning", "evening", "night",
+            "yesterday", "today", "tonight", "again", "once", "twice", "earlier", "later", "recently"}
+
+
+def head_word(w: str) -> bool:
+    """Whether the lower-case word `w` may be a noun that heads a name ("family", "lowlands", "seed"; "pork
+    belly"): no function word, auxiliary, adverb, participle or past tense ("-ed", but "seed", "reed")."""
+    return not (w in NOT_HEAD or w in AUXILIARIES or w in ADVERBS or w in _PARTICIPLES or ly_adverb(w)
+                or w.endswith("ed") and not (len(w) <= 5 and w.endswith("eed")))
 
 
 def with_heads(sentence: str, spans: Sequence[_Span], heads: frozenset[str]) -> list[_Span]:

@@ -14,7 +14,7 @@ import re
 from typing import Callable, Sequence
 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
-from lib.knowledge.relations import ORDINALS, name_head, person_like
+from lib.knowledge.relations import ORDINALS, head_word, name_head, person_like
 from lib.knowledge.spans import _PARTICIPLES, STATIVE_PARTICIPLES, _Span
 
 # a sentence that goes on about a thing: "It was ...", "Its kit ...", "The basketball side ...", "This tree frog ...",
@@ -29,11 +29,6 @@ _PREPOSITIONS = {"in", "on", "at", "of", "for", "from", "with", "by", "to", "int
 _WHERE_VERBS = {"lay", "stood", "sat", "rose", "grew", "settled", "resided", "lived", "remained", "stayed"}
 _WHERE_BASES = {("live", "does"), ("lie", "does"), ("stand", "does"), ("sit", "does"), ("rise", "does"), ("reside", "does"),
                 ("remain", "does"), ("stay", "does"), ("settle", "does"), ("grow", "does")}
-_NOT_HEAD = {"the", "a", "an", "and", "or", "but", "of", "in", "on", "at", "to", "for", "from", "with", "by", "as", "that", "which",
-             "who", "whose", "this", "these", "those", "its", "his", "her", "their", "our", "my", "your", "two", "three", "years", "ago",
-             # a time after the name: "took over the Nubin Crest last spring"
-             "last", "next", "spring", "summer", "autumn", "winter", "year", "week", "month", "morning", "evening", "night",
-             "yesterday", "today", "tonight", "again", "once", "twice", "earlier", "later", "recently"}
 
 
 def thing_talk(sentences: Sequence[str]) -> str | None:
@@ -78,8 +73,7 @@ def named_with_head(sentence: str, span: _Span, articled: bool = True) -> str:
     for k in range(len(nouns), 0, -1):
         head = nouns[:k]
         rest = sentence[span.end + sum(len(w) + 1 for w in head) :]
-        if all(w not in _NOT_HEAD and w not in AUXILIARIES and w not in ADVERBS and w not in _PARTICIPLES
-               and (not w.endswith(("ly", "ed")) and base_verb(w) is None or len(w) <= 5 and w.endswith("eed")) for w in head) \
+        if all(head_word(w) and (base_verb(w) is None or len(w) <= 5 and w.endswith("eed")) for w in head) \
                 and _AFTER_HEAD.match(rest):
             return f"{span.text} {' '.join(head)}"
     return span.text
@@ -183,7 +177,7 @@ def typed_name(sentence: str, name: _Span) -> str | None:
     if not m or sentence[name.end :].startswith(("'s", "’s")) or m.group("noun") and not sentence[name.end :].startswith(", "):
         return None
     nouns = (m.group("nouns") or m.group("noun")).split()
-    if any(w in _NOT_HEAD or w in AUXILIARIES or w in ADVERBS or w in ORDINALS or w in _PARTICIPLES or w.endswith(("ly", "ed", "ing"))
+    if any(not head_word(w) or w in ORDINALS or w.endswith(("ly", "ing"))
            or base_verb(w) is not None and not w.endswith("s") for w in nouns):
         return None
     if nouns[-1] in _ADJECTIVES or nouns[-1].endswith(("ous", "ful", "ive", "ic", "able", "ible", "less", "ish", "ese", "est")):

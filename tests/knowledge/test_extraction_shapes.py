@@ -6,6 +6,7 @@ from __future__ import annotations
 from lib.knowledge.cloze import is_cloze
 from lib.knowledge.facts import extract_facts
 from lib.knowledge.forms import base_verb
+from lib.knowledge.relations import head_word
 from lib.knowledge.shapes import passive
 from lib.knowledge.spans import _proper_spans
 from lib.knowledge.topic import typed_name
@@ -664,6 +665,11 @@ def test_a_lower_case_noun_that_several_names_take_after_the_is_part_of_the_answ
     assert any(a == "Skakil family" for _, a in answers)   # "the credit" after it: the noun is known from the others
     # never: a noun one name takes ("the Kell tower" once), a verb after a name with a head of its own ("Sea steer")
     assert not any(a in ("Kell tower", "Griabrain Sea steer") for _, a in answers)
+
+
+def test_a_head_word_is_a_noun_never_a_function_word_time_adverb_or_past_tense():
+    assert all(head_word(w) for w in ("family", "lowlands", "glider", "seed", "belly", "tower"))
+    assert not any(head_word(w) for w in ("last", "spring", "which", "some", "quickly", "opened", "built", "was"))
 
 
 def test_whom_a_person_made_or_handed_a_thing_to_is_asked_under_the_things_name():
