@@ -16,7 +16,7 @@ from lib.knowledge.shapes import passive
 # verbs that make or start a thing: "X opened Y in 1966" dates Y as well ("When was Y opened?")
 _MADE = {"open", "found", "build", "design", "launch", "complete", "establish", "create", "start", "release", "publish",
          "discover", "invent", "commission", "compose", "write", "paint", "record", "introduce", "erect", "construct", "inaugurate",
-         "make"}
+         "make", "conceive", "develop", "devise"}
 # verbs that hand a thing on: "X delivered Y to Z", "X sold Y to Z" (and those of making: "made Y for Z")
 _HANDED = {"deliver", "sell", "give", "hand", "present", "dedicate", "license", "bring"}
 _DATED_OBJECT = re.compile(r"(?P<verb>[a-z]+) (?:the )?(?P<thing>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&|No\.|\d+))*) (?P<prep>in|on|for|to)")
@@ -32,7 +32,8 @@ def thing_facts(subject: str, relation: str, answer: str, kind: str) -> list[tup
     Plilush → (Kligrais No. 6, "was made for", Plilush), "delivered Saugraurk to" Drynix; never a
     verb of anything else ("visited Kell in 1990" dates no Kell)."""
     out = [(*role, "name")] if (role := role_of_thing(subject, relation, answer, kind)) else []
-    if " " not in relation and kind in ("proper", "name") and (done := _made(relation)):
+    verb = relation.removesuffix(" the")                           # "conceived the Sigre pressure gauge"
+    if " " not in verb and kind in ("proper", "name") and (done := _made(verb)):
         out.append((answer, f"{done} by", subject, "proper"))     # "X opened Y" → Y was opened by X
     m = _DATED_OBJECT.fullmatch(relation)
     dated = m and m.group("prep") in ("in", "on") and kind in ("year", "date")

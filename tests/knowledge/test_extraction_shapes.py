@@ -612,6 +612,10 @@ def test_the_year_a_person_made_or_opened_a_thing_dates_the_thing_under_its_own_
                   "Ada Vell visited Kell Harbour in 1990."])
     assert ("Ishbrenna Observatory", "was opened in", "1966") in t and ("Nubin Crest", "was launched in", "2017") in t
     assert ("Mireth Galdoun", "opened Ishbrenna Observatory in", "1966") in t      # the person's own fact stays
+    t = _triples(["Peihelosk Logra, an engineer who joined Zaiso Labs, conceived the Repais metronome in the company's Rathukusk workshop.",
+                  "Tova Brask designed the Kell metronome in 1970."])
+    assert ("Repais metronome", "was conceived by", "Peihelosk Logra") in t       # who made it, "the" before its name
+    assert ("Kell metronome", "was designed by", "Tova Brask") in t
     # never a verb that makes nothing: a visit dates no harbour
     assert not any(s == "Kell Harbour" and a == "1990" for s, _, a in t)
 
