@@ -6,6 +6,8 @@ that encyclopedia prose never uses.
   its own, "I" the speaker ("Riss Hastiand will take Doutux"); an answer word that opens the turn
   ("Yes, and ...", "OK, ...", "Then ...") is no part of what was stated. "We" and "you" stay
   unresolved: a group or a listener is not the speaker, and a fact of theirs would be false of them;
+- "Designed by Ama Reed." and "Created for Touralt by X back in 2018." state a fact with no subject
+  (listings, fact sheets, product copy, notes): a passive whose subject is what the text is about;
 - "Sync notes, Thursday." and "Quick recap for anyone who missed Wednesday:" are headings: a
   label before a colon, or a few words and a day; they name no entity a document is about
   ("Sync", "Quick" are no main entity), though a name in them is one "they" may mean ("From the
@@ -17,6 +19,7 @@ from __future__ import annotations
 import re
 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
+from lib.knowledge.shapes import _participle
 from lib.knowledge.spans import _FUNCTION, MONTHS, WEEKDAYS
 
 # a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand")
@@ -102,3 +105,22 @@ def uncontracted(sentence: str) -> str:
     """ "It's in Teirev" → "It is in Teirev", "It's been" → "It has been": the pronoun the sentence
     opens with, its verb in full."""
     return _PRONOUN_IS.sub(lambda m: m.group("who") + (" has " if m.group("been") else " is ") + (m.group("been") or ""), sentence)
+
+
+# a sentence that is a passive without its subject: "Designed by Ama Reed.", "Opened in 1921 by X."
+_ELLIPTICAL = re.compile(r"^(?P<done>[A-Z][a-z]+) (?P<rest>(?:by|in|on|at|for|from|to|with|near|under|during|after|before|back|first|"
+                         r"originally|jointly)\b[^,;:]*)$")
+
+
+def elliptical(sentence: str, main: str | None) -> str:
+    """A passive with no subject, after the text has named what it is about (`main`), as a sentence
+    of that name: "Designed by Ama Reed." → "Kell Bridge was designed by Ama Reed.", "Buried in
+    Dorn." (a text about a person) → "Ama Reed was buried in Dorn." (a name with its noun: "It was");
+    any other sentence as it is.
+    The participle opens the sentence and no comma follows it (a fronted phrase: "Launched in 1943,
+    X remains")."""
+    m = _ELLIPTICAL.match(sentence)
+    if main is None or not m or not _participle(m.group("done").lower()):
+        return sentence
+    named = "It" if main.split()[-1].islower() else main   # "the Miagror seed drill": "It", which means it
+    return f"{named} was {m.group('done').lower()} {m.group('rest')}"

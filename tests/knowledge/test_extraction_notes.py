@@ -81,3 +81,16 @@ def test_a_class_noun_and_an_owned_noun_with_its_verb_are_terms():
     assert ("Orla Tide", "feeds mainly on", "wild berries") in t
     # never: a class "of" words that are no noun, or a modifier as the class
     assert not any(a in ("very old song", "lizard endemic", "fern found") for _, _, a in t)
+
+
+def test_a_passive_without_its_subject_states_a_fact_of_what_the_text_is_about():
+    t = _triples(["Kell Bridge spans the Vask river. Designed by Ama Reed. Opened in 1921.",
+                  "Our pick this month: Tougreth No. 14. Think wet saffron. Created for Touralt by Tromurk Flalvrodux back in 2018.",
+                  "Meet the Miagror seed drill. Built in Dorn by Ivo Lask.",
+                  "Ada Vell was a Vaskian painter. Buried in Pirrel."])
+    assert {("Kell Bridge", "was designed by", "Ama Reed"), ("Kell Bridge", "was opened in", "1921"),
+            ("Tougreth No. 14", "was created for", "Touralt"), ("Tougreth No. 14", "was created by", "Tromurk Flalvrodux"),
+            ("Miagror seed drill", "was built by", "Ivo Lask"), ("Ada Vell", "was buried in", "Pirrel")} <= t
+    # never: a fronted phrase before its subject ("Launched in 1943, X remains"), a sentence with no name before it
+    t = _triples(["Launched in 1943, Vrostor No. 4 remains the bestseller at Nuskultule.", "Designed by Ama Reed."])
+    assert ("Vrostor No. 4", "was launched in", "1943") in t and not any(r == "was designed by" for _, r, _ in t)
