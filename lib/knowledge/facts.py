@@ -101,7 +101,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         persons = set(roles) | ({main} if gendered and main else set())
         if not shown:
             persons |= {name for name, _ in mentions if person_like(name, things)}
-        return it_referent(last, mentions, persons, things)
+        return it_referent(last, mentions, persons, things, frozenset(roles) | ({main} if gendered and main else set()))
 
     def described_as(name: str, noun: str) -> bool:
         """Whether "The <noun>" may mean `name`, the last subject `_referent` fell back on: a person

@@ -290,11 +290,13 @@ def role_holder(subject: str, relation: str, answer: str) -> tuple[str, str] | N
     return (subject, "") if relation.startswith("was born") else None
 
 
-def it_referent(last: str, mentions: list[tuple[str, str]], persons: set[str], things: set[str]) -> str:
+def it_referent(last: str, mentions: list[tuple[str, str]], persons: set[str], things: set[str], known: frozenset[str] = frozenset()) -> str:
     """What "it"/"its" refers to: the last subject, unless that may be a person (`persons`), whom
     "it" never names, and a thing (`things`) stands near: the latest thing a verb took since
     ("Ada Lind leads the Varo Ensemble. Its home is ...": the ensemble), else the latest thing
-    subject before ("The X is ... Ada Lind became its director, and it handles ...": X)."""
+    subject before ("The X is ... Ada Lind became its director, and it handles ...": X), else the
+    latest thing named before, where `last` is `known` for a person (he or she, a role): "X is
+    organising the Y offsite. He has booked Z. It is on": Y."""
     if last not in persons:
         return last
     k = max((i for i, (name, how) in enumerate(mentions) if how == "subject" and name == last), default=len(mentions))
@@ -304,6 +306,9 @@ def it_referent(last: str, mentions: list[tuple[str, str]], persons: set[str], t
     for name, how in reversed(mentions[:k]):
         if how == "subject" and name in things:
             return name
+    for name, how in reversed(mentions[:k] if last in known else ()):
+        if how != "subject" and name in things:
+            return name                     # "X is organising the Y offsite. He has booked Z for it. It is on": Y
     return last
 
 

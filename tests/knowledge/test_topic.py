@@ -207,3 +207,13 @@ def test_a_cleft_names_the_topic_and_a_description_after_a_semicolon_goes_on_abo
     # never: a description of a person ("The man who founded it was X": X may be the person), nor "it" after a semicolon
     assert _main("The man who founded Vask Mills was Ivo Brask. He died in 1950.") != "Vask Mills"
     assert thing_talk(["Hair Rezix has run it; it had 18 staff."]) is None
+
+
+def test_it_in_a_text_that_says_he_of_its_person_means_the_thing_the_person_acted_on_never_the_person():
+    text = "Kriarbru Zorath is organising the Triniksok offsite. He has booked Vroukbryl Chalet for it. It takes place in Port Gryrbyrrak."
+    t = _items([text])
+    assert ("Triniksok", "takes place in", "Port Gryrbyrrak") in t and not any(s == "Kriarbru Zorath" and a == "Port Gryrbyrrak" for s, _, a in t)
+    # a name only like a person's ("Vivroul Weekender", no he or she) stays what "its" means
+    t = _items(["Of all the gatherings in Falkoshouk, the one locals love is Vivroul Weekender, which Ama Susymirn dreamed up in 1989. "
+                "Its crowd, 54,300 strong this year, came mainly for Kruvas Gosynoth."])
+    assert any(s == "Vivroul Weekender" and a == "Kruvas Gosynoth" for s, _, a in t)
