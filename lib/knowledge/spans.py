@@ -64,14 +64,18 @@ _FINITE = r"(?:is|are|was|were|has|have|had|will|would|can|could|want|need|[a-z]
 _COLON_CLAUSE = re.compile(rf": (?={_CLAUSE_SUBJECT} {_FINITE})")
 
 
+# the mark that opens a list's item in notes: "- ", "* ", "• "
+_BULLET = re.compile(r"\s*(?:[-*•–—]\s+)?")
+
+
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of `text`: ends at . ! ? (and the quote that
     closes there) before a space and an upper-case letter, digit or quote (not after Dr., St.,
     e.g.), at line breaks and at the bars between a fact box's fields, and at a colon
-    before a clause of its own (`_COLON_CLAUSE`)."""
+    before a clause of its own (`_COLON_CLAUSE`); a list's bullet ("- ") is no part of its item."""
     spans = []
     for block in re.finditer(r"[^\n|]+", text):      # a fact box's fields: "House: X | Nose: Y | Launched: 1994"
-        start = block.start()
+        start = block.start() + len(_BULLET.match(block.group()).group())   # "- Date locked: 6 June": a list's item
         for m in re.finditer(r"[.!?](?:\[(?:\d{1,3}|citation needed)\])*[\"”’]?(?=\s+[\"'“(]?[A-Z0-9])", block.group()):
             end = block.start() + m.end()
             if _ABBREV.search(text[max(start, end - 6) : end]):

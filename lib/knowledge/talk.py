@@ -33,6 +33,8 @@ _THIRD = {"am": "is", "have": "has", "do": "does"}
 _TIMES = "|".join(sorted(WEEKDAYS) + list(MONTHS))
 # a heading: a few words and a day ("Sync notes, Thursday.", "Minutes, 3 May"), or a label a colon closes
 _DAY_HEADING = re.compile(rf"^[A-Z][\w'’-]*(?: [\w'’-]+){{0,3}}, (?:(?:{_TIMES})(?: \d{{1,2}})?|\d{{1,2}} (?:{_TIMES})|\d{{4}}-\d{{2}}-\d{{2}})\.?$")
+# a title line of notes: parts a dash divides, or a number after "#" ("Ops sync - notes", "Booking confirmation #30751")
+_TITLE_LINE = re.compile(r"^[A-Z][^.!?:;,\"]*(?: [-–|] |#\d)[^.!?:;,\"]*$")
 _LABEL_PREPOSITIONS = {"from", "after", "before", "during", "for", "about", "re", "on", "at", "in", "with"}
 _LABEL = re.compile(r"^(?P<first>[A-Z][a-z]*) (?P<second>[a-z]+)\b[^:]*:$")
 
@@ -68,12 +70,13 @@ def speaker_turn(sentence: str) -> tuple[str, str] | None:
 
 def heading(sentence: str) -> bool:
     """Whether the sentence is a heading or a label, which names no entity the document is about:
-    is a few words and a day ("Sync notes, Thursday.", "Minutes, 3 May."), or a label a colon closes,
+    is a few words and a day ("Sync notes, Thursday.", "Minutes, 3 May."), a title line of parts a
+    dash divides or with a number after "#" ("Ops sync - notes", "Booking confirmation #30751"), or a label a colon closes,
     opened by a preposition or by a word and a lower-case noun ("From the call with Trouwar Health:",
     "Quick recap for anyone who missed Wednesday:", "Open item:"), not by a subject and its verb
     ("The firm was founded by Ada Lind:")."""
     sentence = sentence.strip()
-    if _DAY_HEADING.match(sentence):
+    if _DAY_HEADING.match(sentence) or _TITLE_LINE.match(sentence) and len(sentence.split()) <= 8:
         return True
     label = _LABEL.match(sentence)           # "Open item:", "From the call with X:"; not "X was founded by Y:"
     if not label:

@@ -94,3 +94,12 @@ def test_a_passive_without_its_subject_states_a_fact_of_what_the_text_is_about()
     # never: a fronted phrase before its subject ("Launched in 1943, X remains"), a sentence with no name before it
     t = _triples(["Launched in 1943, Vrostor No. 4 remains the bestseller at Nuskultule.", "Designed by Ama Reed."])
     assert ("Vrostor No. 4", "was launched in", "1943") in t and not any(r == "was designed by" for _, r, _ in t)
+
+
+def test_a_lists_bullets_a_title_line_and_a_label_that_names_a_thing_with_its_noun():
+    notes = ("Ops sync - notes\n- Draetaern hackathon: Steivem Goudo owns it\n- Location: Casa Skikrylkou\n"
+             "- Griith Kroulkhil to sort catering")
+    t = _triples([notes])
+    assert {("Draetaern hackathon", "is owned by", "Steivem Goudo"), ("Draetaern hackathon", "'s location is", "Casa Skikrylkou")} <= t
+    assert not any(s in ("Ops", "Steivem Goudo") and a == "Casa Skikrylkou" for s, _, a in t)   # a title is no entity
+    assert [notes[s:e] for s, e in split_sentences(notes)][1:3] == ["Draetaern hackathon:", "Steivem Goudo owns it"]
