@@ -191,7 +191,8 @@ def described_clause(relation: str, mentions: list[tuple[str, str]], types: dict
 _NOUN_STOP = set(_PREPOSITIONS) | {"between", "against", "among", "across", "along", "over", "through", "via", "past", "beyond",
                                    "close", "next", "north", "south", "east", "west",
                                    "whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
-                                   "since", "after", "before", "during"}
+                                   "since", "after", "before", "during", "behind", "beneath", "beside", "inside", "outside",
+                                   "within", "without", "toward", "towards", "upon", "around", "the", "a", "an"}
 _TYPED = re.compile(r"^(?:,\s+(?:which|who)\s+|\s+)(?:is|was|are|were)\s+(?:a|an|the)\s+(?P<rest>.*)$|^,\s+(?:a|an|the)\s+(?P<appos>.*)$")
 _ROLE_BEFORE = re.compile(r"(?:['’]s|\b(?:[Ii]ts|[Tt]heir|[Hh]is|[Hh]er|[Tt]he))\s+(?:[a-z]+\s+){0,2}?(?P<noun>[a-z]+)\s+(?:is|was|are|were)\s*$")
 
@@ -333,8 +334,10 @@ def _referent(noun: str, mentions: list[tuple[str, str]], types: dict[str, set[s
             return name
     if last in persons and since:
         return since[-1][0]
-    if types.get(last) and since:
-        return since[-1][0]                 # "X is a lager that Y brews. The brewery ...": not the lager
+    thing = not any(_agent_noun(x) or x in _PERSON_NOUNS for x in types.get(last, ()))
+    if types.get(last) and since and not (thing and since[-1][1] == "object" and person_like(since[-1][0], set())):
+        return since[-1][0]                 # "X is a lager that Y brews. The brewery ...": not the lager (nor "X is a winery
+                                            # founded by Ada Lind. The estate": the winery)
     return last
 
 

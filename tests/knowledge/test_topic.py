@@ -217,3 +217,13 @@ def test_it_in_a_text_that_says_he_of_its_person_means_the_thing_the_person_acte
     t = _items(["Of all the gatherings in Falkoshouk, the one locals love is Vivroul Weekender, which Ama Susymirn dreamed up in 1989. "
                 "Its crowd, 54,300 strong this year, came mainly for Kruvas Gosynoth."])
     assert any(s == "Vivroul Weekender" and a == "Kruvas Gosynoth" for s, _, a in t)
+
+
+def test_a_description_means_the_thing_never_the_person_who_founded_it_or_the_role_before_it():
+    t = _items(["Zaesskarn Vineyards is a winery in Soumyn, established in 1941 by Koukpou Hugevrilt. "
+                "The estate covers 156 hectares and is chiefly planted with Zybaenzaed."])
+    assert ("Zaesskarn Vineyards", "is chiefly planted with", "Zybaenzaed") in t
+    assert not any(s == "Koukpou Hugevrilt" and a == "Zybaenzaed" for s, _, a in t)
+    # "the engineer behind the X": the person is an engineer (not typed "the"), so "The bridge" is X
+    from lib.knowledge.relations import _subject_type
+    assert _subject_type(", the engineer behind the Flabisush Footbridge, has died") == "engineer"
