@@ -68,6 +68,10 @@ _COLON_CLAUSE = re.compile(rf": (?={_CLAUSE_SUBJECT} {_FINITE})")
 _BULLET = re.compile(r"\s*(?:[-*•–—]\s+)?")
 
 
+# words that greet the one a letter, a mail or a message is to: "Dear Mum,", "Hi Stabim Dreikvialt,"
+_GREETINGS = {"Dear", "Hi", "Hello", "Hey", "Hiya", "Greetings", "Morning", "Evening", "Afternoon"}
+
+
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of `text`: ends at . ! ? (and the quote that
     closes there) before a space and an upper-case letter, digit or quote (not after Dr., St.,
@@ -157,8 +161,8 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
     close()
     out = []
     for r in spans:
-        if r[0][0] == words[0][0] and r[0][2] == "Dear" and sentence[r[-1][1] :].startswith((",", "!")):
-            continue                               # "Dear Mum, greetings from X": a letter's greeting, no name of the text's
+        if r[0][0] == words[0][0] and r[0][2] in _GREETINGS and sentence[r[-1][1] :].startswith((",", "!")):
+            continue                               # "Dear Mum, greetings from X", "Hi Ada Lind,": a greeting, no name of the text's
         # a sentence-initial capital (also a quoted sentence's) is only a name if the word is never
         # written in lower case
         while r and (r[0][0] == words[0][0] or sentence[: r[0][0]].endswith(('"', "“"))) and (re.split(r"['’]", r[0][2].lower())[0] in _FUNCTION

@@ -128,6 +128,7 @@ def test_an_everyday_opening_a_letters_greeting_and_a_participles_phrase_are_no_
     names = lambda s: [sp.text for sp in _proper_spans(s, set())]   # noqa: E731
     assert names("Open-day schedule for Obrisanth Station: tours at noon.") == ["Obrisanth Station"]
     assert names("Dear Mum, greetings from Marnibost!") == ["Marnibost"] and names("Dear Ada Lind, thanks.") == []
+    assert names("Hi Stabim Dreikvialt,") == [] and names("Hello Ada, Kell Works is here.") == ["Kell Works"]
     assert names("Standing on Mount Quellisk, overlooking the town of Lossambre, is the telescope of Wendiquar Observatory.") \
         == ["Mount Quellisk", "Lossambre", "Wendiquar Observatory"]
     # kept: a hyphened name, a title that goes on with its verb
