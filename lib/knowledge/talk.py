@@ -22,8 +22,10 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.shapes import _participle
 from lib.knowledge.spans import _FUNCTION, MONTHS, WEEKDAYS
 
-# a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand")
-_TURN = re.compile(r"^(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3}): (?P<said>\S.*)$")
+# a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand"), perhaps
+# after the words of a thread that say whose it is ("Reply from Voom Braebrael:", "Answer by X:")
+_TURN = re.compile(r"^(?:(?:Reply|Answer|Comment|Response|Message|Posted|Post|Note|Update) (?:from|by) )?"
+                   r"(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3}): (?P<said>\S.*)$")
 # what answers the turn before and states nothing: "Yes, and", "OK,", "Then", "Right, so"
 _REPLY = re.compile(r"^(?:(?:Yes|Yeah|No|OK|Okay|Sure|Right|Well|Agreed|Great|Fine)\b,?(?: (?:and|but|so))? |(?:Then|So|And|But|Also) )")
 # "I" as a turn's subject, with its contracted auxiliary: "I'll" → "will", "I'm" → "is"

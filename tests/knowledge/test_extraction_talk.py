@@ -122,3 +122,11 @@ def test_a_quoted_line_and_a_semicolon_before_a_name_are_prose_not_code():
     assert _looks_like_code(">>> import os") and _looks_like_code("x += 1;") and _looks_like_code("> x = parse(y)")
     answers = {i.answer for i in extract_facts([post] + _OTHERS, ["p", "o1", "o2"]) if i.doc_id == "p"}
     assert {"Titreetum Data", "2008"} <= answers
+
+
+def test_a_threads_reply_is_its_authors_turn():
+    assert speaker_turn("Answer by Grynstod Vadrivraed: It's in Krurjud.") == ("Grynstod Vadrivraed", "It's in Krurjud.")
+    assert speaker_turn("Reply from Voom Braebrael: we are at 60.")[0] == "Voom Braebrael"
+    t = _triples(["Question: Does anyone have info on Rosrououm Winery? Saw it on a list.\n"
+                  "Answer by Grynstod Vadrivraed: It's in Krurjud. Driakyth Jiagourgux created it in 1976."])
+    assert ("Rosrououm Winery", "is in", "Krurjud") in t and not any(s.startswith("Answer") for s, _, _ in t)
