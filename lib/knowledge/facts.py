@@ -47,7 +47,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_rol
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.things import thing_facts
-from lib.knowledge.talk import elliptical, heading, role_before_name, speaker_turn, uncontracted
+from lib.knowledge.talk import dated_line, elliptical, heading, role_before_name, speaker_turn, uncontracted
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
@@ -134,7 +134,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             found.append(_Found(-1, main, f"'s {titled[0]} is", titled[1], "proper", n))   # "Founder X, who ...": the thing's founder
         told = None if (reported := reported_clause(sentence)) else fronted_clause(sentence)   # "When X delivered Y to Z in 1921, nobody"
         sentence = reported or told or sentence   # "Mara said the Velk project ships on": what she said; else the fronted clause
-        sentence = timed_pronoun(uncontracted(elliptical(sentence, main)))   # "It's in Teirev": it is; "Designed by X.": it was
+        sentence = timed_pronoun(uncontracted(elliptical(dated_line(sentence), main)))   # "It's in Teirev": it is; "Designed by X.": it was
         first = _WORD.match(sentence)
         lead = first.group().lower() if first and first.start() == 0 else ""
         values = _value_spans(sentence)

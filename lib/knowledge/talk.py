@@ -8,6 +8,7 @@ that encyclopedia prose never uses.
   unresolved: a group or a listener is not the speaker, and a fact of theirs would be false of them;
 - "Designed by Ama Reed." and "Created for Touralt by X back in 2018." state a fact with no subject
   (listings, fact sheets, product copy, notes): a passive whose subject is what the text is about;
+- "1883 - X establishes Y in Z." is a timeline's line: the year dates what follows it;
 - "Sync notes, Thursday." and "Quick recap for anyone who missed Wednesday:" are headings: a
   label before a colon, or a few words and a day; they name no entity a document is about
   ("Sync", "Quick" are no main entity), though a name in them is one "they" may mean ("From the
@@ -129,3 +130,18 @@ def elliptical(sentence: str, main: str | None) -> str:
         return sentence
     named = "It" if main.split()[-1].islower() else main   # "the Miagror seed drill": "It", which means it
     return f"{named} was {m.group('done').lower()} {m.group('rest')}"
+
+
+# a timeline's or a changelog's line: a year, a dash or a colon, what happened ("1883 - X establishes Y in Z.")
+_DATED_LINE = re.compile(r"^(?P<year>1\d{3}|20\d{2})\s*[-–—:]\s+(?P<rest>[A-Z].*)$")
+
+
+def dated_line(sentence: str) -> str:
+    """A timeline's line as a sentence its year opens: "1883 - Miatiak Steifor establishes Brustiam
+    Estate in Krusstouth Valley." → "In 1883, Miatiak Steifor establishes ..."; any other sentence as it is."""
+    m = _DATED_LINE.match(sentence)
+    if not m:
+        return sentence
+    first, _, rest = m.group("rest").partition(" ")
+    lead = first.lower() if first.lower() in ("the", "a", "an", "first", "second", "third", "last") else first   # "First X vintage bottled"
+    return f"In {m.group('year')}, {lead} {rest}".rstrip()

@@ -103,3 +103,9 @@ def test_a_lists_bullets_a_title_line_and_a_label_that_names_a_thing_with_its_no
     assert {("Draetaern hackathon", "is owned by", "Steivem Goudo"), ("Draetaern hackathon", "'s location is", "Casa Skikrylkou")} <= t
     assert not any(s in ("Ops", "Steivem Goudo") and a == "Casa Skikrylkou" for s, _, a in t)   # a title is no entity
     assert [notes[s:e] for s, e in split_sentences(notes)][1:3] == ["Draetaern hackathon:", "Steivem Goudo owns it"]
+
+
+def test_a_timelines_year_dates_its_line():
+    t = _triples(["1883 - Miatiak Steifor establishes Brustiam Estate in Krusstouth Valley.\n1923 - The estate expands to 339 hectares."])
+    assert {("Miatiak Steifor", "establishes Brustiam Estate in", "1883"), ("Brustiam Estate", "is established in", "1883"),
+            ("Brustiam Estate", "expands to", "339")} <= t
