@@ -21,8 +21,8 @@ def with_distractors(found: Sequence, earlier: Sequence[FactItem], doc_ids: Sequ
                      forms: Sequence, heldout_share: float, seed: int) -> list[FactItem]:
     """The fact items of `found` (extraction's finds: subject, relation, answer, kind and the index
     of their document in `doc_ids`), each with up to `n_distractors` answers of its relation, then
-    its kind, and a held-out question form; a fact with nothing to confuse it with is dropped (it
-    is not multiple choice)."""
+    its kind (a person's "name": then the other names), and a held-out question form; a fact with
+    nothing to confuse it with is dropped (it is not multiple choice)."""
     by_relation: dict[tuple[str, str], list[str]] = defaultdict(list)
     by_kind: dict[str, list[str]] = defaultdict(list)
     for f in list(found) + list(earlier):
@@ -34,7 +34,8 @@ def with_distractors(found: Sequence, earlier: Sequence[FactItem], doc_ids: Sequ
         fid = fact_id(f.subject, f.relation, f.answer)
         rng = random.Random(f"{seed}:{fid}")
         tiers, taken = [], {f.answer}
-        for pool in [by_relation[(f.kind, relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]]:
+        also = [by_kind["proper"]] if f.kind == "name" else []   # a person's name, where no other is one: other names
+        for pool in [by_relation[(f.kind, relation_key(f.relation, k))] for k in (3, 2, 1)] + [by_kind[f.kind]] + also:
             tier = [a for a in pool if a not in taken]
             taken.update(tier)
             rng.shuffle(tier)

@@ -168,13 +168,11 @@ def passive(verb: str) -> str | None:
         done = _participle(words[1])
         return f"{words[0]} been {done}" if done else None
     if len(words) == 2 and words[0] in ("is", "are", "was", "were") and words[1].endswith("ing"):
-        base = third_person(words[1])          # "is leading" → "leads" → "lead"
-        done = _participle(base_verb(base)[0]) if base and base_verb(base) else None
+        base = third_person(words[1])          # "is leading" → "leads" → "lead", "is organising" → "organise"
+        done = _base_participle(base_verb(base)[0]) if base and base_verb(base) else None
         return f"{words[0]} being {done}" if done else None
     if len(words) == 2 and words[0] in ("will", "would", "can", "could", "must", "should", "may", "might"):
-        w = words[1]
-        done = PAST_PARTICIPLES.get(w) or (None if re.search(r"[^aeiou][aeiou][^aeiouwxy]$", w) or w in _IRREGULAR_BASES or not w.isalpha()
-                                           else w + ("d" if w.endswith("e") else "ed"))
+        done = _base_participle(words[1])
         return f"{words[0]} be {done}" if done else None
     if len(words) != 1:
         return None
@@ -196,7 +194,8 @@ def passive(verb: str) -> str | None:
 
 # verbs of running a thing: "who runs Y" is asked of Y as often as "what does X run" of X
 _CONTROL = {"run", "lead", "head", "manage", "direct", "chair", "own", "found", "co-found", "command", "captain", "coach",
-            "govern", "edit", "helm", "steer", "oversee", "supervise"}
+            "govern", "edit", "helm", "steer", "oversee", "supervise", "organise", "organize", "arrange", "coordinate", "host",
+            "plan", "curate", "produce", "sponsor", "fund"}
 _BY_PARTICIPLE = {done: base for base, done in PAST_PARTICIPLES.items()}
 
 
@@ -216,6 +215,13 @@ def control_passive(relation: str) -> str | None:
         return None
     done = passive(" ".join(words))
     return done + " by" if done else None
+
+
+def _base_participle(w: str) -> str | None:
+    """The past participle of a verb's base: "take" → "taken", "organise" → "organised"; None where
+    no table gives it and the regular one may be wrong ("plan": "planed"?)."""
+    return PAST_PARTICIPLES.get(w) or (None if re.search(r"[^aeiou][aeiou][^aeiouwxy]$", w) or w in _IRREGULAR_BASES or not w.isalpha()
+                                       else w + ("d" if w.endswith("e") else "ed"))
 
 
 def _participle(word: str) -> str | None:

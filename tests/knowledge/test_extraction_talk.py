@@ -130,3 +130,11 @@ def test_a_threads_reply_is_its_authors_turn():
     t = _triples(["Question: Does anyone have info on Rosrououm Winery? Saw it on a list.\n"
                   "Answer by Grynstod Vadrivraed: It's in Krurjud. Driakyth Jiagourgux created it in 1976."])
     assert ("Rosrououm Winery", "is in", "Krurjud") in t and not any(s.startswith("Answer") for s, _, _ in t)
+
+
+def test_who_organises_or_hosts_a_thing_is_asked_of_the_thing_and_a_persons_name_has_other_names_to_confuse():
+    from lib.knowledge.shapes import control_passive
+    assert control_passive("is organising the") == "is being organised by" and control_passive("hosts") == "is hosted by"
+    t = _triples(["Kriarbru Zorath is organising the Triniksok offsite. He has booked Vroukbryl Chalet for it.",
+                  "Ada Brill runs Pell Lodge in Kell."])
+    assert ("Triniksok", "is being organised by", "Kriarbru Zorath") in t
