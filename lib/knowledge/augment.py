@@ -98,7 +98,7 @@ def qa_texts(facts: Sequence[FactItem], forms: Sequence[QuestionForm], heldout_s
                 for f in facts]                    # "was started in", "was founded in", "was started in", "was established in"
     names = list(dict.fromkeys([f.subject for f in facts] + [f.answer for f in facts if f.kind in ("proper", "name")]))
     asked = [people_question(f.subject, f.relation, f.kind) for f in facts]  # as people ask it: "When did X open?"
-    classes = [question_class(f.relation, f.kind) for f in facts]
+    classes = [question_class(f.relation, f.kind, f.answer) for f in facts]
     sole = Counter((f.subject, wh) for f, wh in zip(facts, classes) if wh)  # a subject's facts per wh-word: one answers them all
     texts = []
     for j in range(max((len(t) for t in trained), default=0)):

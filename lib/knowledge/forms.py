@@ -144,11 +144,30 @@ def third_person(participle: str) -> str | None:
 PLACE_PREPOSITIONS = {"in", "at", "from"}
 
 
+# nouns of a place a name ends with ("Skeilkeis Hills", "the Krihon lowlands") or a place phrase puts
+# before "of" ("lies in the hills of X", "on the outskirts of X")
+_LAND = {"hills", "valley", "vale", "coast", "lowlands", "highlands", "uplands", "foothills", "province", "county", "region",
+         "district", "island", "islands", "bay", "plains", "plain", "heights", "mountains", "range", "shore", "shores", "delta",
+         "basin", "peninsula", "downs", "moor", "moors", "slopes", "banks", "suburbs"}
+_PLACE_OF = _LAND | {"heart", "outskirts", "foot", "edge", "centre", "center", "middle", "north", "south", "east", "west",
+                     "town", "city", "village", "port", "harbour", "area", "countryside"}
+_IN_PLACE_OF = re.compile(r"\b(?:in|at|on|near|from)(?: the)?(?: [a-z]+)? (?P<noun>[a-z]+) of$")
+
+
 def place_relation(relation: str, kind: str) -> bool:
     """Whether the answer of `relation` is a place: a name after "in", "at" or "from" ("was born
-    in", "performs at the"), not a year or a number after them ("was founded in 1915")."""
+    in", "performs at the") or after a place's noun in a place phrase ("lies in the hills of", "on
+    the outskirts of"), not a year or a number after them ("was founded in 1915")."""
     words = question_relation(relation).split()
-    return kind == "proper" and bool(words) and words[-1] in PLACE_PREPOSITIONS
+    phrase = _IN_PLACE_OF.search(" ".join(words))
+    return kind == "proper" and bool(words) and (words[-1] in PLACE_PREPOSITIONS or bool(phrase and phrase.group("noun") in _PLACE_OF))
+
+
+def place_name(answer: str) -> bool:
+    """Whether a name is a place's by its own words: a noun of land at its end ("Skeilkeis Hills",
+    "Beikvi Valley", "Krihon lowlands"), or "Port", "Lake", "Cape" before it."""
+    words = answer.split()
+    return len(words) > 1 and (words[-1].lower() in _LAND or words[0] in ("Port", "Lake", "Cape", "Isle", "Glen", "Fort"))
 
 
 def answer_noun(relation: str, kind: str) -> str:
@@ -433,13 +452,14 @@ COMMON_QUESTIONS = {
 }
 
 
-def question_class(relation: str, kind: str) -> str | None:
+def question_class(relation: str, kind: str, answer: str = "") -> str | None:
     """Which of COMMON_QUESTIONS' wh-words asks a fact: "when" a year or a date, "where" a place
-    (`place_relation`), "who" a person or an agent ("was built by"), "how" a number; None for a
-    thing or a version."""
+    (`place_relation`, or an `answer` named as a place: "belongs to the" Krihon lowlands, "'s
+    appellation is" Beikvi Valley), "who" a person or an agent ("was built by"), "how" a number; None
+    for a thing or a version."""
     if kind in ("year", "date"):
         return "when"
-    if place_relation(relation, kind):
+    if place_relation(relation, kind) or kind == "proper" and place_name(answer):
         return "where"
     if kind == "name" or wh_word(relation, kind) == "whom":
         return "who"

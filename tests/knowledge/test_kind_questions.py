@@ -98,3 +98,13 @@ def test_a_subjects_only_year_place_person_or_number_is_asked_in_everyday_questi
     assert {a for _, a in asked} == {"Kell", "Ada Lind"}        # its only place, its only person
     assert len({q for q, _ in asked}) >= 4                       # in several questions, text by text
     # never: a year of a subject with two years (1901 started, 1950 rebuilt): which one "When was it founded?" means, no rule knows
+
+
+def test_a_place_named_as_one_or_after_a_place_phrase_is_asked_where():
+    from lib.knowledge.forms import place_name, place_relation, wh_word
+    assert question_class("belongs to the", "proper", "Krihon lowlands") == "where"       # the answer's own noun of land
+    assert question_class("'s appellation is", "proper", "Beikvi Valley") == "where"
+    assert question_class("belongs to the", "proper", "Vask Rovers") is None               # no place's name
+    assert place_relation("lies in the hills of", "proper") and wh_word("is on the outskirts of", "proper") == "which place"
+    assert not place_relation("is in charge of", "proper") and not place_relation("is the capital of", "proper")
+    assert place_name("Port Fasgotou") and not place_name("Ada Hill") and not place_name("Vask")
