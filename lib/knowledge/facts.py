@@ -142,7 +142,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         if heading(sentence):                              # "Sync notes, Thursday.": no entity the text is about
             named = [p for p in propers if p.start > 0 or sentence.endswith(":")]   # "Draetaern hackathon:", a label
             if named:                                      # "From the call with X: they want": X is who "they" are
-                last = named_with_head(sentence, named[-1], named[-1].start > 0)
+                last = named_with_head(sentence, named[-1], articled=False)   # "Budget request - Theinae kickoff"
                 mentions.append((last, "object"))
                 if last != named[-1].text:                 # "A word on the Dolvek tide gauge:": what the text is about
                     main = main or last

@@ -103,6 +103,9 @@ def test_a_lists_bullets_a_title_line_and_a_label_that_names_a_thing_with_its_no
     assert {("Draetaern hackathon", "is owned by", "Steivem Goudo"), ("Draetaern hackathon", "'s location is", "Casa Skikrylkou")} <= t
     assert not any(s in ("Ops", "Steivem Goudo") and a == "Casa Skikrylkou" for s, _, a in t)   # a title is no entity
     assert [notes[s:e] for s, e in split_sentences(notes)][1:3] == ["Draetaern hackathon:", "Steivem Goudo owns it"]
+    # a name with its noun in a title line is what the form is about
+    t = _triples(["Budget request - Theinae kickoff\nRequested by: Tramox Pounial\nQuote: Kuldyk Manor (Port Gathune)\nTotal: EUR 18,518"])
+    assert ("Theinae kickoff", "was requested by", "Tramox Pounial") in t
 
 
 def test_a_timelines_year_dates_its_line():
