@@ -47,7 +47,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_rol
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.things import thing_facts
-from lib.knowledge.talk import dated_line, elliptical, heading, role_before_name, speaker_turn, uncontracted
+from lib.knowledge.talk import byline, dated_line, elliptical, heading, role_before_name, speaker_turn, uncontracted
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
@@ -140,7 +140,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         values = _value_spans(sentence)
         propers = with_lower_name(sentence, _names_outside_dates(sentence, lowercase_words, values), lower_name, text)
         if heading(sentence):                              # "Sync notes, Thursday.": no entity the text is about
-            named = [p for p in propers if p.start > 0 or sentence.endswith(":")]   # "Draetaern hackathon:", a label
+            named = [p for p in propers if (p.start > 0 or sentence.endswith(":")) and not byline(sentence)]   # "Draetaern hackathon:"
             if named:                                      # "From the call with X: they want": X is who "they" are
                 last = named_with_head(sentence, named[-1], articled=False)   # "Budget request - Theinae kickoff"
                 mentions.append((last, "object"))

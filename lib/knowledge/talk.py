@@ -24,9 +24,9 @@ from lib.knowledge.shapes import _participle
 from lib.knowledge.spans import _FUNCTION, MONTHS, WEEKDAYS
 
 # a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand"), perhaps
-# after the words of a thread that say whose it is ("Reply from Voom Braebrael:", "Answer by X:")
-_TURN = re.compile(r"^(?:(?:Reply|Answer|Comment|Response|Message|Posted|Post|Note|Update) (?:from|by) )?"
-                   r"(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3}): (?P<said>\S.*)$")
+# after the words of a thread that say whose it is ("Reply from Voom Braebrael:", "Posted by X in Travel Buddies:")
+_TURN = re.compile(r"^(?:(?P<by>Reply|Answer|Comment|Response|Message|Posted|Post|Note|Update) (?:from|by) )?"
+                   r"(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3})(?(by)(?: in [A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3})?): (?P<said>\S.*)$")
 # what answers the turn before and states nothing: "Yes, and", "OK,", "Then", "Right, so"
 _REPLY = re.compile(r"^(?:(?:Yes|Yeah|No|OK|Okay|Sure|Right|Well|Agreed|Great|Fine)\b,?(?: (?:and|but|so))? |(?:Then|So|And|But|Also) )")
 # "I" as a turn's subject, with its contracted auxiliary: "I'll" → "will", "I'm" → "is"
@@ -145,3 +145,13 @@ def dated_line(sentence: str) -> str:
     first, _, rest = m.group("rest").partition(" ")
     lead = first.lower() if first.lower() in ("the", "a", "an", "first", "second", "third", "last") else first   # "First X vintage bottled"
     return f"In {m.group('year')}, {lead} {rest}".rstrip()
+
+
+# who wrote or sent a post, a reply or a review: "Posted by X in Y:", "Reviewed by X.", "Sent from X"
+_BYLINE = re.compile(r"^(?:Posted|Written|Reviewed|Sent|Submitted|Shared|Reply|Answer|Comment|Response) (?:by|from)\b")
+
+
+def byline(sentence: str) -> bool:
+    """Whether a sentence only says who wrote or sent the text ("Posted by X in Travel Buddies:"):
+    its names are the author's and the forum's, never what the text is about."""
+    return bool(_BYLINE.match(sentence))

@@ -130,6 +130,11 @@ def test_a_threads_reply_is_its_authors_turn():
     t = _triples(["Question: Does anyone have info on Rosrououm Winery? Saw it on a list.\n"
                   "Answer by Grynstod Vadrivraed: It's in Krurjud. Driakyth Jiagourgux created it in 1976."])
     assert ("Rosrououm Winery", "is in", "Krurjud") in t and not any(s.startswith("Answer") for s, _, _ in t)
+    # a byline's names (the author, the forum) are never what the post is about
+    post = ("Posted by Krusfud Hourtoud in Travel Buddies: Anyone else signed up for the Rerhu kickoff? "
+            "We're meeting at Draakvrult Pavilion in Giakgoux.")
+    subjects = {i.subject for i in extract_facts([post] + _OTHERS, ["p", "o1", "o2"]) if i.doc_id == "p"}
+    assert subjects == {"Rerhu kickoff"}
 
 
 def test_who_organises_or_hosts_a_thing_is_asked_of_the_thing_and_a_persons_name_has_other_names_to_confuse():
