@@ -47,7 +47,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_rol
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.things import thing_facts
-from lib.knowledge.talk import byline, dated_line, elliptical, heading, role_before_name, speaker_turn, uncontracted
+from lib.knowledge.talk import byline, dated_line, dateline, elliptical, heading, role_before_name, speaker_turn, uncontracted
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
@@ -121,6 +121,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         return thing_like(main, articled, types, lowercase_words | name_heads) or not person_like(main, set())
 
     bounds = split_sentences(text)
+    where: str | None = None
     for n, (s, e) in enumerate(bounds):
         for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
             roles[name].add(role)
@@ -128,6 +129,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if _looks_like_code(sentence):
             continue
+        where, sentence = dateline(sentence) if n == 0 else (where, sentence)   # "Port Fidouhae - Some 130 ...": the story's place
         turn = speaker_turn(sentence)                       # "Riss Hastiand: I'll take Doutux": the speaker's words
         sentence = turn[1] if turn else sentence
         if (titled := role_before_name(sentence)) and main is not None and main not in roles and titled[1] not in main:
@@ -173,8 +175,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             if sep and " " not in head and owner in (main, last) and sentence[: propers[0].start].strip() == "":
                 # "Deposits of Goroantite are ...": the known entity's own, "Goroantite's deposits"
                 subject, subj_form = owner, "'s " + head.lower()
-            if main is None:
-                main = subject
+            main = main or subject
             last = subject
         elif propers and (typed := typed_name(sentence, propers[0])):
             # "The bulk carrier Boprav Kraidouv docked at", "The rugby club FC Wagri was established": the
@@ -183,8 +184,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             types[subject].add(typed)
             if not person_role(typed):
                 articled.add(subject)
-            if main is None:
-                main = subject
+            main = main or subject
             last = subject
         elif propers and _OF_HEAD.match(sentence[: propers[0].start]) and not sentence[propers[0].end :].startswith(("'s", "’s")):
             # "The village of X lies ...": X itself when X is new; "The capital of X is ..." of a
@@ -199,8 +199,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 subj_form = f"'s {noun} {of_head.group('num')}"   # "Version 3.6 of X was released in": X's version 3.6
             elif subject in (main, last):
                 subj_form = "'s " + noun
-            if main is None:
-                main = subject
+            main = main or subject
             last = subject
         fronted = ""
         if subject is None:
@@ -277,8 +276,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     mentions += [(last, "subject")] if about else []   # "make it Raibruhor. The recipe": Raibruhor's
                 found.extend(_Found(-1, name, relation, a.text, a.kind, n) for name, relation, a in object_appositions(sentence, propers + values))
                 continue
-            if main is None:
-                main = subject
+            main = main or subject
             last = subject
             fronted_words = [w for w in fronted.split() if w.lower() not in ADVERBS]
             lead_word = fronted_words[0].lower() if fronted_words else ""
@@ -479,6 +477,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                 run_by = control_passive(relation) if a.kind == "proper" else None
                 if run_by:                             # "Hair Rezix has run Holenly": who runs Holenly
                     found.append(_Found(-1, a.text, run_by, owner, "proper", n))
+    if main and where and where not in main and main not in where:
+        found.append(_Found(-1, main, "is in", where, "proper", 0))   # a dateline's place: where the story happens
     if main and (main == lower_name or thing_like(main, articled, types, lowercase_words | name_heads)
                  or not gendered and main != agent and described_thing(main, [text[a:b] for a, b in bounds])):
         return found, main, agent

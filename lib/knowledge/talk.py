@@ -155,3 +155,20 @@ def byline(sentence: str) -> bool:
     """Whether a sentence only says who wrote or sent the text ("Posted by X in Travel Buddies:"):
     its names are the author's and the forum's, never what the text is about."""
     return bool(_BYLINE.match(sentence))
+
+
+# a news item's dateline: where the story is, before a dash ("Port Fidouhae - Some 130 ...", "Makrousod Coast,
+# Tuesday - X said"), or a heading of the place and a day ("Laugai, Tuesday.")
+_DATELINE = re.compile(rf"^(?P<place>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){{0,2}})(?:, (?:{_TIMES})(?: \d{{1,2}})?)?"
+                       rf"(?: [-–—] (?P<rest>[A-Z]\S*(?: \S+){{3,}})|(?<=[a-z]),? ?\.?$)")   # a story: four words or more
+
+
+def dateline(sentence: str) -> tuple[str | None, str]:
+    """(the place of a news item's dateline, the sentence after it): "Port Fidouhae - Some 130 former
+    pupils are expected ..." → ("Port Fidouhae", "Some 130 ..."), "Laugai, Tuesday." → ("Laugai",
+    "Laugai, Tuesday."); (None, the sentence) where it opens with none. The story happens there: its
+    main entity "is in" it (facts.py)."""
+    m = _DATELINE.match(sentence)
+    if not m or m.group("rest") is None and "," not in sentence:
+        return None, sentence
+    return m.group("place"), m.group("rest") or sentence

@@ -112,3 +112,11 @@ def test_a_timelines_year_dates_its_line():
     t = _triples(["1883 - Miatiak Steifor establishes Brustiam Estate in Krusstouth Valley.\n1923 - The estate expands to 339 hectares."])
     assert {("Miatiak Steifor", "establishes Brustiam Estate in", "1883"), ("Brustiam Estate", "is established in", "1883"),
             ("Brustiam Estate", "expands to", "339")} <= t
+
+
+def test_a_news_items_dateline_is_where_its_story_happens():
+    from lib.knowledge.talk import dateline
+    assert dateline("Port Fidouhae - Some 130 former pupils are expected at Dulrei Grand.")[0] == "Port Fidouhae"
+    assert dateline("Laugai, Tuesday.")[0] == "Laugai" and dateline("Bumox Sound — Bynai.")[0] is None   # a listing's name and place
+    t = _triples(["Laugai, Tuesday. Repairs begin next month on the Chaidrern Rail Bridge, the 1903 crossing of the Havrusk."])
+    assert ("Chaidrern Rail Bridge", "is in", "Laugai") in t
