@@ -245,9 +245,12 @@ def load_records(path: str | Path, people: int) -> dict[int, list[Record]]:
 
 
 def _same_answer(item: str, asked: str) -> bool:
-    """An item's answer gives the asked one: the same words ("the" and case aside), or its number
-    without the unit the question's answer adds ("7,420" for "7,420 metres")."""
+    """An item's answer gives the asked one: the same words ("the" and case aside), its number
+    without the unit the question's answer adds ("7,420" for "7,420 metres"), or an amount's number
+    the question asks without its currency ("£500" for "500")."""
     item, asked = item.lower().removeprefix("the "), asked.lower().removeprefix("the ")
+    if item[:1] in "£$€¥" and item[1:2].isdigit() and not asked[:1] in "£$€¥":
+        item = item[1:]
     return item == asked or item[:1].isdigit() and asked.startswith(item + " ") and " " not in asked[len(item) + 1:]
 
 

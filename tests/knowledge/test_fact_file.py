@@ -110,3 +110,9 @@ def test_the_shipped_fact_files_load_as_four_nights_and_extraction_reads_most_of
     ids = [f"d{i}" for i in range(len(recs))]
     cov, _, _ = extraction_coverage(recs, extract_facts([r.text for r in recs], ids), dict(zip(ids, (r.text for r in recs))))
     assert sum(o for _, o, _ in cov.values()) >= 0.5 * sum(a for _, _, a in cov.values())
+
+
+def test_an_items_answer_gives_the_asked_one_with_its_unit_or_currency_aside():
+    from bench.fact_sets import _same_answer
+    assert _same_answer("The Kell", "kell") and _same_answer("7,420", "7,420 metres") and _same_answer("£500", "500")
+    assert not _same_answer("£500", "5000") and not _same_answer("500", "£500 a month") and not _same_answer("Kell", "Pell")
