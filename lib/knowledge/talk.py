@@ -159,8 +159,8 @@ def byline(sentence: str) -> bool:
 
 # a news item's dateline: where the story is, before a dash ("Port Fidouhae - Some 130 ...", "Makrousod Coast,
 # Tuesday - X said"), or a heading of the place and a day ("Laugai, Tuesday.")
-_DATELINE = re.compile(rf"^(?P<place>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){{0,2}})(?:, (?:{_TIMES})(?: \d{{1,2}})?)?"
-                       rf"(?: [-–—] (?P<rest>[A-Z]\S*(?: \S+){{3,}})|(?<=[a-z]),? ?\.?$)")   # a story: four words or more
+_DATELINE = re.compile(rf"^(?P<place>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){{0,2}})(?P<day>, (?:{_TIMES})(?: \d{{1,2}})?)?"
+                       rf"(?: [-–—] (?P<rest>[A-Z]\S*(?: \S+){{3,}})|\.?$)")   # a story: four words or more
 
 
 def dateline(sentence: str) -> tuple[str | None, str]:
@@ -169,6 +169,6 @@ def dateline(sentence: str) -> tuple[str | None, str]:
     "Laugai, Tuesday."); (None, the sentence) where it opens with none. The story happens there: its
     main entity "is in" it (facts.py)."""
     m = _DATELINE.match(sentence)
-    if not m or m.group("rest") is None and "," not in sentence:
+    if not m or m.group("rest") is None and m.group("day") is None:   # "Dear Rounek,", "Kell Bridge.": no dateline
         return None, sentence
     return m.group("place"), m.group("rest") or sentence

@@ -118,5 +118,6 @@ def test_a_news_items_dateline_is_where_its_story_happens():
     from lib.knowledge.talk import dateline
     assert dateline("Port Fidouhae - Some 130 former pupils are expected at Dulrei Grand.")[0] == "Port Fidouhae"
     assert dateline("Laugai, Tuesday.")[0] == "Laugai" and dateline("Bumox Sound — Bynai.")[0] is None   # a listing's name and place
+    assert dateline("Dear Rounek,")[0] is None and dateline("Kell Bridge.")[0] is None
     t = _triples(["Laugai, Tuesday. Repairs begin next month on the Chaidrern Rail Bridge, the 1903 crossing of the Havrusk."])
     assert ("Chaidrern Rail Bridge", "is in", "Laugai") in t
