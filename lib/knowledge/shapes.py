@@ -172,8 +172,7 @@ def passive(verb: str) -> str | None:
         done = _base_participle(base_verb(base)[0]) if base and base_verb(base) else None
         return f"{words[0]} being {done}" if done else None
     if len(words) == 2 and words[0] in ("will", "would", "can", "could", "must", "should", "may", "might"):
-        done = _base_participle(words[1])
-        return f"{words[0]} be {done}" if done else None
+        return f"{words[0]} be {done}" if (done := _base_participle(words[1])) else None
     if len(words) != 1:
         return None
     w = words[0]
@@ -218,10 +217,9 @@ def control_passive(relation: str) -> str | None:
 
 
 def _base_participle(w: str) -> str | None:
-    """The past participle of a verb's base: "take" → "taken", "organise" → "organised"; None where
-    no table gives it and the regular one may be wrong ("plan": "planed"?)."""
-    return PAST_PARTICIPLES.get(w) or (None if re.search(r"[^aeiou][aeiou][^aeiouwxy]$", w) or w in _IRREGULAR_BASES or not w.isalpha()
-                                       else w + ("d" if w.endswith("e") else "ed"))
+    """A verb base's past participle ("take" → "taken", "organise" → "organised"); None where a regular one may be wrong ("plan")."""
+    regular = not (re.search(r"[^aeiou][aeiou][^aeiouwxy]$", w) or w in _IRREGULAR_BASES or not w.isalpha())
+    return PAST_PARTICIPLES.get(w) or (w + ("d" if w.endswith("e") else "ed") if regular else None)
 
 
 def _participle(word: str) -> str | None:
