@@ -98,10 +98,9 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         """What "it" (or, `shown`, a description) means after `last` (`it_referent`): no person
         where the text shows a thing; a description only where the text shows the person (`roles`)."""
         things = {name for name, _ in mentions if thing_like(name, articled, types, lowercase_words)}
-        persons = set(roles) | ({main} if gendered and main else set())
-        if not shown:
-            persons |= {name for name, _ in mentions if person_like(name, things)}
-        return it_referent(last, mentions, persons, things, frozenset(roles) | ({main} if gendered and main else set()))
+        known = frozenset(roles) | ({main} if gendered and main else set())   # persons the text shows are persons
+        persons = known | ({name for name, _ in mentions if person_like(name, things)} if not shown else set())
+        return it_referent(last, mentions, persons, things, known)
 
     def described_as(name: str, noun: str) -> bool:
         """Whether "The <noun>" may mean `name`, the last subject `_referent` fell back on: a person
