@@ -47,7 +47,7 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_rol
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.things import thing_facts
-from lib.knowledge.talk import byline, dated_line, dateline, elliptical, heading, role_before_name, speaker_turn, uncontracted
+from lib.knowledge.talk import byline, dated_line, dateline, elliptical, heading, role_before_name, speaker_turn, table_rows, uncontracted
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
@@ -497,7 +497,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     the rules' items."""
     if len(texts) != len(doc_ids):
         raise ValueError(f"extract_facts: {len(texts)} texts but {len(doc_ids)} ids")
-    forms = list(question_forms or QUESTION_FORMS)
+    forms, texts = list(question_forms or QUESTION_FORMS), [table_rows(t) for t in texts]
     lower = _lowercase_words(texts)
     heads = shared_heads(texts, lower)
     per_doc: list[list[_Found]] = []

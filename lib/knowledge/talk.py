@@ -9,6 +9,8 @@ that encyclopedia prose never uses.
 - "Designed by Ama Reed." and "Created for Touralt by X back in 2018." state a fact with no subject
   (listings, fact sheets, product copy, notes): a passive whose subject is what the text is about;
 - "1883 - X establishes Y in Z." is a timeline's line: the year dates what follows it;
+- "| Building | City |" over "|---|---|" and "| Shapa Lodge | Fiban |" is a table (Markdown's): each
+  row states its first cell's facts, one a column, "Shapa Lodge's city is Fiban." (`table_rows`);
 - "Sync notes, Thursday." and "Quick recap for anyone who missed Wednesday:" are headings: a
   label before a colon, or a few words and a day; they name no entity a document is about
   ("Sync", "Quick" are no main entity), though a name in them is one "they" may mean ("From the
@@ -172,3 +174,34 @@ def dateline(sentence: str) -> tuple[str | None, str]:
     if not m or m.group("rest") is None and m.group("day") is None:   # "Dear Rounek,", "Kell Bridge.": no dateline
         return None, sentence
     return m.group("place"), m.group("rest") or sentence
+
+
+# a table's line, "| Shapa Lodge | Fiban | 9 |", and its rule under the header, "|---|:---:|"
+_TABLE_LINE = re.compile(r"^\s*\|(?P<cells>.*)\|\s*$")
+_RULE_CELL = re.compile(r"^\s*:?-{3,}:?\s*$")
+
+
+def _cells(line: str) -> list[str] | None:
+    m = _TABLE_LINE.match(line)
+    return [c.strip() for c in m.group("cells").split("|")] if m else None
+
+
+def table_rows(text: str) -> str:
+    """`text` with each Markdown table written as the sentences its rows state: a row's first cell
+    is what the row is about, each other cell its value under its column's header, in lower case
+    and without a parenthesis ("| Building | Rent ($/month) |" → "Shapa Lodge's rent is 3,900.").
+    Read cell by cell (split_sentences breaks at the bars), a table relates nothing to anything."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        head, rule = _cells(lines[i]), _cells(lines[i + 1]) if i + 1 < len(lines) else None
+        if not (head and rule and len(rule) == len(head) > 1 and all(_RULE_CELL.match(c) for c in rule)):
+            out.append(lines[i])
+            i += 1
+            continue
+        labels = [re.sub(r"\s*\([^)]*\)", "", h).strip().lower() for h in head]
+        i += 2
+        while i < len(lines) and (row := _cells(lines[i])) is not None and len(row) == len(head):
+            if row[0]:
+                out.append(" ".join(f"{row[0]}'s {label} is {cell}." for label, cell in zip(labels[1:], row[1:]) if label and cell))
+            i += 1
+    return "\n".join(out)

@@ -121,3 +121,16 @@ def test_a_news_items_dateline_is_where_its_story_happens():
     assert dateline("Dear Rounek,")[0] is None and dateline("Kell Bridge.")[0] is None
     t = _triples(["Laugai, Tuesday. Repairs begin next month on the Chaidrern Rail Bridge, the 1903 crossing of the Havrusk."])
     assert ("Chaidrern Rail Bridge", "is in", "Laugai") in t
+
+
+def test_a_tables_rows_state_their_first_cells_facts_column_by_column():
+    table = ("| Building | City | Beds | Rent ($/month) | Owner |\n|---|:---|---|---:|---|\n"
+             "| Shapa Lodge | Fiban | 9 | 3,900 | Kydwebom Plouneind |\n| Vorn Hall | Kesk | 4 | | Ada Prell |")
+    t = _triples([table])
+    assert {("Shapa Lodge", "'s city is", "Fiban"), ("Shapa Lodge", "'s beds is", "9"), ("Shapa Lodge", "'s rent is", "3,900"),
+            ("Shapa Lodge", "'s owner is", "Kydwebom Plouneind"), ("Vorn Hall", "'s city is", "Kesk")} <= t
+    assert not {a for s, _, a in t if s == "Vorn Hall"} & {"3,900", "Fiban", "9"}   # an empty cell takes no other row's value
+    # bars that make no table (a fact box's fields, a header with no rule under it) are read as they were
+    from lib.knowledge.talk import table_rows
+    box = "House: Vemmel | Nose: cedar | Launched: 1994\n| a | b |\n| c | d |"
+    assert table_rows(box) == box
