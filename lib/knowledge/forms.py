@@ -163,11 +163,15 @@ def place_relation(relation: str, kind: str) -> bool:
     return kind == "proper" and bool(words) and (words[-1] in PLACE_PREPOSITIONS or bool(phrase and phrase.group("noun") in _PLACE_OF))
 
 
+# words that open a place's name: "Port Trimaild", "Lake Vrai", "Glen Orra"
+PLACE_OPENERS = frozenset({"port", "lake", "cape", "isle", "glen", "fort"})
+
+
 def place_name(answer: str) -> bool:
     """Whether a name is a place's by its own words: a noun of land at its end ("Skeilkeis Hills",
     "Beikvi Valley", "Krihon lowlands"), or "Port", "Lake", "Cape" before it."""
     words = answer.split()
-    return len(words) > 1 and (words[-1].lower() in _LAND or words[0] in ("Port", "Lake", "Cape", "Isle", "Glen", "Fort"))
+    return len(words) > 1 and (words[-1].lower() in _LAND or words[0].istitle() and words[0].lower() in PLACE_OPENERS)
 
 
 def answer_noun(relation: str, kind: str) -> str:

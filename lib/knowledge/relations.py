@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from lib.knowledge.forms import _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb, person_role
-from lib.knowledge.spans import _NOT_UNITS, _PARTICIPLES, _Span, _proper_spans, ly_adverb, split_sentences
+from lib.knowledge.spans import _NOT_UNITS, _PARTICIPLES, PREPOSITIONS, _Span, _proper_spans, ly_adverb, split_sentences
 
 
 def _resolve(relation: str, person: str | None, thing: str | None = None) -> str:
@@ -188,11 +188,8 @@ def described_clause(relation: str, mentions: list[tuple[str, str]], types: dict
 
 
 # -- what a definite description ("The novel ...") refers to -----------------------------------------
-_NOUN_STOP = set(_PREPOSITIONS) | {"between", "against", "among", "across", "along", "over", "through", "via", "past", "beyond",
-                                   "close", "next", "north", "south", "east", "west",
-                                   "whose", "which", "who", "that", "where", "when", "and", "or", "but", "as", "about",
-                                   "since", "after", "before", "during", "behind", "beneath", "beside", "inside", "outside",
-                                   "within", "without", "toward", "towards", "upon", "around", "the", "a", "an"}
+_NOUN_STOP = PREPOSITIONS | {"close", "next", "north", "south", "east", "west", "whose", "which", "who", "that", "where", "when", "and",
+                            "or", "but", "as", "since", "after", "before", "during", "beneath", "without", "the", "a", "an"}
 _TYPED = re.compile(r"^(?:,\s+(?:which|who)\s+|\s+)(?:is|was|are|were)\s+(?:a|an|the)\s+(?P<rest>.*)$|^,\s+(?:a|an|the)\s+(?P<appos>.*)$")
 _ROLE_BEFORE = re.compile(r"(?:['’]s|\b(?:[Ii]ts|[Tt]heir|[Hh]is|[Hh]er|[Tt]he))\s+(?:[a-z]+\s+){0,2}?(?P<noun>[a-z]+)\s+(?:is|was|are|were)\s*$")
 

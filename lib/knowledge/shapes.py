@@ -44,8 +44,8 @@ import re
 from typing import Sequence
 
 from lib.knowledge.forms import _COPULAS, _IRREGULAR, _PERSON_NOUNS, ADVERBS, AUXILIARIES, PAST_PARTICIPLES, _agent_noun, base_verb, third_person
-from lib.knowledge.relations import _PREPOSITIONS, ORDINALS, without_answers
-from lib.knowledge.spans import _PARTICIPLES, _Span
+from lib.knowledge.relations import ORDINALS, without_answers
+from lib.knowledge.spans import _PARTICIPLES, PREPOSITIONS, _Span
 from lib.knowledge.terms import _NOT_TERM
 
 # a fronted time phrase: its preposition is the relation's last word ("left Y on", "has hosted Z since")
@@ -65,7 +65,7 @@ _UNITS = {"measures": {"metres", "meters", "kilometres", "kilometers", "miles", 
           "weighs": {"tonnes", "tons", "kilograms", "kilogrammes", "kg", "pounds", "grams", "tonne", "ton"}}
 HONORIFICS = {"Captain", "Capt", "Commander", "Admiral", "Colonel", "Lieutenant", "Sergeant", "Dr", "Doctor", "Professor",
               "Prof", "Sir", "Dame", "Mr", "Mrs", "Ms", "Miss", "Senator", "Judge", "Bishop", "President"}
-_STOPS = set(_PREPOSITIONS) | {"across", "over", "through", "after", "before", "since", "during", "until", "as", "about"}
+_STOPS = PREPOSITIONS | {"after", "before", "since", "during", "until", "as"}
 _IRREGULAR_PAST, _IRREGULAR_BASES = set(_IRREGULAR), set(_IRREGULAR.values())
 _NEW_CLAUSE = re.compile(r"(?:, (?:and|but)|;) (?P<w>\S+)")
 _OBJECT_PRONOUN = re.compile(r"^ (?P<verb>[a-z]+(?: [a-z]+)?) (?:it|them)(?=[ .,;]|$)")

@@ -9,7 +9,7 @@ from functools import lru_cache
 from dataclasses import dataclass
 from typing import Sequence
 
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
+from lib.knowledge.forms import ADVERBS, AUXILIARIES, PLACE_OPENERS, base_verb, person_role
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -23,6 +23,11 @@ _YEAR = re.compile(r"(?<![\d.,])(1[0-9]{3}|20[0-9]{2})(?!\d|[.,]\d)")
 _NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?%?(?![\w,]\d)|(?<![\w.,])\d+(?:\.\d+)?%?(?![\w.,]?\d)")
 # a version number ("8.7.0", "1.18.12", "v2.3"): three parts, or a "v" before the number; kind "version"
 VERSION = re.compile(r"(?<![\w.,])(?:v\d+(?:\.\d+)*|\d+\.\d+\.\d+(?:\.\d+)*)(?![\w]|[.,]\d)")
+# the prepositions: where a noun phrase or a name before them ends ("Krova Lodge near ...")
+PREPOSITIONS = frozenset({"in", "on", "at", "of", "for", "from", "with", "by", "to", "into", "near", "under", "above", "below", "over",
+                          "across", "along", "around", "behind", "beside", "between", "beyond", "inside", "outside", "past", "through",
+                          "toward", "towards", "within", "off", "onto", "upon", "about", "against", "among", "via"})
+
 _WORD = re.compile(r"[^\W\d_][\w'’\-]*")
 # words that may join the parts of one proper name ("Bank of Ostra", "Lena van Dijk")
 _CONNECTORS = {"of", "de", "da", "del", "della", "di", "van", "von", "der", "den", "la", "le", "du", "y", "al", "bin", "&"}
@@ -365,10 +370,10 @@ def _english_opener(sentence: str, word: tuple[int, int, str]) -> bool:
 
 
 # words that begin names as their first part, though everyday words: "Mount Zeigrol", "Lake Vrai", "New Drosk"
-_NAME_OPENERS = {"mount", "lake", "port", "cape", "fort", "saint", "san", "santa", "river", "bay", "isle", "new", "north", "south",
+_NAME_OPENERS = PLACE_OPENERS | {"mount", "saint", "san", "santa", "river", "bay", "new", "north", "south",
                  "east", "west", "northern", "southern", "eastern", "western", "upper", "lower", "great", "little", "old",
                  "royal", "grand", "united", "central", "national", "university", "college", "bank", "club", "hotel",
-                 "house", "st", "el", "los", "las", "le", "la", "al", "van", "von", "de", "camp", "glen", "loch", "sir",
+                 "house", "st", "el", "los", "las", "le", "la", "al", "van", "von", "de", "camp", "loch", "sir",
                  "dame", "king", "queen", "prince", "princess", "lord", "lady", "general", "red", "white", "black", "blue",
                  "green", "golden", "silver", "air", "radio", "studio", "hall", "castle", "fc", "ac", "real", "sporting",
                  "athletic", "inter", "team", "taverna", "café", "cafe", "the"}

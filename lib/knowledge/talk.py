@@ -25,9 +25,11 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.shapes import _participle
 from lib.knowledge.spans import _FUNCTION, MONTHS, WEEKDAYS
 
+# the words of a thread or a review that say whose text follows: "Reply from", "Posted by", "Reviewed by"
+_POSTED = "Posted|Post|Written|Reviewed|Sent|Submitted|Shared|Reply|Answer|Comment|Response|Message|Note|Update"
 # a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand"), perhaps
 # after the words of a thread that say whose it is ("Reply from Voom Braebrael:", "Posted by X in Travel Buddies:")
-_TURN = re.compile(r"^(?:(?P<by>Reply|Answer|Comment|Response|Message|Posted|Post|Note|Update) (?:from|by) )?"
+_TURN = re.compile(rf"^(?:(?P<by>{_POSTED}) (?:from|by) )?"
                    r"(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3})(?(by)(?: in [A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3})?): (?P<said>\S.*)$")
 # what answers the turn before and states nothing: "Yes, and", "OK,", "Then", "Right, so"
 _REPLY = re.compile(r"^(?:(?:Yes|Yeah|No|OK|Okay|Sure|Right|Well|Agreed|Great|Fine)\b,?(?: (?:and|but|so))? |(?:Then|So|And|But|Also) )")
@@ -150,7 +152,7 @@ def dated_line(sentence: str) -> str:
 
 
 # who wrote or sent a post, a reply or a review: "Posted by X in Y:", "Reviewed by X.", "Sent from X"
-_BYLINE = re.compile(r"^(?:Posted|Written|Reviewed|Sent|Submitted|Shared|Reply|Answer|Comment|Response) (?:by|from)\b")
+_BYLINE = re.compile(rf"^(?:{_POSTED}) (?:by|from)\b")
 
 
 def byline(sentence: str) -> bool:

@@ -15,16 +15,13 @@ from typing import Callable, Sequence
 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.relations import ORDINALS, head_word, name_head, person_like
-from lib.knowledge.spans import _PARTICIPLES, STATIVE_PARTICIPLES, _Span
+from lib.knowledge.spans import _PARTICIPLES, PREPOSITIONS, STATIVE_PARTICIPLES, _Span
 
 # a sentence that goes on about a thing: "It was ...", "Its kit ...", "The basketball side ...", "This tree frog ...",
 # also after a fronted participle's phrase ("Invented by X in Y, the device weighs ...")
 _THING_LEAD = re.compile(r"^(?:[A-Z][a-z]+(?:ed|en|ing) [^,]*, )?(?:(?P<it>[Ii]ts?) [a-z]|(?:[Tt]he|[Tt]his) (?P<noun>[a-z]+)(?:['’]s)?[ ,;:])")
 # what may end a lower-case head noun written after a name ("the Jiha glider in 1859", "the Miagror seed drill, which")
 _AFTER_HEAD = re.compile(r"^(?:[,;:.!?)]|$| (?:in|on|at|of|for|from|with|by|to|into|near|under|and|or|but|that|which|who|whose|as|after|before|since|until)\b)")
-_PREPOSITIONS = {"in", "on", "at", "of", "for", "from", "with", "by", "to", "into", "near", "under", "above", "below", "over",
-                 "across", "along", "around", "behind", "beside", "between", "beyond", "inside", "outside", "past", "through", "toward",
-                 "towards", "within", "off", "onto", "upon", "about", "against", "among", "via"}
 # verbs that say where the subject is, not what it does: "lives in X", "lies in the X"
 _WHERE_VERBS = {"lay", "stood", "sat", "rose", "grew", "settled", "resided", "lived", "remained", "stayed"}
 _WHERE_BASES = {("live", "does"), ("lie", "does"), ("stand", "does"), ("sit", "does"), ("rise", "does"), ("reside", "does"),
@@ -90,7 +87,7 @@ def acted_on(between: str, values: Sequence[_Span]) -> bool:
         words = words[:-1]
     if not words or any(w[:1].isdigit() for w in words) or values and any(v.text in between for v in values):
         return False
-    if words[-1] not in _PREPOSITIONS or len(words) < 2:
+    if words[-1] not in PREPOSITIONS or len(words) < 2:
         return True
     verb = words[-2].lower()
     return not (verb in _PARTICIPLES or verb in STATIVE_PARTICIPLES or verb in _WHERE_VERBS or base_verb(verb) in _WHERE_BASES)
