@@ -152,7 +152,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         of_subject = False  # "The first ascent of X, the highest summit of Y, was made": the apposition is X's
         previous = last  # the entity of the sentences before: what "its" means after a new name
         role = ""  # "The singer is X": X is the last entity's singer
-        if lead in _PRONOUNS:
+        if lead in _PRONOUNS and not (main is last is None and propers and typed_name(sentence, propers[0])):   # a text's "Their new album, X, is"
             referent = main if lead in _GENDERED else (last or main)
             if lead in ("it", "its") and referent is not None:
                 referent = it_means(referent)          # "Ada Lind leads the X. Its ...": the X

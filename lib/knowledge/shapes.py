@@ -498,10 +498,10 @@ def head_noun(sentence: str, name_end: int) -> int:
 
 
 _SPEECH = r"(?:said|says|told [a-z]+|announced|mentioned|confirmed|added|noted|stated|reported|agreed|explained)"
-_REPORTED = re.compile(r"^(?:[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3}|He|She|They|We|I|It) " + _SPEECH
-                       + r"(?: on [A-Z][a-z]+| last [a-z]+| this [a-z]+)?(?: that)? (?P<clause>(?:(?:the |The )?[A-Z][\w'’-]*"
-                       r"(?: [A-Z][\w'’-]*)*(?: [a-z]+)?|the [a-z]+(?: [a-z]+)?|it|they) (?:is|are|was|were|has|have|had|will|would|"
-                       r"can|could|[a-z]+s|[a-z]+ed)\b.*)$")
+_REPORTED = re.compile(r"^(?:(?:[A-Z][\w'’-]* (?:[a-z][\w'’-]* ){1,2})?[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3}|He|She|They|We|I|It) (?:has |have |had )?"
+                       + _SPEECH + r"(?: on [A-Z][a-z]+| last [a-z]+| this [a-z]+)?(?: that)? (?P<clause>(?:(?:the |The )?[A-Z][\w'’-]*"
+                       r"(?: [A-Z][\w'’-]*)*(?: [a-z]+)?|the [a-z]+(?: [a-z]+)?|it|they|(?:their|its|his|her|our|the) (?:[a-z][\w-]* ){0,3}[a-z]+, "
+                       r"(?:the |The )?[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)*,) (?:is|are|was|were|has|have|had|will|would|can|could|[a-z]+s|[a-z]+ed)\b.*)$")
 
 
 def reported_clause(sentence: str) -> str | None:

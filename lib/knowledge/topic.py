@@ -160,7 +160,7 @@ def modified_description(sentence: str, name: str, noun: str, before: str, menti
 _ADJECTIVES = {"old", "new", "big", "small", "great", "little", "young", "tiny", "huge", "large", "long", "short", "local", "popular",
                "former", "current", "late", "early", "main", "original", "historic", "ancient", "modern", "beloved", "legendary",
                "renowned", "celebrated", "humble", "quiet", "busy", "annual", "whole", "same", "other", "real", "official"}
-_TYPED_PREFIX = re.compile(r"(?:The|A|An) (?P<nouns>(?:[a-z][a-z-]+ ){1,3})|The (?P<noun>[a-z][a-z-]+), (?:the )?")
+_TYPED_PREFIX = re.compile(r"(?:The|A|An) (?P<nouns>(?:[a-z][a-z-]+ ){1,3})|(?:The|Their|Its|His|Her|Our|My) (?:[a-z][a-z-]+ ){0,2}(?P<noun>[a-z][a-z-]+), (?:the )?")
 
 
 def typed_name(sentence: str, name: _Span) -> str | None:

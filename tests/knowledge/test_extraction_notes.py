@@ -134,3 +134,14 @@ def test_a_tables_rows_state_their_first_cells_facts_column_by_column():
     from lib.knowledge.talk import table_rows
     box = "House: Vemmel | Nose: cedar | Launched: 1994\n| a | b |\n| c | d |"
     assert table_rows(box) == box
+
+
+def test_what_a_band_confirmed_about_its_album_is_the_albums_fact():
+    # the speaker may have words before its name and an auxiliary; the clause's subject may be a
+    # noun set off with the name it types ("their second album, X,"): the text is about X
+    t = _triples(["Leeds five-piece The Vashmoor Kites have confirmed that their second album, Vellum Orchard Nights, will arrive "
+                  "on Pallow Street Records this autumn. It is due out in October 2016."])
+    assert {("Vellum Orchard Nights", "will arrive on", "Pallow Street Records"), ("Vellum Orchard Nights", "is due out in", "October 2016")} <= t
+    # after a named entity, "Its engineer, X," is still that entity's engineer, not a new subject
+    t = _triples(["Kraskam Bridge opened in 1903. Its engineer, Leithaux Lindulurn, drew it in Pell."])
+    assert ("Kraskam Bridge", "'s engineer is", "Leithaux Lindulurn") in t
