@@ -130,8 +130,9 @@ def thing_topic(sentence: str, subj_end: int, propers: Sequence[_Span], values: 
         if not acted_on(sentence[subj_end : p.start], values):
             return None
         name = named_with_head(sentence, p)
-        if not person and name == p.text and not told:
-            return None                            # a firm's text about a thing it made names the thing with its noun
+        if not person and name == p.text and not told and not re.match(r", (?:an?|the) [a-z]", sentence[p.end :]):
+            return None                            # a firm's text about a thing it made names the thing with its noun, or types it
+                                                   # ("X is proud to announce Y, the long-awaited new album from Z, ...")
         if talk == "described" or name != p.text or sentence[: p.start].endswith(("the ", "The ")) or thing(name):
             return name
         return None

@@ -145,3 +145,12 @@ def test_what_a_band_confirmed_about_its_album_is_the_albums_fact():
     # after a named entity, "Its engineer, X," is still that entity's engineer, not a new subject
     t = _triples(["Kraskam Bridge opened in 1903. Its engineer, Leithaux Lindulurn, drew it in Pell."])
     assert ("Kraskam Bridge", "'s engineer is", "Leithaux Lindulurn") in t
+
+
+def test_a_firms_release_about_a_thing_it_types_is_about_the_thing():
+    # "X is proud to announce Y, the long-awaited new album from Z": Y set off with its noun is the
+    # topic, as a thing named with its noun is ("the Ridias knee brace")
+    items = extract_facts(["FOR IMMEDIATE RELEASE: Marrowbine Records is proud to announce Saltwick Reverie, the long-awaited new "
+                           "album from Brackenhollow. Produced by Teodor Hallwyck, the record gathers 17 songs.",
+                           "Kosk Records signed Ama Reed."] + _OTHERS, ["d0", "d1", "d2", "d3"])   # "records" ends two names: a firm's
+    assert {i.subject for i in items if i.answer in ("17", "Teodor Hallwyck")} == {"Saltwick Reverie"}
