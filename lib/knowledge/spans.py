@@ -35,6 +35,10 @@ _PRONOUNS = {"he": "subject", "she": "subject", "they": "subject", "it": "subjec
              "his": "possessive", "her": "possessive", "their": "possessive", "its": "possessive"}
 _GENDERED = {"he", "she", "his", "her", "him", "hers", "himself", "herself"}
 # sentence-initial words that are never the start of a name, whatever the corpus says
+# the numbers in words: "Sixty years on, X is ..." names no "Sixty"
+NUMBER_WORDS = frozenset({"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen",
+                          "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty", "thirty", "forty", "fifty",
+                          "sixty", "seventy", "eighty", "ninety"})
 _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "when", "while", "this", "that", "these",
              "those", "there", "here", "as", "by", "for", "from", "with", "without", "since", "until", "then", "but",
              "and", "or", "if", "although", "because", "later", "today", "yesterday", "born", "question", "answer", "q", "a",
@@ -48,7 +52,7 @@ _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "w
              "ever", "never",
              # the other determiners and quantifiers, a closed class: "Few clubs in X are as old as Y"
              "few", "several", "all", "any", "no", "none", "other", "another", "such", "much", "more", "less", "fewer",
-             "various", "numerous", "certain", "either", "neither", "its", "their", "his", "her"}
+             "various", "numerous", "certain", "either", "neither", "its", "their", "his", "her"} | NUMBER_WORDS
 _PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", "run", "sold", "taken", "given", "written",
                 "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught", "bound"}
 _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e|est|estd|approx|ca|b|d)\.$")

@@ -33,17 +33,15 @@ from collections import defaultdict
 from typing import Sequence
 
 from lib.knowledge.forms import _COPULAS, _IRREGULAR, ADVERBS, AUXILIARIES, base_verb
-from lib.knowledge.spans import _PARTICIPLES, split_sentences
+from lib.knowledge.spans import _PARTICIPLES, NUMBER_WORDS, PREPOSITIONS, split_sentences
 
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'’-]*|\d[\d,.]*|[^\sA-Za-z\d]")
 _DETERMINERS = {"the", "a", "an", "its", "their", "his", "her"}
-_PREPOSITIONS = {"in", "on", "at", "for", "as", "of", "with", "from", "into", "about", "by", "to", "near", "under", "over",
-                 "after", "before", "since", "during", "until", "through", "across", "above", "below", "beyond", "among",
-                 "between", "behind", "around", "along", "against", "without", "within", "towards", "toward", "like", "than"}
+_PREPOSITIONS = PREPOSITIONS | {"as", "after", "before", "since", "during", "until", "without", "like", "than"}
 _PERFECT = {"has", "have", "had", "been", "being", "be"}
 # words that no term is made of: function words, pronouns, quantifiers, and nouns of time, measure
 # and order that say how much or when, not what
-_NOT_TERM = _DETERMINERS | _PREPOSITIONS | AUXILIARIES | _PERFECT | {
+_NOT_TERM = _DETERMINERS | _PREPOSITIONS | AUXILIARIES | _PERFECT | NUMBER_WORDS | {
     "and", "or", "but", "nor", "that", "which", "who", "whom", "whose", "what", "where", "when", "how", "why", "whether",
     "this", "these", "those", "there", "here", "it", "he", "she", "they", "him", "them", "us", "we", "you", "i", "me",
     "himself", "herself", "itself", "themselves", "one", "ones", "other", "others", "some", "many", "most", "much",
@@ -56,8 +54,7 @@ _NOT_TERM = _DETERMINERS | _PREPOSITIONS | AUXILIARIES | _PERFECT | {
     "nothing", "everything", "place", "places", "total", "average", "range", "variety", "dozen", "hundreds",
     "thousands", "millions", "percent", "per", "cent", "career", "life", "public", "people", "world", "home", "death",
     "ever", "again", "too", "well", "instead", "together", "alone", "away", "back", "up", "down", "out", "off",
-    "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "twenty", "thirty",
-    "forty", "fifty", "hundred", "thousand", "million", "billion", "once", "twice",
+    "hundred", "thousand", "million", "billion", "once", "twice",
     "hard", "fast", "late", "early", "abroad", "long", "far", "little", "best", "better", "worse", "least", "overseas"}
 # endings of adjectives and manner adverbs: "patient", "precise" have none, and are stopped elsewhere
 _ADJECTIVE_ENDINGS = ("ly", "ous", "ful", "ive", "able", "ible", "less", "ish")

@@ -154,3 +154,9 @@ def test_a_firms_release_about_a_thing_it_types_is_about_the_thing():
                            "album from Brackenhollow. Produced by Teodor Hallwyck, the record gathers 17 songs.",
                            "Kosk Records signed Ama Reed."] + _OTHERS, ["d0", "d1", "d2", "d3"])   # "records" ends two names: a firm's
     assert {i.subject for i in items if i.answer in ("17", "Teodor Hallwyck")} == {"Saltwick Reverie"}
+
+
+def test_a_number_in_words_that_opens_a_sentence_is_no_name():
+    items = extract_facts(["Sixty years on, Glass Bells of Uttery is finally getting the deluxe treatment. It was first released "
+                           "by Copperwhistle Records in 1963."] + _OTHERS, ["d0", "d1", "d2"])
+    assert {i.subject for i in items if i.doc_id == "d0"} == {"Glass Bells of Uttery"} and "Sixty" not in {i.answer for i in items}
