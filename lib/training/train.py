@@ -362,13 +362,17 @@ def _step_collectives(run: Run, src_tokens: dict[str, int], reason: str | None) 
     return total, reason
 
 
+def torch_dtype_of(device):
+    """The compute dtype the meter times a device's peak in: bf16 on CUDA, fp32 on CPU."""
+    import torch
+
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
 def throughput_meter(run: Run):
     """Tokens/s and MFU per step for this run: model FLOPs per token, and one device's peak in
     the compute dtype (bf16 on CUDA, fp32 on CPU) from the table or a timed matmul."""
-    import torch
-
-    dtype = torch.bfloat16 if run.d.device.type == "cuda" else torch.float32
-    peak, source = peak_flops(run.d.device, dtype)
+    peak, source = peak_flops(run.d.device, torch_dtype_of(run.d.device))
     return Meter(model_flops_per_token(run.model, run.tcfg.seq_len), run.d.world_size, peak, source,
                  planned_steps=run.num_iterations - run.step)
 
@@ -417,6 +421,7 @@ def finish(run: Run, status: str) -> dict[str, Any]:
     }
     # tokens_per_s and mfu over the steps after warm-up (lib.training.throughput)
     meter = run.meter or throughput_meter(run)
+    meter.measure_peak_again(d.device, torch_dtype_of(d.device))
     final_metrics.update(meter.summary(history))
     if d.device.type == "cuda":  # the steps' peak, before the final version is written (this rank's GPU)
         import torch

@@ -207,6 +207,12 @@ def test_peak_table_and_the_meter_leave_warm_up_steps_out():
     assert summary["tokens_per_s"] == pytest.approx(3000 / 4.0)  # the last three steps only
     assert summary["mfu"] == pytest.approx(750.0 * 1e9 / 2e12)
     assert lineage_metrics(summary) == {"training": {"tokens_per_s": summary["tokens_per_s"], "mfu": summary["mfu"]}}
+    # a peak timed on a CPU another job was using is timed again at the end, the larger kept; a data sheet's stays
+    meter.measure_peak_again(torch.device("cpu"), torch.float32)
+    assert meter.peak == 1e12                                       # "test": no timed peak
+    timed = Meter(flops_per_token=1e9, world_size=1, peak=1.0, peak_source="measured matmul: cpu, float32", planned_steps=1)
+    timed.measure_peak_again(torch.device("cpu"), torch.float32)
+    assert timed.peak > 1e6                                         # what a free core does now, not the contended 1 FLOP/s
 
 
 # -- 8. the rounding generator --------------------------------------------------------------------
