@@ -34,15 +34,15 @@ _CONNECTORS = {"of", "de", "da", "del", "della", "di", "van", "von", "der", "den
 _PRONOUNS = {"he": "subject", "she": "subject", "they": "subject", "it": "subject",
              "his": "possessive", "her": "possessive", "their": "possessive", "its": "possessive"}
 _GENDERED = {"he", "she", "his", "her", "him", "hers", "himself", "herself"}
-# sentence-initial words that are never the start of a name, whatever the corpus says
 # the numbers in words: "Sixty years on, X is ..." names no "Sixty"
 NUMBER_WORDS = frozenset({"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen",
                           "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty", "thirty", "forty", "fifty",
                           "sixty", "seventy", "eighty", "ninety"})
+# sentence-initial words that are never the start of a name, whatever the corpus says
 _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "when", "while", "this", "that", "these",
              "those", "there", "here", "as", "by", "for", "from", "with", "without", "since", "until", "then", "but",
              "and", "or", "if", "although", "because", "later", "today", "yesterday", "born", "question", "answer", "q", "a",
-             "we", "i", "you", "our", "my", "your", "every", "each", "both", "some", "many", "most", "one", "two", "three",
+             "we", "i", "you", "our", "my", "your", "every", "each", "both", "some", "many", "most",
              # the other prepositions: "Under its curator, X, the collection has grown" has no name "Under"
              "under", "over", "across", "through", "near", "behind", "beside", "beyond", "among", "between", "along",
              "around", "against", "towards", "toward", "within", "upon", "into", "onto", "despite", "unlike", "via",
