@@ -458,7 +458,16 @@ def test_a_night_gives_its_forms_the_share_they_need_and_is_lengthened_when_the_
     assert steps == 200 and old == pytest.approx(40_000 / 409_600) and share == pytest.approx(60_000 / 409_600)
     # a large memory never takes more than tonight's own forms: at most half the knowledge share
     steps, share, old, note = night_plan(200, 2048, k, 10_000, corpus=0.9, rehearsal_tokens=10**6)
-    assert old == pytest.approx(share) and share + old <= 0.25 + 1e-9 and "rehearsal forms" in note
+    assert old <= share and old == pytest.approx(share, rel=0.01) and share + old <= 0.25 + 1e-9 and "rehearsal forms" in note
+    # past the cap the memory keeps its exposures and tonight's forms get the rest: 100,000 × 6 and
+    # 50,000 × 2 need 1,368 steps, capped at 600 (307,200 tokens of forms); scaled down together the
+    # rehearsal would get 0.9 of its 2
+    steps, share, old, note = night_plan(200, 2048, k, 100_000, corpus=0.9, rehearsal_tokens=50_000)
+    assert steps == 600 and old * 600 * 2048 / 50_000 == pytest.approx(2.0) and share + old == pytest.approx(0.25)
+    assert "~2.1 exposures, the rehearsal ~2.0" in note
+    # never more than half the share, however large the memory
+    steps, share, old, note = night_plan(200, 2048, k, 100_000, corpus=0.9, rehearsal_tokens=90_000)
+    assert old == pytest.approx(0.125) and share == pytest.approx(0.125)
 
 
 def test_questions_are_inverted_the_way_people_ask_for_any_relation_of_that_shape():
