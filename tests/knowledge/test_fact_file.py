@@ -117,3 +117,21 @@ def test_an_items_answer_gives_the_asked_one_with_its_unit_or_currency_aside():
     from bench.fact_sets import _same_answer
     assert _same_answer("The Kell", "kell") and _same_answer("7,420", "7,420 metres") and _same_answer("£500", "500")
     assert not _same_answer("£500", "5000") and not _same_answer("500", "£500 a month") and not _same_answer("Kell", "Pell")
+
+
+def test_the_bench_reads_several_seeds_as_a_mean_and_a_range(capsys):
+    from bench.bench_facts import spread
+
+    def night(k, facts, natural):
+        return {"night": k, "facts_after": facts, "natural_after": natural}
+
+    results = {"inject/s0": {"nights": [night(1, 0.70, 0.20), night(2, 0.9, 0.5)]},
+               "inject/s1": {"nights": [night(1, 0.80, 0.30), night(2, 0.9, 0.5)]},
+               "inject/s2": {"nights": [night(1, 0.75, 0.16), night(2, 0.9, 0.5)]},
+               "plain": {"nights": [night(1, 0.10, 0.05)]}}
+    out = spread(results)
+    assert set(out) == {"inject/1", "inject/2"}   # one run of plain: nothing to spread
+    assert out["inject/1"]["facts_after"] == pytest.approx((0.75, 0.70, 0.80))
+    assert out["inject/1"]["natural_after"] == pytest.approx((0.22, 0.16, 0.30))
+    assert "inject   night 1, 3 seeds: facts mean 75.0% (range 70.0%-80.0%), natural mean 22.0% (range 16.0%-30.0%)" \
+        in capsys.readouterr().out
