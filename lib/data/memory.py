@@ -18,6 +18,9 @@ nights while every night passed its gate (issue #14). So:
   learnt them answered and the champion no longer does, 0 for a document without facts), so the
   memory source (`sampling.memory_ratio` of the tokens) replays recent, rarely seen and
   slipping documents first (lib/data/manifest.py draws a weighted order).
+- `rehearsal_weights(...)`: the same boost for the memory's question forms (the rehearsal, the
+  source that keeps a night's facts answerable, lib/knowledge/inject.py): the forms of a document
+  whose facts slip are drawn more, within the rehearsal's share.
 - `retention_sets(ws, lineage, ...)` and `fact_sets(...)` (lib/evaluation/sets.py): the sets a night evaluates champion
   and candidate on: every accepted night's held-out documents and fact probes, or once there are
   more than `max_sets`, the newest half of them plus an even spread over the older ones.
@@ -50,6 +53,7 @@ MEMORY_NIGHT = "night.json"
 RETENTION_PREFIX = "night:"
 FACTS_PREFIX = "facts:"         # dataset of an earlier night's fact set: facts:<version> (tonight's: facts:new)
 FACTS_FILE = "facts.jsonl"      # <run>/knowledge/facts.jsonl -> <ws>/memory/<version>/facts.jsonl
+REHEARSAL_SOURCE = "rehearsal"  # the manifest's source of the memory's question forms (lib/knowledge/inject.py)
 
 
 def remember(ws, lineage, version: str, run_dir) -> dict[str, Any]:
@@ -114,6 +118,24 @@ def fact_slips(lineage, version: str) -> dict[tuple[str, str], float]:
             continue
         out[(r["night"], r["doc_id"])] = max(0.0, (ref["correct"] - r["correct"]) / r["items"])
     return out
+
+
+def rehearsal_weights(lineage, fact_boost: float, champion: str | None, forms_dir: str | Path) -> dict[str, float]:
+    """{form id: weight} of tonight's rehearsal forms (`<run>/knowledge/rehearsal/*.parquet`, each
+    the question forms of one memory document, its `augments`): 1 + `fact_boost` × that document's
+    slip under `champion` (`fact_slips`), as `replay_weights` boosts the document itself. The
+    rehearsal's share stays what `night_plan` gave it; the forms of documents whose facts slip
+    take more of it (4: one that lost them all, 5x a steady one's)."""
+    slip: dict[str, float] = {}
+    if fact_boost and champion:
+        for (_, doc), s in fact_slips(lineage, champion).items():
+            slip[doc] = max(slip.get(doc, 0.0), s)
+    weights = {}
+    for part in sorted(Path(forms_dir).glob("*.parquet")):
+        table = pq.read_table(part, columns=["id", "augments"])
+        for form, doc in zip(table.column("id").to_pylist(), table.column("augments").to_pylist()):
+            weights[form] = 1.0 + fact_boost * slip.get(doc, 0.0)
+    return weights
 
 
 def forget(lineage, version: str) -> bool:

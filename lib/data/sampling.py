@@ -33,7 +33,7 @@ import numpy as np
 from lib.config import SourceConfig
 from lib.data.corpus import replay_corpus_name
 from lib.data.manifest import SLACK, SourceStream, draw_manifest, source_documents, write_manifest
-from lib.data.memory import MEMORY_NIGHT, replay_weights
+from lib.data.memory import MEMORY_NIGHT, REHEARSAL_SOURCE, rehearsal_weights, replay_weights
 from lib.data.prepared import PreparedData
 from lib.data.token_cache import tokenize_sources, tokenize_tasks
 from lib.data.tokenizer import load_tokenizer
@@ -95,17 +95,25 @@ def token_budget(cfg: ConsolidationConfig, pretrain: bool = False) -> int:
 
 
 def memory_weights(workspace, cfg: ConsolidationConfig, sources: list[SourceConfig]) -> dict[str, dict[str, float]] | None:
-    """{memory source: {doc_id: weight}} from lineage (recency, exposures and the champion's fact
-    slips, lib.data.memory), when
-    one of `sources` is the memory."""
+    """{source: {doc_id: weight}} from lineage, lib.data.memory: the memory's documents by recency,
+    exposures and the champion's fact slips (`replay_weights`), and the memory's question forms
+    (the rehearsal source) by the slips of the documents they rehearse (`rehearsal_weights`); None
+    when neither is among `sources`."""
     names = [s.name for s in sources if s.kind == "memory"]
-    if not names:
+    rehearsal = next((s for s in sources if s.name == REHEARSAL_SOURCE), None)
+    boost = cfg.sampling.memory_fact_boost
+    if not names and (rehearsal is None or not boost):
         return None
 
     lin = Lineage(workspace.lineage_db)
-    weights = replay_weights(lin, cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power,
-                             cfg.sampling.memory_fact_boost, lin.alias("champion"))
-    return {name: weights for name in names}
+    champion = lin.alias("champion")
+    out: dict[str, dict[str, float]] = {}
+    if names:
+        weights = replay_weights(lin, cfg.sampling.memory_recency, cfg.sampling.memory_exposure_power, boost, champion)
+        out.update({name: weights for name in names})
+    if rehearsal is not None and boost:
+        out[REHEARSAL_SOURCE] = rehearsal_weights(lin, boost, champion, rehearsal.path)
+    return out
 
 
 def prepare_run_data(workspace, cfg: ConsolidationConfig, sources: list[SourceConfig], tokenizer_dir: str | Path,

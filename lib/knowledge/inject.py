@@ -41,7 +41,7 @@ from lib.files import atomic_path, write_json
 from lib.knowledge.augment import augment_documents
 from lib.knowledge.facts import FactItem, extract_facts, read_facts, write_facts
 from lib.config import SourceConfig
-from lib.data.memory import FACTS_FILE, MEMORY_NIGHT
+from lib.data.memory import FACTS_FILE, MEMORY_NIGHT, REHEARSAL_SOURCE
 from lib.data.token_cache import _heldout_hash, heldout_cut
 from lib.data.tokenizer import load_tokenizer
 from lib.knowledge.writer import written_forms
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KNOWLEDGE_SOURCE = "knowledge"  # the augmented forms' source name in the manifest
-REHEARSAL_SOURCE = "rehearsal"  # earlier nights' question forms, re-derived from the memory
 
 
 def knowledge_dir(run_dir: str | Path) -> Path:

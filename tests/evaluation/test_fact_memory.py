@@ -200,3 +200,33 @@ def test_replay_favours_documents_whose_facts_slip(workspace):
     lin.start_run("re-eval")
     lin.record_fact_recall("re-eval", "v2", "v1", {"d-slipping": (4, 4)})
     assert replay_weights(lin, 0.5, 1.0, 4.0, "v2")["d-slipping"] == pytest.approx(0.5 / 3)
+
+
+def test_rehearsal_favours_the_forms_of_documents_whose_facts_slip(workspace, tmp_path):
+    """The memory's question forms (the rehearsal source) are weighted by the slip of the document
+    each rehearses, through the one function the night's data preparation calls."""
+    from lib.config import SourceConfig
+    from lib.data.memory import REHEARSAL_SOURCE, rehearsal_weights
+    from lib.data.sampling import memory_weights
+
+    ws, lin = workspace, Lineage(workspace.lineage_db)
+    for v, parent, run_id in (("v0", None, "boot"), ("v1", "v0", "night-1"), ("v2", "v1", "night-2")):
+        lin.start_run(run_id)
+        lin.record_version(v, ws.checkpoint(v), parent=parent, run_id=run_id, status="accepted")
+    lin.set_alias("champion", "v2", actor="test")
+    lin.record_fact_recall("night-1", "v1", "v1", {"d-steady": (4, 4), "d-slipping": (4, 4)})
+    lin.record_fact_recall("night-2", "v2", "v1", {"d-steady": (4, 4), "d-slipping": (4, 2)})
+    forms = tmp_path / "rehearsal"
+    forms.mkdir()
+    pq.write_table(pa.table({"id": ["f1", "f2", "f3", "f4"], "text": ["q"] * 4,
+                             "augments": ["d-steady", "d-slipping", "d-slipping", "d-other"], "form": ["qa"] * 4}),
+                   forms / "forms.parquet")
+    assert rehearsal_weights(lin, 4.0, "v2", forms) == {"f1": 1.0, "f2": 3.0, "f3": 3.0, "f4": 1.0}
+    assert set(rehearsal_weights(lin, 0.0, "v2", forms).values()) == {1.0}
+
+    sources = [SourceConfig(name="corpus", path=tmp_path, weight=0.6, kind="corpus"),
+               SourceConfig(name=REHEARSAL_SOURCE, path=forms, weight=0.1, kind="curated")]
+    cfg = load_config(overrides=[f"workspace.root={ws.root}"])
+    assert memory_weights(ws, cfg, sources) == {REHEARSAL_SOURCE: {"f1": 1.0, "f2": 3.0, "f3": 3.0, "f4": 1.0}}
+    off = load_config(overrides=[f"workspace.root={ws.root}", "sampling.memory_fact_boost=0"])
+    assert memory_weights(ws, off, sources) is None
