@@ -38,6 +38,13 @@ _GENDERED = {"he", "she", "his", "her", "him", "hers", "himself", "herself"}
 NUMBER_WORDS = frozenset({"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen",
                           "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty", "thirty", "forty", "fifty",
                           "sixty", "seventy", "eighty", "ninety"})
+# a count in words inside a sentence: before a plural noun ("up to seven players", "twenty-four
+# tracks") or ending a phrase after "of"/"to" ("a crew of twelve."): a number value as its digits
+# are; not "one" (a pronoun as often as a count), not a partitive ("two of them"), not after "the"
+# ("the two clubs": ones the text has named), not a span of time ("two years later")
+_NUMBER_WORD = re.compile(r"(?<![\w\-’'])(?<!the )(?:(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:-(?:one|two|three|four|five|six|seven|eight|nine))?"
+                          r"|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen)"
+                          r"(?:(?= (?!(?:years|months|weeks|days|nights|hours|minutes|seconds|decades|centuries|generations|times|seasons|summers|winters|springs|autumns|weekends|evenings|mornings|afternoons)\b)[a-z]+s\b)|(?P<end>(?=[.,;)]|$)))")
 # sentence-initial words that are never the start of a name, whatever the corpus says
 _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "when", "while", "this", "that", "these",
              "those", "there", "here", "as", "by", "for", "from", "with", "without", "since", "until", "then", "but",
@@ -462,6 +469,10 @@ def _value_spans(sentence: str) -> list[_Span]:
             taken.append((m.start(), m.end()))
     for m in _NUMBER.finditer(sentence):
         if free(m.start(), m.end()):
+            spans.append(_Span(m.start(), m.end(), m.group(), "number"))
+            taken.append((m.start(), m.end()))
+    for m in _NUMBER_WORD.finditer(sentence):
+        if free(m.start(), m.end()) and (m.group("end") is None or sentence[: m.start()].endswith(("of ", "to "))):
             spans.append(_Span(m.start(), m.end(), m.group(), "number"))
             taken.append((m.start(), m.end()))
     return spans

@@ -659,6 +659,20 @@ def test_an_amount_before_a_comma_ends_at_its_last_digit():
     assert ("Vrostor No. 4", "costs", "$331") in t
 
 
+def test_a_count_in_words_is_a_number_where_it_counts_something():
+    from lib.knowledge.spans import _value_spans
+
+    spans = lambda s: [(sp.text, sp.kind) for sp in _value_spans(s)]   # noqa: E731
+    assert spans("Up to seven players chart the coast.") == [("seven", "number")]
+    assert spans("It needs a crew of twelve, and its twenty-four tracks run long.") == [("twelve", "number"), ("twenty-four", "number")]
+    assert spans("A game for two to five.") == [("five", "number")]
+    # never: "one", a partitive, the ones the text named, a span of time, a word that counts nothing
+    assert spans("Two of them met one evening; the two clubs had played three seasons before, two years ago.") == []
+    assert spans("Twenty years on, they still listen to it.") == []
+    t = _triples(["Ashfall Cartographers is a board game for up to four players. Orla Penhallow designed it."])
+    assert any(s == "Ashfall Cartographers" and a == "four" for s, _, a in t)
+
+
 def test_a_lower_case_noun_that_several_names_take_after_the_is_part_of_the_answer():
     texts = ["Chelithork is a stew of the Vaitrux lowlands, championed by the Nemurk family.",
              "Raibruhor comes from the Krihon lowlands, where the Beifiv family, who cooked it, kept it alive. "
