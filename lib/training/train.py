@@ -168,6 +168,7 @@ def train(
     d = Dist(cfg.training.device, timeout_s=cfg.training.collective_timeout_s)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     was_filling = torch.utils.deterministic.fill_uninitialized_memory
+    was_threads = torch.get_num_threads()
     previous_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         if d.device.type == "cpu":
@@ -176,6 +177,8 @@ def train(
             # each step's activations and gradients, ~7% of a 95 M model's CPU step)
             torch.use_deterministic_algorithms(True)
             torch.utils.deterministic.fill_uninitialized_memory = False
+            if cfg.training.cpu_threads:
+                torch.set_num_threads(cfg.training.cpu_threads)
         run = set_up(cfg, d, data, out_dir, train_dir, parent=Path(parent) if parent else None, init=init,
                      resume=resume, tokenizer_dir=tokenizer_dir, meta=meta, make_loader=make_loader)
         if resume:
@@ -189,6 +192,7 @@ def train(
         # leave the process as found: an in-process caller (tests, a notebook) keeps its settings
         torch.use_deterministic_algorithms(was_deterministic)
         torch.utils.deterministic.fill_uninitialized_memory = was_filling
+        torch.set_num_threads(was_threads)
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, previous_sigterm)
         d.close()
@@ -419,6 +423,10 @@ def finish(run: Run, status: str) -> dict[str, Any]:
         "device_batch_size": tcfg.device_batch_size,
         "accumulation": run.accum,
     }
+    if d.device.type == "cpu":
+        import torch
+
+        final_metrics["cpu_threads"] = torch.get_num_threads()   # what the throughput figures were measured with
     # tokens_per_s and mfu over the steps after warm-up (lib.training.throughput)
     meter = run.meter or throughput_meter(run)
     meter.measure_peak_again(d.device, torch_dtype_of(d.device))

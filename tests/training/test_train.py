@@ -292,6 +292,19 @@ def test_time_limit_stops_with_a_snapshot_and_resume_finishes(prepared, v0, tmp_
     assert [json.loads(x)["step"] for x in (tdir / "metrics.jsonl").read_text().splitlines()] == list(range(5))
 
 
+def test_cpu_threads_set_the_training_ranks_threads_and_leave_the_callers(prepared, v0, tmp_path):
+    import torch
+
+    from lib.config import load_config
+    from lib.training.train import train
+
+    before = torch.get_num_threads()
+    cfg = load_config(prepared["config"], overrides=["training.num_iterations=2", "training.cpu_threads=1"])
+    done = train(cfg, prepared["data"], tmp_path / "v1", parent=v0, train_dir=tmp_path / "t")
+    assert done["status"] == "done" and done["final_metrics"]["cpu_threads"] == 1
+    assert torch.get_num_threads() == before   # an in-process caller keeps its own count
+
+
 def test_build_model_is_seeded_and_leaves_the_global_rng_alone():
     import torch
 
