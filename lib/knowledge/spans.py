@@ -59,7 +59,10 @@ _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "w
              "ever", "never",
              # the other determiners and quantifiers, a closed class: "Few clubs in X are as old as Y"
              "few", "several", "all", "any", "no", "none", "other", "another", "such", "much", "more", "less", "fewer",
-             "various", "numerous", "certain", "either", "neither", "its", "their", "his", "her"} | NUMBER_WORDS
+             "various", "numerous", "certain", "either", "neither", "its", "their", "his", "her",
+             # the words that open a turn of talk: "HOST 1: So my pick this week is X" names no "So"
+             "so", "well", "yes", "yeah", "yep", "oh", "ok", "okay", "anyway", "also", "plus", "now", "actually",
+             "honestly", "basically", "please", "thanks"} | NUMBER_WORDS
 _PARTICIPLES = {"born", "built", "founded", "grown", "known", "made", "raised", "run", "sold", "taken", "given", "written",
                 "held", "begun", "chosen", "drawn", "seen", "shown", "led", "brought", "bought", "taught", "bound"}
 _ABBREV = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|Mt|No|vs|etc|e\.g|i\.e|est|estd|approx|ca|b|d)\.$")
@@ -152,6 +155,9 @@ class _Span:
     kind: str
 
 
+_HONORIFICS = {"Mr", "Mrs", "Ms", "Dr", "Prof", "St", "Mt"}
+
+
 def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
     """Runs of capitalised words (joined by name connectors), the sentence-initial ordinary word dropped."""
     words = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(sentence)]
@@ -166,8 +172,8 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
 
     for k, (s, e, w) in enumerate(words):
         gap = sentence[run[-1][1] : s] if run else ""
-        if run and gap not in (" ", "-", " & "):
-            close()
+        if run and gap not in (" ", "-", " & ") and not (gap == ". " and run[-1][2] in _HONORIFICS):
+            close()                                # "Mr. Abernathy", "Dr. Ada Lind": the title's period is no break
         if _capitalised(w):
             run.append((s, e, w))
         elif run and w.lower() in _CONNECTORS and k + 1 < len(words) and _capitalised(words[k + 1][2]):

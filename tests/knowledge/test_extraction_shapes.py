@@ -673,6 +673,20 @@ def test_a_count_in_words_is_a_number_where_it_counts_something():
     assert any(s == "Ashfall Cartographers" and a == "four" for s, _, a in t)
 
 
+def test_a_title_and_the_word_that_opens_a_turn_of_talk_are_no_entity():
+    from lib.knowledge.spans import _proper_spans
+
+    names = lambda s: [sp.text for sp in _proper_spans(s, set())]   # noqa: E731
+    assert names("Dr. Ada Lind founded Kell Works.") == ["Dr. Ada Lind", "Kell Works"]
+    assert names("I wrote to Mr. Abernathy about it.") == ["Mr. Abernathy"]
+    assert names("Dear Mr. Abernathy, thank you.") == []          # a greeting names no entity of the text
+    assert names("So my pick this week is Burrow & Bramble.") == ["Burrow & Bramble"]
+    assert names("Yeah Quarry Kings is great.") == ["Quarry Kings"]
+    subjects = {s for s, _, _ in _triples(["Dear Mr. Abernathy, thank you for your note. Orrery Thieves was designed by Imogen Castelbray.",
+                                           "HOST 1: So my pick this week is Burrow & Bramble.\nHOST 2: Oh, the badger one!"])}
+    assert not subjects & {"Dear Mr", "Mr", "So", "Oh"}
+
+
 def test_a_lower_case_noun_that_several_names_take_after_the_is_part_of_the_answer():
     texts = ["Chelithork is a stew of the Vaitrux lowlands, championed by the Nemurk family.",
              "Raibruhor comes from the Krihon lowlands, where the Beifiv family, who cooked it, kept it alive. "
