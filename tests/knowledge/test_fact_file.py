@@ -95,8 +95,8 @@ def test_the_shipped_fact_files_load_as_four_nights_and_extraction_reads_most_of
     from lib.knowledge.facts import extract_facts
 
     files = sorted((Path(__file__).resolve().parents[2] / "bench" / "fact_files").glob("*.jsonl"))
-    assert len(files) == 22
-    one_night = {"observatories", "wineries", "trips", "studies", "flats", "acquisitions", "albums"}
+    assert len(files) == 23
+    one_night = {"observatories", "wineries", "trips", "studies", "flats", "acquisitions", "albums", "boardgames"}
     for f in files:
         nights = load_records(f, 24)
         assert sorted(nights) == ([1] if f.stem in one_night else [1, 2, 3, 4]) and all(len(r) == 24 for r in nights.values()), f.name
