@@ -42,8 +42,10 @@ NUMBER_WORDS = frozenset({"one", "two", "three", "four", "five", "six", "seven",
 # tracks") or ending a phrase after "of"/"to" ("a crew of twelve."): a number value as its digits
 # are; not "one" (a pronoun as often as a count), not a partitive ("two of them"), not after "the"
 # ("the two clubs": ones the text has named), not a span of time ("two years later")
-_NUMBER_WORD = re.compile(r"(?<![\w\-’'])(?<!the )(?:(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:-(?:one|two|three|four|five|six|seven|eight|nine))?"
-                          r"|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen)"
+_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_UNITS = ("two", "three", "four", "five", "six", "seven", "eight", "nine")
+_NUMBER_WORD = re.compile(r"(?<![\w\-’'])(?<!the )(?:(?:" + "|".join(_TENS) + r")(?:-(?:one|" + "|".join(_UNITS) + r"))?|"
+                          + "|".join(sorted(NUMBER_WORDS - {"one"} - set(_TENS), key=lambda w: (-len(w), w))) + r")"
                           r"(?:(?= (?!(?:years|months|weeks|days|nights|hours|minutes|seconds|decades|centuries|generations|times|seasons|summers|winters|springs|autumns|weekends|evenings|mornings|afternoons)\b)[a-z]+s\b)|(?P<end>(?=[.,;)]|$)))")
 # sentence-initial words that are never the start of a name, whatever the corpus says
 _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "when", "while", "this", "that", "these",
