@@ -36,6 +36,7 @@ import re
 from typing import Sequence
 
 from lib.knowledge.relations import _names_outside_dates, with_heads
+from lib.knowledge.talk import mail_header
 from lib.knowledge.terms import _NOT_TERM
 from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, english_word, ly_adverb, split_sentences
 
@@ -50,10 +51,11 @@ CLOZE_MARK = ": "  # a cloze relation starts so; forms.join_cue joins it to the 
 def _sentence_spans(text: str, lowercase_words: set[str], heads: frozenset[str] = frozenset()) -> list[tuple[int, str, list]]:
     """(sentence number, sentence, its value and name spans in order) of the prose sentences of
     `text`, a name with its lower-case noun of `heads` (`relations.with_heads`)."""
-    out = []
-    for n, (s, e) in enumerate(split_sentences(text)):
+    out, bounds = [], split_sentences(text)
+    header = mail_header([text[s:e] for s, e in bounds])   # "To: Deal Team": no span of it is a fact
+    for n, (s, e) in enumerate(bounds):
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
-        if not _looks_like_code(sentence):
+        if not _looks_like_code(sentence) and n not in header:
             values = _value_spans(sentence)
             names = with_heads(sentence, _names_outside_dates(sentence, lowercase_words, values), heads)
             out.append((n, sentence, sorted(values + names, key=lambda sp: sp.start)))

@@ -47,7 +47,8 @@ from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_rol
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.things import thing_facts
-from lib.knowledge.talk import byline, dated_line, dateline, elliptical, heading, role_before_name, speaker_turn, table_rows, uncontracted
+from lib.knowledge.talk import (byline, dated_line, dateline, elliptical, heading, mail_header, role_before_name, speaker_turn, subject_line_name,
+                                table_rows, uncontracted)
 from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
@@ -120,6 +121,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         return thing_like(main, articled, types, lowercase_words | name_heads) or not person_like(main, set())
 
     bounds = split_sentences(text)
+    header = mail_header([text[s:e] for s, e in bounds])   # "From: X", "To: Y", "Subject: Z - final changes"
     where: str | None = None
     for n, (s, e) in enumerate(bounds):
         for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
@@ -127,6 +129,11 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         role_from = len(found)
         sentence = FOOTNOTE.sub("", text[s:e]).strip()
         if _looks_like_code(sentence):
+            continue
+        if n in header:                                     # a mail's header: no one's facts; its subject line, what it is about
+            if header[n] and main is None and (about := subject_line_name(header[n], text, lowercase_words)):
+                main = last = about
+                mentions.append((about, "subject"))
             continue
         where, sentence = dateline(sentence) if n == 0 else (where, sentence)   # "Port Fidouhae - Some 130 ...": the story's place
         turn = speaker_turn(sentence)                       # "Riss Hastiand: I'll take Doutux": the speaker's words

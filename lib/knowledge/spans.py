@@ -44,7 +44,7 @@ NUMBER_WORDS = frozenset({"one", "two", "three", "four", "five", "six", "seven",
 # ("the two clubs": ones the text has named), not a span of time ("two years later")
 _TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 _UNITS = ("two", "three", "four", "five", "six", "seven", "eight", "nine")
-_NUMBER_WORD = re.compile(r"(?<![\w\-’'])(?<!the )(?:(?:" + "|".join(_TENS) + r")(?:-(?:one|" + "|".join(_UNITS) + r"))?|"
+_NUMBER_WORD = re.compile(r"(?<![\w\-’'])(?<!the )(?<!The )(?:(?:" + "|".join(_TENS) + r")(?:-(?:one|" + "|".join(_UNITS) + r"))?|"
                           + "|".join(sorted(NUMBER_WORDS - {"one"} - set(_TENS), key=lambda w: (-len(w), w))) + r")"
                           r"(?:(?= (?!(?:years|months|weeks|days|nights|hours|minutes|seconds|decades|centuries|generations|times|seasons|summers|winters|springs|autumns|weekends|evenings|mornings|afternoons)\b)[a-z]+s\b)|(?P<end>(?=[.,;)]|$)))")
 # sentence-initial words that are never the start of a name, whatever the corpus says

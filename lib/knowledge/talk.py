@@ -22,15 +22,17 @@ from __future__ import annotations
 import re
 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
+from lib.knowledge.relations import _names_outside_dates
 from lib.knowledge.shapes import _participle
-from lib.knowledge.spans import _FUNCTION, MONTHS, WEEKDAYS
+from lib.knowledge.spans import _FUNCTION, MONTHS, WEEKDAYS, _value_spans, common_word
 
 # the words of a thread or a review that say whose text follows: "Reply from", "Posted by", "Reviewed by"
 _POSTED = "Posted|Post|Written|Reviewed|Sent|Submitted|Shared|Reply|Answer|Comment|Response|Message|Note|Update"
-# a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand"), perhaps
+# a speaker's name before a colon at a turn's start: one to four capitalised words ("Bocem", "Riss Hastiand"), a
+# transcript's number after them ("HOST 1", "Speaker 2"), perhaps
 # after the words of a thread that say whose it is ("Reply from Voom Braebrael:", "Posted by X in Travel Buddies:")
 _TURN = re.compile(rf"^(?:(?P<by>{_POSTED}) (?:from|by) )?"
-                   r"(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3})(?(by)(?: in [A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3})?): (?P<said>\S.*)$")
+                   r"(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3}(?: \d{1,2})?)(?(by)(?: in [A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3})?): (?P<said>\S.*)$")
 # what answers the turn before and states nothing: "Yes, and", "OK,", "Then", "Right, so"
 _REPLY = re.compile(r"^(?:(?:Yes|Yeah|No|OK|Okay|Sure|Right|Well|Agreed|Great|Fine)\b,?(?: (?:and|but|so))? |(?:Then|So|And|But|Also) )")
 # "I" as a turn's subject, with its contracted auxiliary: "I'll" → "will", "I'm" → "is"
@@ -60,6 +62,8 @@ def speaker_turn(sentence: str) -> tuple[str, str] | None:
     if not m:
         return None
     speaker, said = m.group("speaker"), m.group("said")
+    if speaker[-1].isdigit() and not speaker.rstrip(" 0123456789").isupper():
+        return None                               # "Item 4: X weekend.": an agenda's item; "HOST 1:" is a transcript's speaker
     if _DESCRIBED.match(said):                    # "Fosveithal Spire: a summit of the Nikorn Range.": a fact box's name and
         return speaker, f"{speaker} is {said}"    # what it is, no one's words
     said = _REPLY.sub("", said, count=1) or said
@@ -159,6 +163,49 @@ def byline(sentence: str) -> bool:
     """Whether a sentence only says who wrote or sent the text ("Posted by X in Travel Buddies:"):
     its names are the author's and the forum's, never what the text is about."""
     return bool(_BYLINE.match(sentence))
+
+
+# a mail's or a memo's header line: who sent it, to whom, when, what about ("From: X", "Subject: Re: Y - final changes")
+_MAIL_FIELD = re.compile(r"^(?P<field>from|to|cc|bcc|date|sent|subject|re|fwd?)\s*:\s*(?P<value>.*)$", re.IGNORECASE)
+# what a reply or a forward puts before a subject line's words: "Re: ", "Fwd: ", "AW: "
+_REPLY_MARKS = re.compile(r"^(?:(?:re|fwd?|aw|sv)\s*:\s*)+", re.IGNORECASE)
+# what ends a subject line's name: its dash and the words after it ("Zentharo - signed", "X – final masters")
+_SUBJECT_TAIL = re.compile(r"\s+[-–—|]\s.*$")
+_TITLE_WORD = re.compile(r"^[A-Z]+$")   # "MEMORANDUM" over a memo's fields
+
+
+def mail_header(sentences: list[str]) -> dict[int, str]:
+    """The header lines a mail, a memo or a forum reply opens with, by sentence number, each with
+    what its subject line says the text is about ("" for the other fields): "From: X", "To: Y",
+    "Subject: Re: Z - final changes" → {0: "", 1: "", 2: "Z - final changes"}. The block starts at
+    the first sentence (after a title in capitals: "MEMORANDUM") and holds a field whose value is
+    on the next line ("TO:" over "All managers"). Those lines state no fact of anyone ("X's to is
+    Y"); the subject line names what the text is about. {} where the text opens with no field."""
+    out: dict[int, str] = {}
+    n = 1 if sentences and _TITLE_WORD.match(sentences[0].strip()) and len(sentences) > 1 else 0
+    if n and _MAIL_FIELD.match(sentences[1].strip()):
+        out[0] = ""
+    while n < len(sentences) and (m := _MAIL_FIELD.match(sentences[n].strip())):
+        field, value, about = m.group("field").lower(), m.group("value").strip(), m.group("field").lower() in ("subject", "re")
+        if not value and n + 1 < len(sentences) and not _MAIL_FIELD.match(sentences[n + 1].strip()):
+            out[n] = ""
+            n, value = n + 1, sentences[n + 1].strip()
+        out[n] = _SUBJECT_TAIL.sub("", _REPLY_MARKS.sub("", value)) if about else ""
+        n += 1
+    return out
+
+
+def subject_line_name(line: str, text: str, lowercase_words: set[str]) -> str | None:
+    """The name a subject line says a mail is about (`mail_header`'s words): its first name, not an
+    everyday word that opens the line ("Missing locomotive in Thistledown Railways" → "Thistledown
+    Railways"), in full where the text writes more of it ("Zentharo" of "Zentharo Biotics"); None
+    where the line names nothing ("Hidden gems from the 2010s?")."""
+    names = [p for p in _names_outside_dates(line, lowercase_words, _value_spans(line))
+             if not (p.start == 0 and " " not in p.text and common_word(p.text))]
+    if not names:
+        return None
+    longer = re.search(rf"(?<![\w'’-]){re.escape(names[0].text)}(?: [A-Z][\w'’-]*)+", text)
+    return longer.group() if longer else names[0].text
 
 
 # a news item's dateline: where the story is, before a dash ("Port Fidouhae - Some 130 ...", "Makrousod Coast,

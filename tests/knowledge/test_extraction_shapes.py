@@ -669,6 +669,7 @@ def test_a_count_in_words_is_a_number_where_it_counts_something():
     # never: "one", a partitive, the ones the text named, a span of time, a word that counts nothing
     assert spans("Two of them met one evening; the two clubs had played three seasons before, two years ago.") == []
     assert spans("Twenty years on, they still listen to it.") == []
+    assert spans("The two clubs met in 1990.") == [("1990", "year")]
     t = _triples(["Ashfall Cartographers is a board game for up to four players. Orla Penhallow designed it."])
     assert any(s == "Ashfall Cartographers" and a == "four" for s, _, a in t)
 

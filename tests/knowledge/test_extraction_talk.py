@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from lib.knowledge.cloze import is_cloze
 from lib.knowledge.facts import extract_facts
-from lib.knowledge.talk import heading, speaker_turn
+from lib.knowledge.talk import heading, mail_header, speaker_turn, subject_line_name
 
 # two documents with an answer of every kind, so that each fact under test has a distractor
 _OTHERS = ["Ola Pask was seen in Pell on 2 May 1900 with 12 men in 1890.", "Ama Reed met Ola Pask and ran Kell Mills."]
@@ -143,3 +143,28 @@ def test_who_organises_or_hosts_a_thing_is_asked_of_the_thing_and_a_persons_name
     t = _triples(["Kriarbru Zorath is organising the Triniksok offsite. He has booked Vroukbryl Chalet for it.",
                   "Ada Brill runs Pell Lodge in Kell."])
     assert ("Triniksok", "is being organised by", "Kriarbru Zorath") in t
+
+
+def test_a_mails_header_states_no_fact_and_its_subject_line_says_what_the_mail_is_about():
+    assert mail_header(["From: Ada Lind", "To: Deal Team", "Subject: Re: Zentharo - signed", "All, ..."]) == {0: "", 1: "", 2: "Zentharo"}
+    assert mail_header(["MEMORANDUM", "TO:", "All managers", "RE: Oberlaine Networks integration", "Effective ..."]) == \
+        {0: "", 1: "", 2: "", 3: "Oberlaine Networks integration"}
+    assert mail_header(["Kell Bridge: a bridge over the Orra.", "From: X"]) == {}   # a field later on is no header
+    assert subject_line_name("Missing locomotive in Thistledown Railways", "", set()) == "Thistledown Railways"   # "Missing": a word
+    assert subject_line_name("Zentharo", "Crallwick signed for Zentharo Biotics today.", set()) == "Zentharo Biotics"
+    assert subject_line_name("Hidden gems from the 2010s?", "", set()) is None
+    items = [(i.subject, i.relation, i.answer) for i in extract_facts(
+        ["From: Ada Lind\nTo: Production team, Kell Mills\nSubject: Re: Vorlap Ferries - final figures\nHi all,\n"
+         "The first crossing of Vorlap Ferries left Dunmore in 2019.",
+         "MEMORANDUM\nTO:\nAll Kessvard Telecom managers\nFROM: Office of the General Counsel\nRE: Oberlaine Networks integration\n"
+         "Employees at the Fallowmere campus should continue to report through Halvor Tzenkrit."] + _OTHERS, ["d0", "d1", "d2", "d3"])]
+    assert ("Vorlap Ferries", "'s first crossing left", "Dunmore") in items
+    assert ("Oberlaine Networks", ": Employees at the Fallowmere campus should continue to report through", "Halvor Tzenkrit") in items
+    # before: "Ada Lind's to is Production", "Ada Lind's subject is Re", "General Counsel's re is Oberlaine Networks"
+    assert not any(s in ("Ada Lind", "General Counsel") or "Production" in a or " re " in r or " to is" in r for s, r, a in items)
+
+
+def test_a_transcripts_numbered_speaker_in_capitals_is_a_speaker_and_an_agenda_item_is_not():
+    assert speaker_turn("HOST 1: So my pick this week is Orrin Lamps.") == ("HOST 1", "My pick this week is Orrin Lamps.")
+    assert speaker_turn("Item 4: Trouvoult bachelor weekend.") is None
+    assert not any(s == "So" for s, _, _ in _triples(["HOST 1: So my pick is Orrin Lamps. HOST 2: Oh, the lamp one!"]))
