@@ -186,7 +186,7 @@ def mail_header(sentences: list[str]) -> dict[int, str]:
     if n and _MAIL_FIELD.match(sentences[1].strip()):
         out[0] = ""
     while n < len(sentences) and (m := _MAIL_FIELD.match(sentences[n].strip())):
-        field, value, about = m.group("field").lower(), m.group("value").strip(), m.group("field").lower() in ("subject", "re")
+        value, about = m.group("value").strip(), m.group("field").lower() in ("subject", "re")
         if not value and n + 1 < len(sentences) and not _MAIL_FIELD.match(sentences[n + 1].strip()):
             out[n] = ""
             n, value = n + 1, sentences[n + 1].strip()
