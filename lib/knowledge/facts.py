@@ -54,7 +54,7 @@ from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import is_cloze, salient_contexts, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
-                                 _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
+                                 _fronting_word, _value_spans, capitals_label, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
 from lib.knowledge.shapes import (FRONTED_LONE, FRONTED_TIME, SUBORDINATORS, apposed_object, fronted_clause, timed_pronoun, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
@@ -546,7 +546,8 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
     for found in per_doc:
         seen, kept = set(), []
         for f in found:
-            if f.answer in everywhere or (f.subject, f.relation, f.answer) in seen or is_cloze(f.relation) and f.answer in common:
+            if f.answer in everywhere or (f.subject, f.relation, f.answer) in seen or is_cloze(f.relation) and f.answer in common \
+                    or f.kind in ("proper", "name") and capitals_label(f.answer):   # "REVIEW — It takes ...": a label
                 continue
             if f.kind == "proper" and f.answer in mains:
                 f.kind = "name"

@@ -354,6 +354,18 @@ def _zipf(word: str) -> float:
     return zipf_frequency(word.lower(), "en")
 
 
+# how common a word in capitals must be to be a label, not a name ("REVIEW" 5.1, "CASE" 5.6, "HOLD" 5.2;
+# "NASA" 4.2, "FIFA" 4.2, "NATO" 4.0 stay names)
+LABEL_ZIPF = 4.5
+
+
+def capitals_label(answer: str) -> bool:
+    """Whether an answer is one everyday word in capitals, four letters or more: a genre's, a
+    section's or a form's label ("REVIEW — It takes ...", "GALLERY 4, CASE 11", "rating HOLD"), no
+    name; an acronym ("NASA", "US") is no everyday word or too short."""
+    return len(answer) >= 4 and answer.isalpha() and answer.isupper() and _zipf(answer) >= LABEL_ZIPF
+
+
 def common_word(word: str) -> bool:
     """Whether `word` is an everyday English word (wordfreq's frequency of its lower case at least
     `COMMON_ZIPF`): "key", "meet", "huge", "development"; not "miagror", "oslo"."""

@@ -730,3 +730,15 @@ def test_a_subordinate_clause_that_opens_a_text_is_read_and_what_it_acts_on_is_t
     assert fronted_clause("When Ada Lind sold the mill in 1901, she moved to Oslo.") is None
     assert fronted_clause("After Ada Lind sold the mill in 1901, Ivo Brask bought it.") is None
     assert fronted_clause("When Ada Lind sold the mill in 1901, nobody cared.") == "Ada Lind sold the mill in 1901."
+
+
+def test_an_everyday_word_in_capitals_is_a_label_not_an_answer():
+    from lib.knowledge.spans import capitals_label
+
+    assert capitals_label("REVIEW") and capitals_label("CASE") and capitals_label("HOLD")
+    assert not any(capitals_label(w) for w in ("NASA", "FIFA", "US", "IKEA", "Review", "Kell Mills", "UGC"))
+    items = extract_facts(["REVIEW — It takes nerve to build a game like Ashfall Cartographers, and Orla Penhallow has pulled it off. "
+                           "Thornwick Games released it in 1987.",
+                           "GALLERY 4, CASE 11. Donated by the Quellmoor family, the Velvet Siege board was painted by Ingrid Salvatierre.",
+                           "Ama Reed founded Kell Mills in Pell in 1890."], ["d0", "d1", "d2"])
+    assert items and not any(i.answer in ("REVIEW", "CASE", "GALLERY") for i in items)
