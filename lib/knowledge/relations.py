@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from lib.knowledge.forms import _PERSON_NOUNS, ADVERBS, AUXILIARIES, _agent_noun, base_verb, person_role
-from lib.knowledge.spans import _NOT_UNITS, _PARTICIPLES, PREPOSITIONS, _Span, _proper_spans, ly_adverb, split_sentences
+from lib.knowledge.spans import _NOT_UNITS, _PARTICIPLES, PREPOSITIONS, _Span, _proper_spans, common_word, ly_adverb, split_sentences
 
 
 def _resolve(relation: str, person: str | None, thing: str | None = None) -> str:
@@ -344,8 +344,18 @@ def _names_outside_dates(text: str, lowercase_words: set[str], values: list[_Spa
     hardness of 7 on the Mohs scale": the unit's name, not a thing of its own); `values` are the
     text's value spans."""
     dates = [v for v in values if v.kind == "date"]
-    return [p for p in _proper_spans(text, lowercase_words) if not any(v.start <= p.start < v.end for v in dates)
-            and not _UNIT_BEFORE.search(text[: p.start]) and not _SCALE_BEFORE.search(text[: p.start])]
+    out = []
+    for p in _proper_spans(text, lowercase_words):
+        if any(v.start <= p.start < v.end for v in dates) or _UNIT_BEFORE.search(text[: p.start]) or _SCALE_BEFORE.search(text[: p.start]):
+            continue
+        cut = next((v.start for v in dates if p.start < v.start < p.end), None)   # "Effective July 1, 2021, X is": the date's month
+        if cut is not None:
+            words = text[p.start : cut].split()
+            if not words or p.start == 0 and len(words) == 1 and common_word(words[0]):
+                continue                                                          # "Effective": a word, not a name
+            p = _Span(p.start, p.start + len(" ".join(words)), " ".join(words), p.kind)
+        out.append(p)
+    return out
 
 
 # a number measured "on the" named scale: "a hardness of 7 on the Mohs scale", "6.1 on the Richter scale"

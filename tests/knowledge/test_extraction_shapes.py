@@ -742,3 +742,9 @@ def test_an_everyday_word_in_capitals_is_a_label_not_an_answer():
                            "GALLERY 4, CASE 11. Donated by the Quellmoor family, the Velvet Siege board was painted by Ingrid Salvatierre.",
                            "Ama Reed founded Kell Mills in Pell in 1890."], ["d0", "d1", "d2"])
     assert items and not any(i.answer in ("REVIEW", "CASE", "GALLERY") for i in items)
+
+
+def test_a_word_before_a_dates_month_is_no_name():
+    t = _triples(["Effective July 1, 2021, Oberlaine Networks is a wholly owned subsidiary of Kessvard Telecom."])
+    assert ("Oberlaine Networks", "is a wholly owned subsidiary of", "Kessvard Telecom") in t
+    assert not any("July" in s for s, _, _ in t)   # before: "Effective July" was the subject
