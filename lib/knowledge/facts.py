@@ -120,10 +120,23 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             return False
         return thing_like(main, articled, types, lowercase_words | name_heads) or not person_like(main, set())
 
+    def unnamed_it(besides: str | None = None) -> str | None:
+        """What "it" means where no sentence has had a subject yet: the one name the text has
+        mentioned before this sentence (`heard`), never after a preposition of place ("the rose
+        garden in Pell? X planted it"), no person it shows (`roles`) and not `besides` ("Gonna throw X into the ring. ...
+        It came out in 2014", "In X, four players chart ... Y released it in 1987": X); None where
+        it has mentioned two or more ("says X, the scent Y brought out in 1935. It retails at":
+        which, no rule knows)."""
+        names = {name for name, _ in mentions[:heard] if name not in roles and name != besides
+                 and not re.search(rf"\b(?:in|at|near|from|to|on) (?:the )?{re.escape(name)}\b", text)}   # "the rose garden in Pell"
+        return names.pop() if len(names) == 1 else None
+
     bounds = split_sentences(text)
     header = mail_header([text[s:e] for s, e in bounds])   # "From: X", "To: Y", "Subject: Z - final changes"
     where: str | None = None
+    heard = 0   # the names mentioned before this sentence
     for n, (s, e) in enumerate(bounds):
+        heard = len(mentions)
         for name, role in filter(None, (role_holder(f.subject, f.relation, f.answer) for f in found[role_from:])):
             roles[name].add(role)
         role_from = len(found)
@@ -163,6 +176,8 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             referent = main if lead in _GENDERED else (last or main)
             if lead in ("it", "its") and referent is not None:
                 referent = it_means(referent)          # "Ada Lind leads the X. Its ...": the X
+            elif lead in ("it", "its") and (referent := unnamed_it()) is not None:
+                main = last = referent                 # "Gonna throw X into the ring. It came out in": X, what the text is about
             if referent is None:
                 continue
             subject, subj_end = referent, first.end()
@@ -339,12 +354,13 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
         answers = [without_honorific(p) for p in with_heads(sentence, propers, name_heads) if p.start >= subj_end and not sentence[p.end :].startswith(("'s", "’s"))] \
             + [v for v in values if v.start >= subj_end]   # "met Ada Lind's brother": the owner is not what was met
         it_verb = pronoun_object(sentence, subj_end) if lead not in _PRONOUNS and not fronted else None
-        it_thing = previous if it_verb and previous and previous != subject and not (gendered and previous == main) else None
+        it_thing = previous if it_verb and previous and previous != subject and not (gendered and previous == main) else \
+            unnamed_it(subject) if it_verb and previous is None else None   # "In X, four players chart ... Y released it in"
         if it_thing:
-            found.append(_Found(-1, subject, it_verb, previous, "proper", n))   # "The Lorun Brook joins it"
+            found.append(_Found(-1, subject, it_verb, it_thing, "proper", n))   # "The Lorun Brook joins it"
             as_passive = passive(it_verb)
-            if as_passive and subject not in previous and previous not in subject:
-                found.append(_Found(-1, previous, as_passive + " by", subject, "proper", n))  # "X has governed it"
+            if as_passive and subject not in it_thing and it_thing not in subject:
+                found.append(_Found(-1, it_thing, as_passive + " by", subject, "proper", n))  # "X has governed it"
         held = pronoun_role(sentence, subj_end) if lead not in _PRONOUNS and not fronted and previous and previous != subject \
             and previous not in subject and subject not in previous else None
         if held:                                   # "Ada Lind has served as its editor since": the entity's editor

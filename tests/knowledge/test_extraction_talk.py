@@ -168,3 +168,13 @@ def test_a_transcripts_numbered_speaker_in_capitals_is_a_speaker_and_an_agenda_i
     assert speaker_turn("HOST 1: So my pick this week is Orrin Lamps.") == ("HOST 1", "My pick this week is Orrin Lamps.")
     assert speaker_turn("Item 4: Trouvoult bachelor weekend.") is None
     assert not any(s == "So" for s, _, _ in _triples(["HOST 1: So my pick is Orrin Lamps. HOST 2: Oh, the lamp one!"]))
+
+
+def test_it_before_any_subject_is_the_one_name_the_text_has_mentioned():
+    t = _triples(["Re: Hidden gems from the 2010s?\nGonna throw Brindle Harbor Smugglers into the ring. Picked up my copy last spring. "
+                  "It came out in 2014 from Lanternmoss Press. Teodor Maelgrin designed it."])
+    assert {("Brindle Harbor Smugglers", "came out in", "2014"), ("Brindle Harbor Smugglers", "came out from", "Lanternmoss Press"),
+            ("Brindle Harbor Smugglers", "was designed by", "Teodor Maelgrin")} <= t
+    # two names mentioned: which one "it" means, no rule knows, and none is guessed
+    t = _triples(['"I wanted the smell of rain," says Treiplu Flachen of Vosti, the scent Rauskan brought out in 1935. It retails at €80.'])
+    assert not any(s == "Rauskan" and a == "€80" for s, _, a in t)
