@@ -61,7 +61,7 @@ from tasks.evaluation import evaluate_versions, gate_and_promote, record_candida
 from tasks.knowledge import inject_knowledge_task
 from tasks.serving import roll_out_after_promotion
 from lib.evaluation.evaluate import eval_budget_note
-from lib.knowledge.inject import corpus_share, knowledge_sources, knowledge_tokens, lengthened_sources, new_share, night_plan
+from lib.knowledge.inject import corpus_share, knowledge_sources, knowledge_tokens, night_plan
 
 # The run form: the sections a night reads (the architecture comes from the champion, so no `model`).
 NightlyConfig = run_form("workspace", "buffer", "curation", "knowledge", "sampling", "tokenizer", "training", "checkpoints",
@@ -131,10 +131,9 @@ def _attempt(cfg: ConsolidationConfig, book: RunBook, run: RunDir, champion_dir:
             result["knowledge"] = inject_knowledge_task(cfg, str(run.path), champion_dir)
         form_tokens, rehearsal_tokens = knowledge_tokens(run.path, tokenizer_dir)
         steps, share, rehearsal, note = night_plan(cfg.training.num_iterations, cfg.training.total_batch_size, cfg.knowledge,
-                                                   form_tokens, corpus_share(sources), rehearsal_tokens, new_share(sources))
-        sources = knowledge_sources(lengthened_sources(sources, cfg.training.num_iterations, steps), run.path, cfg.knowledge,
-                                    share, rehearsal)
-        result["knowledge"].update(share=round(share, 4), rehearsal_share=round(rehearsal, 4), new_share=round(new_share(sources), 4))
+                                                   form_tokens, corpus_share(sources), rehearsal_tokens)
+        sources = knowledge_sources(sources, run.path, cfg.knowledge, share, rehearsal)
+        result["knowledge"].update(share=round(share, 4), rehearsal_share=round(rehearsal, 4))
         if note:
             book.log.info(note)
             cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"num_iterations": steps})})

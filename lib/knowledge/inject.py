@@ -228,25 +228,6 @@ def knowledge_sources(sources: list["SourceConfig"], run_dir: str | Path, knowle
     return out
 
 
-def lengthened_sources(sources: list["SourceConfig"], num_iterations: int, steps: int) -> list["SourceConfig"]:
-    """`sources` for a night lengthened from `num_iterations` to `steps` (`night_plan`): tonight's
-    captured text (kind "buffer") keeps the tokens it had, its weight × num_iterations / steps, and
-    the corpus replay gets the rest. Without it, a night lengthened 7x for its facts drew each captured
-    document ~22 times (sampling.new_data_ratio is set for 3-10); unchanged where the night is not
-    lengthened or has no corpus replay."""
-    if steps <= num_iterations or not any(s.kind == "corpus" for s in sources):
-        return sources
-    freed = sum(s.weight for s in sources if s.kind == "buffer") * (1 - num_iterations / steps)
-    corpus = next(s for s in sources if s.kind == "corpus")
-    return [s.model_copy(update={"weight": s.weight * num_iterations / steps}) if s.kind == "buffer" else
-            s.model_copy(update={"weight": s.weight + freed}) if s is corpus else s for s in sources]
-
-
-def new_share(sources: Sequence["SourceConfig"]) -> float:
-    """The weight of tonight's captured text (kind "buffer") among `sources`."""
-    return sum(s.weight for s in sources if s.kind == "buffer")
-
-
 def corpus_share(sources: Sequence["SourceConfig"]) -> float:
     """The corpus replay's weight among `sources` (what the knowledge share is taken from)."""
     return next((s.weight for s in sources if s.kind == "corpus"), 0.0)
@@ -266,7 +247,7 @@ def knowledge_tokens(run_dir: str | Path, tokenizer_dir: str | Path) -> tuple[in
 
 
 def night_plan(num_iterations: int, total_batch_size: int, knowledge: "KnowledgeConfig", form_tokens: int,
-               corpus: float = 1.0, rehearsal_tokens: int = 0, new: float = 0.0) -> tuple[int, float, float, str | None]:
+               corpus: float = 1.0, rehearsal_tokens: int = 0) -> tuple[int, float, float, str | None]:
     """(steps, share of tonight's forms, share of the rehearsal forms, a note when the night
     changes). Tonight's forms (`form_tokens` long) should each be drawn `knowledge.min_exposures`
     times, the memory's rehearsal forms `knowledge.rehearsal_exposures` times.
@@ -275,10 +256,7 @@ def night_plan(num_iterations: int, total_batch_size: int, knowledge: "Knowledge
       and at most half the corpus replay's share `corpus` (the corpus keeps the rest): a night with
       a few facts spends a few tokens on them. Rehearsal gets at most half of that.
     - When the largest share is not enough, the night is lengthened, up to
-      `knowledge.max_steps_factor` × num_iterations, and the note says so. Tonight's captured text
-      (its share `new`) then keeps the tokens it had in num_iterations steps, not its share of a
-      longer night (`lengthened_sources`): each document is still seen the times
-      sampling.new_data_ratio gave it, and the corpus, so half the forms' share, gets the rest. Past the cap the
+      `knowledge.max_steps_factor` × num_iterations, and the note says so. Past the cap the
       rehearsal keeps its exposures (within its half) and tonight's forms get fewer: what a night
       learnt is not traded for tonight's margin.
     Measured on the tiny preset (docs/knowledge.md): 28 exposures of each form made 69-91% of a
@@ -295,13 +273,8 @@ def night_plan(num_iterations: int, total_batch_size: int, knowledge: "Knowledge
     if need <= top * num_iterations * batch:
         tokens = num_iterations * batch
         return num_iterations, need_new / tokens, need_old / tokens, None
-    # lengthened to S steps, the captured text's share is new × num_iterations / S and the corpus has the rest
-    widest = lambda steps: min(knowledge.ratio, (corpus + new * (1 - num_iterations / steps)) / 2)   # noqa: E731
-    steps_needed = math.ceil(need / (knowledge.ratio * batch))      # where knowledge.ratio is the bound
-    if widest(steps_needed) < knowledge.ratio:                     # else half the corpus: (corpus + new - new n / S) / 2 × S × batch = need
-        steps_needed = math.ceil((2 * need / batch + new * num_iterations) / (corpus + new))
+    steps_needed = math.ceil(need / (top * batch))
     steps = min(steps_needed, int(knowledge.max_steps_factor * num_iterations))
-    top = widest(steps)
     # past the cap the memory keeps its exposures (up to half the share) and tonight's forms get
     # the rest: scaled down together, a large second night left the rehearsal 1.7 of its 10 and
     # night 1's facts fell 69% -> 41% (refused); memory first they kept 66%, tonight's 61% -> 50%
@@ -314,6 +287,5 @@ def night_plan(num_iterations: int, total_batch_size: int, knowledge: "Knowledge
     kept = f", the rehearsal ~{share_old * steps * batch / rehearsal_tokens:.1f}" if rehearsal_tokens else ""
     note = (f"knowledge: {form_tokens:,} tokens of augmented forms{also} need {steps_needed} steps for {knowledge.min_exposures:g} "
             f"exposures each at a share of {top:.3g}{capped}; the night runs {steps} steps instead of {num_iterations} "
-            f"(~{exposures:.1f} exposures{kept}{'; capped by knowledge.max_steps_factor' if steps < steps_needed else ''})"
-            + (f"; tonight's captured text keeps its tokens at a share of {new * num_iterations / steps:.3g} (was {new:g})" if new else ""))
+            f"(~{exposures:.1f} exposures{kept}{'; capped by knowledge.max_steps_factor' if steps < steps_needed else ''})")
     return steps, share_new, share_old, note

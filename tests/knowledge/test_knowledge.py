@@ -470,27 +470,6 @@ def test_a_night_gives_its_forms_the_share_they_need_and_is_lengthened_when_the_
     assert old == pytest.approx(0.125) and share == pytest.approx(0.125)
 
 
-def test_a_lengthened_night_keeps_tonights_captured_text_at_the_tokens_it_had_and_gives_the_corpus_the_rest():
-    from lib.config_sections import SourceConfig
-    from lib.knowledge.inject import lengthened_sources
-
-    # the tiny preset's shares: new 0.25, memory 0.1, corpus 0.65; forms at most half the corpus
-    k = KnowledgeConfig(ratio=0.5, min_exposures=60, max_steps_factor=7)
-    before, *_ = night_plan(200, 2048, k, 20_000, corpus=0.65)
-    steps, share, _, note = night_plan(200, 2048, k, 20_000, corpus=0.65, new=0.25)
-    # 1.2 M tokens of forms: at a share of 0.325, 1,803 steps (capped at 1,400); with the captured text
-    # at its 200 steps' tokens, the corpus grows to 0.864 and the forms to 0.432: fewer steps, a bigger share
-    assert before == 1400 and steps < before and share == pytest.approx((0.65 + 0.25 * (1 - 200 / steps)) / 2)
-    assert "captured text keeps its tokens at a share of" in note
-    sources = [SourceConfig(name="corpus", path="c", weight=0.65, kind="corpus"), SourceConfig(name="new", path="n", weight=0.25, kind="buffer"),
-               SourceConfig(name="memory", path="m", weight=0.1, kind="memory")]
-    out = {s.name: s.weight for s in lengthened_sources(sources, 200, 1000)}
-    assert out == pytest.approx({"corpus": 0.65 + 0.2, "new": 0.05, "memory": 0.1}) and sum(out.values()) == pytest.approx(1.0)
-    assert lengthened_sources(sources, 200, 200) == sources    # not lengthened: as configured
-    # what the night trains is the sum the plan counted on: the forms' share fits in half the grown corpus
-    assert share <= (0.65 + 0.25 * (1 - 200 / steps)) / 2 + 1e-9
-
-
 def test_questions_are_inverted_the_way_people_ask_for_any_relation_of_that_shape():
     assert inverted_question("Mara Quillon", "was born in", "year", strand=False) == "In what year was Mara Quillon born?"
     assert inverted_question("Mara Quillon", "later worked for", "proper", strand=True) == "What did Mara Quillon later work for?"
