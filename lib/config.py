@@ -73,7 +73,7 @@ class ConsolidationConfig(_Section):
         return json.loads(self.model_dump_json())
 
 
-# The tiny preset: a ~3 M-parameter Llama, 4k BPE, 256-token rows, livelier LR and new-data share
+# The tiny preset: a 1.4 M-parameter Llama (tied embeddings), 4k BPE, 256-token rows, livelier LR and new-data share
 # so that learning shows within minutes on 2 CPU cores (shared/NOTES.md replay experiment).
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -207,7 +207,7 @@ def load_config(
 #   `<workspace>` kept as text (as a code span: V1 renders descriptions as markdown with HTML,
 #   V2 as plain text).
 
-PRESET_HELP = ("Sizes to start from: `tiny` for a CPU pool (a 3 M-parameter model, 256-token rows, a night in "
+PRESET_HELP = ("Sizes to start from: `tiny` for a CPU pool (a 1.4 M-parameter model, 256-token rows, a night in "
                "minutes), `default` for a GPU pool (the design's sizes: 1000 steps of 524,288 tokens at 2048). "
                "A field below left empty takes the preset's value; a field filled in wins.")
 

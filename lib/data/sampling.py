@@ -284,5 +284,7 @@ def _draw_stats(sources: list[SourceConfig], streams: list[SourceStream], stats:
             if not lo <= e.mean() <= hi:
                 warnings.append(
                     f"source {s.name!r}: each new document is seen {e.mean():.1f} times on average, outside the "
-                    f"rule of thumb of {lo:g}-{hi:g} (fewer: not learnt; more: memorised); adjust training.num_iterations or sampling.new_data_ratio")
+                    f"rule of thumb of {lo:g}-{hi:g} (fewer: not learnt; more: memorised); adjust training.num_iterations or sampling.new_data_ratio"
+                    + ("; a night the knowledge stage lengthened for its facts ('the night runs N steps instead of M') draws them "
+                       "more at the same share" if e.mean() > hi else ""))
     return warnings
