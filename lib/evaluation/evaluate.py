@@ -167,8 +167,15 @@ class PairEvaluation:
     def to_markdown(self) -> str:
         lines = ["| dataset | metric | parent | candidate | change |", "|---|---|---|---|---|"]
         for r in self.rows():
-            change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
             par = "" if r["parent"] is None else f"{r['parent']:.4f}"
+            if r["dataset"].startswith(FACTS_PREFIX):   # shares of probes answered: a change in points, counts as they are
+                share = r["metric"] in ("fact_accuracy", "fact_exact")
+                fmt = (lambda v: f"{v:.1%}") if r["metric"] != "fact_n" else (lambda v: f"{v:.0f}")   # noqa: E731
+                par = "" if r["parent"] is None else fmt(r["parent"])
+                change = f"{(r['candidate'] - r['parent']) * 100:+.1f} points" if share and r["parent"] is not None else ""
+                lines.append(f"| {r['dataset']} | {r['metric']} | {par} | {fmt(r['candidate'])} | {change} |")
+                continue
+            change = "" if r["relative_change"] is None else f"{r['relative_change']:+.2%}"
             lines.append(f"| {r['dataset']} | {r['metric']} | {par} | {r['candidate']:.4f} | {change} |")
         for b in self.benchmark_rows():
             par = "" if b["parent"] is None else f"{b['parent']:.1f}"

@@ -163,3 +163,13 @@ def test_run_eval_sets_reads_val_heldout_and_curated(workspace):
     assert run_eval_sets(workspace, "stdlib", run, max_docs=1)[NEW_TRAIN] == ["new one"]
     with pytest.raises(FileNotFoundError, match="workspace.corpus='other'"):
         run_eval_sets(workspace, "other")
+
+
+def test_the_evaluation_table_gives_fact_shares_and_their_change_in_points():
+    from lib.evaluation.evaluate import PairEvaluation
+
+    pair = PairEvaluation(parent={"old_val": {"bpb": 2.0}, "facts:new": {"fact_accuracy": 0.03125, "fact_chance": 0.044, "fact_n": 64}},
+                          candidate={"old_val": {"bpb": 1.9}, "facts:new": {"fact_accuracy": 0.34375, "fact_chance": 0.044, "fact_n": 64}})
+    md = pair.to_markdown()
+    assert "| facts:new | fact_accuracy | 3.1% | 34.4% | +31.2 points |" in md   # was "+1000.00%", a relative change
+    assert "| facts:new | fact_n | 64 | 64 |  |" in md and "| old_val | bpb | 2.0000 | 1.9000 | -5.00% |" in md
