@@ -103,7 +103,9 @@ def _night(cfg: ConsolidationConfig, book: RunBook) -> dict[str, Any]:
         if not pending:
             return {**result, "status": "nothing to consolidate: no pending buffer files"}
         curation = curate_into(cfg, run, pending, clock)
-        result["curation"] = {k: curation[k] for k in ("shards", "docs_in", "docs_out")}
+        length = curation.get("length", {})   # docs_out counts the pieces of a long document split, a group of short ones as one
+        result["curation"] = {**{k: curation[k] for k in ("shards", "docs_in", "docs_out")},
+                              **{k: length[k] for k in ("split_long", "concatenated_groups") if k in length}}
         result["curated_docs"] = sum(pq.ParquetFile(p).metadata.num_rows for p in run.curated.glob("*.parquet"))
         if result["curated_docs"] == 0:
             return {**result, "status": "nothing to consolidate: curation kept no documents"}

@@ -228,6 +228,8 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
     assert again.is_completed(), again
     states = _task_states(again.state_details.flow_run_id)
     shards = night["curation"]["shards"]
+    # what makes docs_out differ from docs_in is in the result: long documents split, short ones grouped
+    assert {"split_long", "concatenated_groups"} <= set(night["curation"])
     assert shards == 2 and states["ingest-shard"] == states["filter-shard"] == ["Cached"] * shards, states
     assert states["dedup-shards"] == ["Cached"] and states["prepare-training-data"] == ["Cached"], states
     # a tokenize task per input file (the corpus parts and the two curated parts), all in the token cache
