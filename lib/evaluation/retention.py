@@ -150,7 +150,8 @@ class RetentionMatrix:
                  **{b: self.benchmark_cells.get((v, b), "") for b in self.benchmark_sets}} for v in self.versions]
 
     def legend(self) -> str:
-        night = next((s for s in self.sets if s != OLD_VAL and not is_fact_set(s)), f"{RETENTION_PREFIX}vK")
+        nights = [s for s in self.sets if s != OLD_VAL and not is_fact_set(s)]
+        night = nights[0] if len(nights) == 1 else f"{RETENTION_PREFIX}vK"   # "v1 ... for night:v1" read wrong beside night:v2
         text = (f"Bits per byte (lower is better). Change: against the version that learnt the set, "
                 f"{self.references[OLD_VAL].learner if OLD_VAL in self.references else 'the root'} for old_val, "
                 f"{night.removeprefix(RETENTION_PREFIX)} on its own held-out documents the night it was trained for {night}; "

@@ -74,6 +74,7 @@ def test_cells_references_and_gain_kept(workspace, nights):
     m = retention_matrix(nights)
     assert m.versions == ["v0", "v1", "v2", "v3"] and m.status["v3"] == "accepted" and m.candidate is None
     assert m.sets == ["old_val", "night:v1", "night:v2", "night:v3"]
+    assert "vK on its own held-out documents the night it was trained for night:vK" in m.legend()   # not v1 named for all
 
     # old_val: every version against the root's
     assert (m.references["old_val"].learner, m.references["old_val"].after) == ("v0", 2.3201)
