@@ -12,9 +12,48 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable
+from collections import Counter
+from typing import Collection, Iterable, Sequence
 
 from lib.files import JsonLineError, json_lines, write_text
+from lib.knowledge.cloze import is_cloze
+from lib.knowledge.spans import capitals_label
+
+
+@dataclass
+class Found:
+    """A fact as the rules found it in document `doc`'s sentence `sentence`, before its id, cue,
+    question and distractors (lib/knowledge/facts.py)."""
+    doc: int
+    subject: str
+    relation: str
+    answer: str
+    kind: str
+    sentence: int
+
+
+def kept_found(per_doc: Sequence[Sequence[Found]], mains: Collection[str], max_per_doc: int | None) -> list[Found]:
+    """What a night keeps of what its rules found, document by document: not an answer every
+    document gives (three or more), a fact twice, a cloze's answer a fifth of the documents share
+    (a word of their kind: "CEO", "CI"), an everyday word in capitals ("REVIEW — It takes ...": a
+    label); a proper answer that is some document's main person is a "name"; at most `max_per_doc`
+    of a document, in the order found."""
+    doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
+    everywhere = {a for a, c in doc_freq.items() if len(per_doc) >= 3 and c >= len(per_doc)}
+    common = {a for a, c in doc_freq.items() if c >= 3 and 5 * c >= len(per_doc)}
+    items: list[Found] = []
+    for found in per_doc:
+        seen, kept = set(), []
+        for f in found:
+            if f.answer in everywhere or (f.subject, f.relation, f.answer) in seen or is_cloze(f.relation) and f.answer in common \
+                    or f.kind in ("proper", "name") and capitals_label(f.answer):
+                continue
+            if f.kind == "proper" and f.answer in mains:
+                f.kind = "name"
+            seen.add((f.subject, f.relation, f.answer))
+            kept.append(f)
+        items.extend(kept[:max_per_doc] if max_per_doc else kept)
+    return items
 
 
 @dataclass(frozen=True)

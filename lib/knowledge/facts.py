@@ -38,23 +38,23 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Sequence
 
 from lib.knowledge.distractors import with_distractors
-from lib.knowledge.fact_items import FactItem, fact_id, read_facts, write_facts  # noqa: F401  (the item, where callers import it)
+from lib.knowledge.fact_items import FactItem, Found as _Found, fact_id, kept_found, read_facts, write_facts  # noqa: F401  (the item, where callers import it)
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_role, role_noun, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
 from lib.knowledge.things import thing_facts
 from lib.knowledge.talk import (byline, dated_line, dateline, elliptical, heading, mail_header, role_before_name, speaker_turn, subject_line_name,
                                 table_rows, uncontracted)
-from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name
+from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name, unnamed_it
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
-from lib.knowledge.cloze import is_cloze, salient_contexts, unread_spans
+from lib.knowledge.cloze import salient_contexts, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
-                                 _fronting_word, _value_spans, capitals_label, glued_word, looks_like_code_document, split_sentences,
+                                 _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
 from lib.knowledge.shapes import (FRONTED_LONE, FRONTED_TIME, SUBORDINATORS, apposed_object, fronted_clause, timed_pronoun, control_passive, head_noun, reported_clause, hyphen_measure, measured_name, object_appositions, object_relative, clause_subject, listed_first, name_parenthesis, ordinal_thing, clause_time, fronted_value_facts, new_clause, own_quantified, passive,
                                   pronoun_object, pronoun_role, relative_fact, without_appositions, without_honorific)
@@ -63,16 +63,6 @@ log = logging.getLogger(__name__)
 
 
 # -- extraction (spans: lib/knowledge/spans.py; relations: lib/knowledge/relations.py) --------------
-@dataclass
-class _Found:
-    doc: int
-    subject: str
-    relation: str
-    answer: str
-    kind: str
-    sentence: int
-
-
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
                    name_heads: frozenset[str] = frozenset(), clauses: list | None = None, lower_name: str | None = None) -> tuple[list[_Found], str | None, str | None]:
     """Facts of one document, its main entity (the first named sentence subject, or the thing a
@@ -120,17 +110,6 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             return False
         return thing_like(main, articled, types, lowercase_words | name_heads) or not person_like(main, set())
 
-    def unnamed_it(besides: str | None = None) -> str | None:
-        """What "it" means where no sentence has had a subject yet: the one name the text has
-        mentioned before this sentence (`heard`), never after a preposition of place ("the rose
-        garden in Pell? X planted it"), no person it shows (`roles`) and not `besides` ("Gonna throw X into the ring. ...
-        It came out in 2014", "In X, four players chart ... Y released it in 1987": X); None where
-        it has mentioned two or more ("says X, the scent Y brought out in 1935. It retails at":
-        which, no rule knows)."""
-        names = {name for name, _ in mentions[:heard] if name not in roles and name != besides
-                 and not re.search(rf"\b(?:in|at|near|from|to|on) (?:the )?{re.escape(name)}\b", text)}   # "the rose garden in Pell"
-        return names.pop() if len(names) == 1 else None
-
     bounds = split_sentences(text)
     header = mail_header([text[s:e] for s, e in bounds])   # "From: X", "To: Y", "Subject: Z - final changes"
     where: str | None = None
@@ -176,7 +155,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             referent = main if lead in _GENDERED else (last or main)
             if lead in ("it", "its") and referent is not None:
                 referent = it_means(referent)          # "Ada Lind leads the X. Its ...": the X
-            elif lead in ("it", "its") and (referent := unnamed_it()) is not None:
+            elif lead in ("it", "its") and (referent := unnamed_it(text, mentions[:heard], roles)) is not None:
                 main = last = referent                 # "Gonna throw X into the ring. It came out in": X, what the text is about
             if referent is None:
                 continue
@@ -355,7 +334,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             + [v for v in values if v.start >= subj_end]   # "met Ada Lind's brother": the owner is not what was met
         it_verb = pronoun_object(sentence, subj_end) if lead not in _PRONOUNS and not fronted else None
         it_thing = previous if it_verb and previous and previous != subject and not (gendered and previous == main) else \
-            unnamed_it(subject) if it_verb and previous is None else None   # "In X, four players chart ... Y released it in"
+            unnamed_it(text, mentions[:heard], roles, subject) if it_verb and previous is None else None   # "In X, four players chart ... Y released it in"
         if it_thing:
             found.append(_Found(-1, subject, it_verb, it_thing, "proper", n))   # "The Lorun Brook joins it"
             as_passive = passive(it_verb)
@@ -554,20 +533,5 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             about = packages[i] or (main if things[i] else None) or (max(said, key=lambda e: (said[e], e == main)) if said else main)
             per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}, salient, heads))
             per_doc[i].extend(_Found(i, *span) for span in unread_versions(text, packages[i], {f.answer for f in per_doc[i]}))
-    doc_freq = Counter(a for found in per_doc for a in {f.answer for f in found})
-    everywhere = {a for a, c in doc_freq.items() if len(texts) >= 3 and c >= len(texts)}
-    # a cloze answer a fifth of the documents share is a word of their kind ("CEO", "CI"), not a fact of one
-    common = {a for a, c in doc_freq.items() if c >= 3 and 5 * c >= len(texts)}
-    items: list[_Found] = []
-    for found in per_doc:
-        seen, kept = set(), []
-        for f in found:
-            if f.answer in everywhere or (f.subject, f.relation, f.answer) in seen or is_cloze(f.relation) and f.answer in common \
-                    or f.kind in ("proper", "name") and capitals_label(f.answer):   # "REVIEW — It takes ...": a label
-                continue
-            if f.kind == "proper" and f.answer in mains:
-                f.kind = "name"
-            seen.add((f.subject, f.relation, f.answer))
-            kept.append(f)
-        items.extend(kept[:max_per_doc] if max_per_doc else kept)
+    items = kept_found(per_doc, mains, max_per_doc)
     return with_distractors(items, earlier, doc_ids, n_distractors=n_distractors, forms=forms, heldout_share=heldout_share, seed=seed)

@@ -11,7 +11,7 @@ coach. A text about the person goes on with "he", "she", "his", "her" (or names 
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.relations import ORDINALS, head_word, name_head, person_like
@@ -233,3 +233,14 @@ def named_thing(sentence: str, propers: Sequence[_Span], articled: set[str], wor
     free = [p for k, p in enumerate(free) if not (k and _WHERE_AFTER.fullmatch(sentence[free[k - 1].end : p.start]))] if free else free
     thing = (free or things)[-1]
     return thing.text, bool(free) or not sentence[thing.end :].startswith(",")
+
+
+def unnamed_it(text: str, mentioned: Sequence[tuple[str, str]], persons: Collection[str], besides: str | None = None) -> str | None:
+    """What "it" means where no sentence of `text` has had a subject yet: the one name the text has
+    `mentioned` so far, never one after a preposition of place ("the rose garden in Pell? X planted
+    it"), no person it shows (`persons`) and not `besides` ("Gonna throw X into the ring. ... It came
+    out in 2014", "In X, four players chart ... Y released it in 1987": X); None where it has
+    mentioned two or more ("says X, the scent Y brought out in 1935. It retails at": which, no rule knows)."""
+    names = {name for name, _ in mentioned if name not in persons and name != besides
+             and not re.search(rf"\b(?:in|at|near|from|to|on) (?:the )?{re.escape(name)}\b", text)}
+    return names.pop() if len(names) == 1 else None
