@@ -244,7 +244,7 @@ def test_missing_data_is_refused_in_preflight(tmp_path, models, monkeypatch):
     assert cfg.eval.benchmarks == ["benchmarks/tiny_mc.yaml", "arc_easy"]
     t0 = time.perf_counter()
     problems = preflight(cfg, models["llama"])
-    assert time.perf_counter() - t0 < 5  # YAML files read, no data, no model (~0.5 s on an idle machine)
+    assert time.perf_counter() - t0 < 30  # YAML files read, no data, no model (~0.5 s idle; 5.06 s once under a loaded first import)
     (problem,) = problems
     assert f"benchmark tiny_mc ({task})" in problem and "data file(s) missing" in problem and "tiny_mc.jsonl" in problem
     assert "benchmark arc_easy: its dataset allenai/ai2_arc/ARC-Easy is not in the Hugging Face cache" in problem
