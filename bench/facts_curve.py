@@ -53,6 +53,7 @@ def main() -> None:
     ap.add_argument("--ratio-new", type=float, default=0.25)
     ap.add_argument("--ratio-knowledge", type=float, default=0.25)
     ap.add_argument("--forms", type=int, default=8)
+    ap.add_argument("--kinds", default=None, help="augmentation kinds, comma-separated (qa,permuted,explicit); default the pipeline's knowledge.augmentations")
     ap.add_argument("--no-inject", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
@@ -65,9 +66,11 @@ def main() -> None:
     recs = load_records(args.fact_file, args.people)[1] if args.fact_file else records(args.fact_set, 1, args.people)
     texts = [r.text for r in recs]
     ids = [fact_id(r.subject, "doc", str(i)) for i, r in enumerate(recs)]
-    kcfg = KnowledgeConfig(forms_per_document=args.forms)
-    items = extract_facts(texts, ids, heldout_share=kcfg.heldout_share)
-    forms = [] if args.no_inject else [a.text for a in augment_documents(ids, texts, items, forms_per_document=args.forms)]
+    kcfg = KnowledgeConfig(forms_per_document=args.forms, **({"augmentations": args.kinds.split(",")} if args.kinds else {}))
+    items = extract_facts(texts, ids, heldout_share=kcfg.heldout_share, cloze=kcfg.cloze)
+    forms = [] if args.no_inject else [a.text for a in augment_documents(
+        ids, texts, items, forms_per_document=args.forms, kinds=tuple(kcfg.augmentations), heldout_share=kcfg.heldout_share,
+        synonyms=kcfg.synonyms, kind_questions=kcfg.kind_questions)]
     natural = natural_items(recs)
     train_dir = args.corpus / "train" if (args.corpus / "train").is_dir() else args.corpus
     corpus_files = sorted(train_dir.glob("*.parquet"))
