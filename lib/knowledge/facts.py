@@ -49,7 +49,7 @@ from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_hea
 from lib.knowledge.things import thing_facts
 from lib.knowledge.talk import (byline, dated_line, dateline, elliptical, heading, mail_header, role_before_name, speaker_turn, subject_line_name,
                                 table_rows, uncontracted)
-from lib.knowledge.topic import modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name, unnamed_it
+from lib.knowledge.topic import document_topic, modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name, unnamed_it
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
 from lib.knowledge.cloze import salient_contexts, unread_spans
@@ -64,17 +64,20 @@ log = logging.getLogger(__name__)
 
 # -- extraction (spans: lib/knowledge/spans.py; relations: lib/knowledge/relations.py) --------------
 def document_facts(text: str, lowercase_words: set[str], max_relation_words: int = 12,
-                   name_heads: frozenset[str] = frozenset(), clauses: list | None = None, lower_name: str | None = None) -> tuple[list[_Found], str | None, str | None]:
+                   name_heads: frozenset[str] = frozenset(), clauses: list | None = None, lower_name: str | None = None,
+                   topic: str | None = None) -> tuple[list[_Found], str | None, str | None]:
     """Facts of one document, its main entity (the first named sentence subject, or the thing a
     person's first sentence names where the text goes on about it: topic.py), and the person it names first: the main
     entity where that may be a person (not where the text shows a thing, `thing_like`: "the Varo Ensemble", "X is a
     brewery"; an answer naming it is then asked with "what", not "whom"), else the person a thing's text begins with; `name_heads`
     (`shared_heads`) are words that end several names, which no person's name is built on; `clauses` gets each sentence's subject (terms.py);
-    `lower_name`: the package the text is about (lower_names.py), its main entity from the start, a name in every sentence."""
+    `lower_name`: the package the text is about (lower_names.py), its main entity from the start, a name in every sentence;
+    `topic`: a name the text is about though its first subject is another's (topic.py `document_topic`), its main entity from the start."""
     found: list[_Found] = []
-    main: str | None = lower_name
+    topic = lower_name or topic
+    main: str | None = topic
     agent: str | None = None  # the person a thing's text begins with (topic.py): "Hapis Beipai took charge of Krirak Albion"
-    last: str | None = lower_name
+    last: str | None = topic
     # the names met so far, in order, and how ("subject", "direct" object of a verb, other "object"),
     # with the nouns the text typed them with: what "The novel ..." refers to
     mentions: list[tuple[str, str]] = []
@@ -313,7 +316,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
             types[subject].add(of_head.group("noun").lower())   # "The village of Wrenby lies ..."
         mentions.append((subject, "subject"))
         _note_names(sentence, propers, subj_end, subject, mentions, types, articled)
-        if main == subject and not lower_name and [h for _, h in mentions].count("subject") == 1:
+        if main == subject and not topic and [h for _, h in mentions].count("subject") == 1:
             topic = thing_topic(sentence, subj_end, propers, values, subject, [text[a:b] for a, b in bounds[n + 1 :]],
                                 lambda x: thing_like(x, articled, types, lowercase_words | name_heads), gendered, told is not None)
             if topic:                              # "Hapis Beipai took charge of Krirak Albion. The basketball side ...": the club's text
@@ -480,7 +483,7 @@ def document_facts(text: str, lowercase_words: set[str], max_relation_words: int
                     found.append(_Found(-1, a.text, run_by, owner, "proper", n))
     if main and where and where not in main and main not in where:
         found.append(_Found(-1, main, "is in", where, "proper", 0))   # a dateline's place: where the story happens
-    if main and (main == lower_name or thing_like(main, articled, types, lowercase_words | name_heads)
+    if main and (main == topic or thing_like(main, articled, types, lowercase_words | name_heads)
                  or not gendered and main != agent and described_thing(main, [text[a:b] for a, b in bounds])):
         return found, main, agent
     return found, main, main
@@ -513,6 +516,9 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         try:
             found, main, person = ([], None, None) if code[i] else \
                 document_facts(text, lower, name_heads=heads, clauses=clauses[i], lower_name=packages[i])
+            if not code[i] and not packages[i] and (topic := document_topic(text, lower, main)):
+                clauses[i][:] = []                     # a text about a thing its first subject is not: read again, about it
+                found, main, person = document_facts(text, lower, name_heads=heads, clauses=clauses[i], topic=topic)
         except Exception as e:  # a sentence the rules trip on costs its own document's items, never the night
             log.warning("fact extraction: document %s skipped (%s: %s); please report its text", doc_ids[i], type(e).__name__, e)
             found, main, person, clauses[i][:] = [], None, None, []

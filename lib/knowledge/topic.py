@@ -15,7 +15,8 @@ from typing import Callable, Collection, Sequence
 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.relations import ORDINALS, head_word, name_head, person_like
-from lib.knowledge.spans import _PARTICIPLES, PREPOSITIONS, STATIVE_PARTICIPLES, _Span
+from lib.knowledge.spans import (_GENDERED, _NAME_OPENERS, _PARTICIPLES, _WORD, _zipf, PREPOSITIONS, STATIVE_PARTICIPLES, _proper_spans, _Span, capitals_label,
+                                 common_word, split_sentences)
 
 # a sentence that goes on about a thing: "It was ...", "Its kit ...", "The basketball side ...", "This tree frog ...",
 # also after a fronted participle's phrase ("Invented by X in Y, the device weighs ...")
@@ -244,3 +245,98 @@ def unnamed_it(text: str, mentioned: Sequence[tuple[str, str]], persons: Collect
     names = {name for name, _ in mentioned if name not in persons and name != besides
              and not re.search(rf"\b(?:in|at|near|from|to|on) (?:the )?{re.escape(name)}\b", text)}
     return names.pop() if len(names) == 1 else None
+
+
+# a name spoken to, not spoken of: "Q: Kestrel, The Oriel Descent turns forty", "Jeleid Tousbyrn, tell us how X came about"
+_ADDRESSED = re.compile(r"^, (?:you|tell|what|how|when|why|where|who|can|could|would|do|did|is|are|was|so|thanks|thank)\b", re.I)
+# a thing typed by the noun phrase after it: "Ninefold Meridian, the album Bellfounder Records issued", "Zitei Gardens, a
+# 2-bedroom apartment", "Raniark Mews, a beautifully refurbished 39-bedroom student block"
+_TYPED_AFTER = re.compile(r"^,? (?:an?|the) (?:[a-z0-9][\w'’-]* ){0,4}?(?P<noun>[a-z][a-z-]+)"
+                          r"(?= (?:that|which|whose|of|from|by|with|in|on|at|for|and|but|where|when|[A-Z])\b|[,.;:!?()]|$)")
+# where a name stands after these, it is where something is or whom it is with, not what the text is about
+_AROUND = re.compile(r"\b(?:in|near|outside|around|across|from|to)(?: the)? $")
+_WITH_PERSON = re.compile(r"(?:\b(?:called|named|by|with)\s*|\(\s*)$")
+_TOPIC_WORDS = re.compile(r"\b(?:about|re|regarding|concerning|Re:)(?: the)? $")
+
+
+def document_topic(text: str, lowercase_words: set[str], main: str | None) -> str | None:
+    """The name a document is about where the first subject extraction found (`main`) is likely not
+    it, else None. Only where `main` is weak: none, a word or label rather than a name ("Traffic",
+    "Voicemail", "HQ", "PUB QUIZ", "Jovumest Therapeutics today"), or a name like a person's:
+    - a later "the <noun>" names exactly one name of the text by its last word ("The bridge, whose
+      span ..." after "Stonbund Jokrothath, the engineer behind the Flabisush Footbridge, has died";
+      "the festival" → Siralax Festival), not in a text that says "he" or "she" of a person's main;
+    - the person is spoken to ("Q: Kestrel, The Oriel Descent turns forty"): the next name;
+    - for no main or a word: the name after "about", "re", "regarding" ("Notes - call re Fennoric
+      Data"), a name typed by the noun phrase after it ("Zitei Gardens, a 2-bedroom apartment");
+      for no main at all, the first name that is not where something is ("in X", "from X") or
+      someone's ("owner called X", "(X)", "X said").
+    A night asks a document's facts of its main entity: a text about a winery whose first sentence
+    begins with its founder's name files the hectares under the founder, and a question about the
+    winery does not reach them."""
+    none = _weak_name(main)
+    if not none and not person_like(main, set()):
+        return None
+    names = []   # (name with its head noun, sentence, span), names that are no word or label
+    for s, e in split_sentences(text):
+        sentence = text[s:e]
+        names += [(n, sentence, sp) for sp in _proper_spans(sentence, lowercase_words) if not _weak_name(n := named_with_head(sentence, sp))]
+
+    def other(name: str) -> str | None:
+        return name if main is None or not (name == main or main in name or name in main) else None
+
+    gendered = any(w.lower() in _GENDERED for w in _WORD.findall(text))
+    if not (gendered and main and person_like(main, set())):
+        for noun in dict.fromkeys(re.findall(r"\b[Tt]he ([a-z]{4,})\b", text)):
+            named = {n for n, _, _ in names if n.split()[-1].lower().endswith(noun)}
+            if not person_role(noun) and len(named) == 1 and (found := other(named.pop())):
+                return found
+    if main:
+        for n, sentence, sp in names:
+            if sp.text == main and re.fullmatch(r"(?:Q: ?)?", sentence[: sp.start]) and _ADDRESSED.match(sentence[sp.end :]):
+                after = [m for m, s2, p in names if s2 is sentence and p.start > sp.end]
+                return after[0] if after else None
+    if not none:
+        return None
+    opening = split_sentences(text)[:3]
+    for n, sentence, sp in names:
+        if text.find(sentence) >= (opening[-1][1] if opening else 0):
+            break
+        if _TOPIC_WORDS.search(sentence[: sp.start]) and (found := other(n)):
+            return found
+    for n, sentence, sp in names:
+        typed = _TYPED_AFTER.match(sentence[sp.end :])
+        noun = typed.group("noun").split("-")[-1] if typed else ""
+        if typed and not person_role(noun) and common_word(noun) and not noun.endswith(("ed", "en", "ing")):
+            return n
+    if main is None:
+        for n, sentence, sp in names:
+            before, word = sentence[: sp.start], re.search(r"\b([a-z]+)\W*$", sentence[: sp.start])
+            if _AROUND.search(before) or _WITH_PERSON.search(before) or word and person_role(word.group(1)) \
+                    or re.match(r"^(?:,? who\b| said\b| says\b|:)", sentence[sp.end :]) or person_like(n, set()) and not _thing_worded(n):
+                continue
+            return n
+    return None
+
+
+# how common the last word of a name must be for the name to be a thing's ("Kyrfas Mill" 4.4, "Skaxpor Wharf" 3.5,
+# "Trellvane Station" 5.0), not a person's ("Ada Lind" 2.8, "Ola Voss" 3.2)
+THING_WORD_ZIPF = 3.4
+
+
+def _thing_worded(name: str) -> bool:
+    """Whether a name like a person's is built as a thing's: its first word one that begins names of
+    places ("Mount Yohor"), or its last an everyday noun (`THING_WORD_ZIPF`: "Kyrfas Mill")."""
+    words = name.split()
+    return words[0].lower() in _NAME_OPENERS or _zipf(words[-1]) >= THING_WORD_ZIPF
+
+
+def _weak_name(name: str | None) -> bool:
+    """Whether a main entity is no name: none, one everyday word ("Traffic", "Voicemail"), a label in
+    capitals ("PUB QUIZ", "HQ"), or words with a lower-case word after the first ("Jovumest
+    Therapeutics today", "Trodwelath average")."""
+    if name is None:
+        return True
+    words = name.split()
+    return len(words) == 1 and common_word(words[0]) or capitals_label(words[0]) or name.isupper() \
+        or any(w.islower() and w not in ("of", "de", "la", "and", "the", "&") for w in words[1:])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lib.knowledge.facts import document_facts, extract_facts
-from lib.knowledge.topic import acted_on, named_with_head, thing_talk
+from lib.knowledge.topic import acted_on, document_topic, named_with_head, thing_talk
 from lib.knowledge.spans import _lowercase_words, _proper_spans
 
 _OTHERS = ["Vask Hall is a concert hall in Brill, opened in 1901.", "Tomas Orr was born in Kell in 1950."]
@@ -228,3 +228,37 @@ def test_a_description_means_the_thing_never_the_person_who_founded_it_or_the_ro
     # "the engineer behind the X": the person is an engineer (not typed "the"), so "The bridge" is X
     from lib.knowledge.relations import _subject_type
     assert _subject_type(", the engineer behind the Flabisush Footbridge, has died") == "engineer"
+
+
+def _topic(text):
+    lower = _lowercase_words([text])
+    return document_topic(text, lower, document_facts(text, lower)[1])
+
+
+def test_a_document_whose_first_subject_is_not_what_it_is_about_is_read_again_about_its_topic():
+    addressed = "Q: Brenna Holt, tell us how Castel Vour came about.\nA: My uncle planted the first vines in Serra Vale in 1931."
+    regarding = "Notes - call re Parvik Systems\n- HQ in Dellmoor, ~90 staff\n- sale to Ormund Data confirmed\n- price: 14 million"
+    typed = ("DUNMORE — A derelict tannery has been reborn as Oskel Yard, a 3-bedroom apartment that landlord Pia Varn says "
+             "will open to tenants on 4 May. The asking figure of €1,200 a month includes heating.")
+    described = ("Obel Trask, the engineer behind the Yarrow Footbridge, has died aged 91. The bridge, whose 49-metre span "
+                 "crosses the Lisk in Tormouth, opened in 1987 and was listed in 2004.")
+    unnamed = "ok Halvey Mill in Crossby is £700/mo per room for 6 bedrooms?? already messaged the owner (Ruth Penn) #flathunting"
+    assert _topic(addressed) == "Castel Vour"          # a person spoken to is not spoken of
+    assert _topic(regarding) == "Parvik Systems"       # "re", "about": not "HQ", a word
+    assert _topic(typed) == "Oskel Yard"               # typed by "a 3-bedroom apartment"; not "DUNMORE", a dateline
+    assert _topic(described) == "Yarrow Footbridge"    # "The bridge" names one name of the text
+    assert _topic(unnamed) == "Halvey Mill"            # no subject at all: the first name no one's and nowhere's
+    t = _items([addressed, regarding, typed])
+    assert ("Castel Vour", ": My uncle planted the first vines in Serra Vale in", "1931") in t
+    assert ("Parvik Systems", ": sale to", "Ormund Data") in t and ("Oskel Yard", "is in", "DUNMORE") in t
+    assert not {s for s, _, a in t if a in ("1931", "Serra Vale", "Ormund Data")} & {"Brenna Holt", "HQ"}
+
+
+def test_a_text_about_a_person_keeps_the_person_whatever_it_describes():
+    # "the university" names Vask University, but the text says "she": it is about Ada Lind
+    bio = "Ada Lind was born in Oslo in 1950. She studied at Vask University, and the university gave her a chair in 1980."
+    assert _topic(bio) is None
+    assert ("Ada Lind", "was born in", "Oslo") in _items([bio])
+    # no subject, and the first name a person's: no topic ("Visitors meet Ada Lind at the gate" is not about her)
+    assert _topic("Visitors meet Ada Lind at the gate. The 12-kilometre canal was dug in 1790.") is None
+    assert _topic("Kell Works was founded by Ada Lind in 1990. The company makes rope.") is None   # a thing's main stays
