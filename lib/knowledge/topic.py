@@ -257,6 +257,8 @@ _TYPED_AFTER = re.compile(r"^,? (?:an?|the) (?:[a-z0-9][\w'’-]* ){0,4}?(?P<nou
 _AROUND = re.compile(r"\b(?:in|near|outside|around|across|from|to)(?: the)? $")
 _WITH_PERSON = re.compile(r"(?:\b(?:called|named|by|with)\s*|\(\s*)$")
 _TOPIC_WORDS = re.compile(r"\b(?:about|re|regarding|concerning|Re:)(?: the)? $")
+# a label that names what a record, a listing or an agenda item is: "Title: X [game] / ...", "Demo: X", "Item 4: X."
+_TOPIC_LABEL = re.compile(r"^(?:Title|Subject|Topic|Demo|Item \d+|Listing history for|Listing for)\s*[:.]?\s*(?:the )?$", re.I)
 
 
 def document_topic(text: str, lowercase_words: set[str], main: str | None) -> str | None:
@@ -296,6 +298,15 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
             if sp.text == main and re.fullmatch(r"(?:Q: ?)?", sentence[: sp.start]) and _ADDRESSED.match(sentence[sp.end :]):
                 after = [m for m, s2, p in names if s2 is sentence and p.start > sp.end]
                 return after[0] if after else None
+    for n, sentence, sp in names:
+        if _TOPIC_LABEL.match(sentence[: sp.start].lstrip()) and (found := other(n)):
+            return found
+    if none or not gendered and not _thing_worded(main):      # a thing's name ("Jostar Bridge") keeps its text
+        for n, sentence, sp in names:
+            typed = _TYPED_AFTER.match(sentence[sp.end :])
+            noun = typed.group("noun").split("-")[-1] if typed else ""
+            if typed and not person_role(noun) and common_word(noun) and not noun.endswith(("ed", "en", "ing")):
+                return other(n)
     if not none:
         return None
     opening = split_sentences(text)[:3]
@@ -304,11 +315,6 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
             break
         if _TOPIC_WORDS.search(sentence[: sp.start]) and (found := other(n)):
             return found
-    for n, sentence, sp in names:
-        typed = _TYPED_AFTER.match(sentence[sp.end :])
-        noun = typed.group("noun").split("-")[-1] if typed else ""
-        if typed and not person_role(noun) and common_word(noun) and not noun.endswith(("ed", "en", "ing")):
-            return n
     if main is None:
         for n, sentence, sp in names:
             before, word = sentence[: sp.start], re.search(r"\b([a-z]+)\W*$", sentence[: sp.start])

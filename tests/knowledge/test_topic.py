@@ -248,6 +248,10 @@ def test_a_document_whose_first_subject_is_not_what_it_is_about_is_read_again_ab
     assert _topic(typed) == "Oskel Yard"               # typed by "a 3-bedroom apartment"; not "DUNMORE", a dateline
     assert _topic(described) == "Yarrow Footbridge"    # "The bridge" names one name of the text
     assert _topic(unnamed) == "Halvey Mill"            # no subject at all: the first name no one's and nowhere's
+    # a record's label names it ("Title:", "Demo:", "Item 4:"); a lettings firm presents a typed thing
+    assert _topic("Title: The Salt Harrow [game] / designed by Ivo Brask.\nPublisher: Kell House, 1999.") == "The Salt Harrow"
+    assert _topic("Minutes. Item 4: Dunlin ski weekend. The chair said Ada Lind had booked Pell Lodge.") == "Dunlin"
+    assert _topic("Orrin Lettings is pleased to present Vesk Mews, a refurbished 12-bedroom student block in Tarn.") == "Vesk Mews"
     t = _items([addressed, regarding, typed])
     assert ("Castel Vour", ": My uncle planted the first vines in Serra Vale in", "1931") in t
     assert ("Parvik Systems", ": sale to", "Ormund Data") in t and ("Oskel Yard", "is in", "DUNMORE") in t
