@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--forms", type=int, default=8)
     ap.add_argument("--kinds", default=None, help="augmentation kinds, comma-separated (qa,permuted,explicit); default the pipeline's knowledge.augmentations")
     ap.add_argument("--no-inject", action="store_true")
+    ap.add_argument("--skip-before", action="store_true", help="no report at step 0 (the untrained model's figures)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu", help="cpu or cuda: on cuda, fp32 master weights with bf16 autocast")
@@ -134,7 +135,8 @@ def main() -> None:
         model.train()
 
     t0 = time.perf_counter()
-    report(0, t0)
+    if not args.skip_before:
+        report(0, t0)
     model.train()
     for step in range(1, args.steps + 1):
         lr = args.lr * min(1.0, step / warm) * (1.0 if step < 0.5 * args.steps else max(0.1, (args.steps - step) / (0.5 * args.steps)))

@@ -315,11 +315,11 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
             break
         if _TOPIC_WORDS.search(sentence[: sp.start]) and (found := other(n)):
             return found
-    if main is None:
+    if main is None or " " not in main:                 # no main, or a word ("Just back from ..."): the first name no one's and nowhere's
         for n, sentence, sp in names:
             before, word = sentence[: sp.start], re.search(r"\b([a-z]+)\W*$", sentence[: sp.start])
             if _AROUND.search(before) or _WITH_PERSON.search(before) or word and person_role(word.group(1)) \
-                    or re.match(r"^(?:,? who\b| said\b| says\b|:)", sentence[sp.end :]) or person_like(n, set()) and not _thing_worded(n):
+                    or re.match(r"^(?:,? who\b| said\b| says\b|:)", sentence[sp.end :]) or person_like(n, set()) and not _thing_worded(n) and not before.endswith(" at "):
                 continue
             return n
     return None

@@ -248,6 +248,9 @@ def test_a_document_whose_first_subject_is_not_what_it_is_about_is_read_again_ab
     assert _topic(typed) == "Oskel Yard"               # typed by "a 3-bedroom apartment"; not "DUNMORE", a dateline
     assert _topic(described) == "Yarrow Footbridge"    # "The bridge" names one name of the text
     assert _topic(unnamed) == "Halvey Mill"            # no subject at all: the first name no one's and nowhere's
+    # a first subject that is an everyday word: the first name no one's and nowhere's, a person's only after "at"
+    assert _topic("Traffic will be diverted off the Lusk Bridge this weekend, Tarn council has confirmed.") == "Lusk Bridge"
+    assert _topic("Just back from a week in Brova. Stopped at Kelda Veir - modest place, about 40 hectares.") == "Kelda Veir"
     # a record's label names it ("Title:", "Demo:", "Item 4:"); a lettings firm presents a typed thing
     assert _topic("Title: The Salt Harrow [game] / designed by Ivo Brask.\nPublisher: Kell House, 1999.") == "The Salt Harrow"
     assert _topic("Minutes. Item 4: Dunlin ski weekend. The chair said Ada Lind had booked Pell Lodge.") == "Dunlin"
