@@ -276,6 +276,11 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
     A night asks a document's facts of its main entity: a text about a winery whose first sentence
     begins with its founder's name files the hectares under the founder, and a question about the
     winery does not reach them."""
+    gendered = any(w.lower() in _GENDERED for w in _WORD.findall(text))
+    title = re.match(r"^\s*(?P<name>[^\n]+?)[.:]?\s*\n", text)       # "Thistledown Avenue\nStudio album by ...": a title line
+    if title and (spans := _proper_spans(title.group("name"), lowercase_words)) and len(spans) == 1 \
+            and spans[0].text == title.group("name") and not _weak_name(spans[0].text) and not (gendered and person_like(spans[0].text, set())):
+        return spans[0].text                     # its topic even where it is the first subject: what no rule reads is asked of it
     none = _weak_name(main)
     if not none and not person_like(main, set()):
         return None
@@ -287,7 +292,6 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
     def other(name: str) -> str | None:
         return name if main is None or not (name == main or main in name or name in main) else None
 
-    gendered = any(w.lower() in _GENDERED for w in _WORD.findall(text))
     if not (gendered and main and person_like(main, set())):
         for noun in dict.fromkeys(re.findall(r"\b[Tt]he ([a-z]{4,})\b", text)):
             named = {n for n, _, _ in names if n.split()[-1].lower().endswith(noun)}

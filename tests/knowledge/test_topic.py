@@ -251,6 +251,11 @@ def test_a_document_whose_first_subject_is_not_what_it_is_about_is_read_again_ab
     # a first subject that is an everyday word: the first name no one's and nowhere's, a person's only after "at"
     assert _topic("Traffic will be diverted off the Lusk Bridge this weekend, Tarn council has confirmed.") == "Lusk Bridge"
     assert _topic("Just back from a week in Brova. Stopped at Kelda Veir - modest place, about 40 hectares.") == "Kelda Veir"
+    # a title line over a record's fields: its topic, so what no rule reads is asked of it, not of a name in the fields
+    box = "Harrow Lane\nStudio album by Ivo Brask\nReleased: 9 May 1992\nLabel: Tarn Fidelity\nChronology: Pell Road (1990) → Harrow Lane"
+    assert _topic(box) == "Harrow Lane"
+    assert ("Harrow Lane", "'s label is", "Tarn Fidelity") in _items([box])
+    assert _topic("Ada Lind\nBorn: 1950, Oslo\nShe led Kell Works.") is None     # a person's card: her own
     # a record's label names it ("Title:", "Demo:", "Item 4:"); a lettings firm presents a typed thing
     assert _topic("Title: The Salt Harrow [game] / designed by Ivo Brask.\nPublisher: Kell House, 1999.") == "The Salt Harrow"
     assert _topic("Minutes. Item 4: Dunlin ski weekend. The chair said Ada Lind had booked Pell Lodge.") == "Dunlin"
