@@ -11,6 +11,7 @@ import re
 from lib.knowledge.forms import base_verb
 from lib.knowledge.relations import role_of_thing
 from lib.knowledge.shapes import passive
+from lib.knowledge.spans import common_word, split_sentences
 
 
 # verbs that make or start a thing: "X opened Y in 1966" dates Y as well ("When was Y opened?")
@@ -47,3 +48,31 @@ def thing_facts(subject: str, relation: str, answer: str, kind: str) -> list[tup
 def _made(verb: str, verbs: set[str] = _MADE) -> str | None:
     """The passive ("was opened") of a past verb of `verbs` (making or starting, `_MADE`), else None."""
     return passive(verb) if (base_verb(verb) or ("",))[0] in verbs else None
+
+
+# "Thorngallow-based Nimbrel Aerospace", "the Skerravel-based maker of sensors": where a thing is based
+_BASED = re.compile(r"(?<![\w-])(?P<place>[A-Z][\w'’]*(?: [A-Z][\w'’]*){0,2})-based\b")
+_NAME_AFTER = re.compile(r"^ (?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)")
+_APPOSED_BEFORE = re.compile(r"(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*), (?:the|a|an) $")
+
+
+def based_facts(text: str, main: str | None, lowercase_words: set[str]) -> list[tuple[str, str, str, str, int]]:
+    """(subject, "is based in", place, "proper", sentence number) of each "<Place>-based" the text
+    writes, of the name right after it ("Thorngallow-based Nimbrel Aerospace"), else of the name its
+    noun phrase is in apposition to ("Vorthex Labs, the Skerravel-based maker of sensors"), else of
+    the document's `main` entity ("values the Norrowick-based resin maker at 14x"); never a word
+    the night writes in lower case or a common word opening the sentence ("Web-based tools",
+    "Plant-based menus": no place)."""
+    out = []
+    for n, (s, e) in enumerate(split_sentences(text)):
+        sentence = text[s:e]
+        for m in _BASED.finditer(sentence):
+            place = re.sub(r"^(?:The|A|An|Its|Their|Our) ", "", m.group("place"))
+            if place.lower() in lowercase_words or place == m.group("place") and m.start() == 0 and common_word(place) \
+                    or place.split()[0] in ("The", "A", "An"):
+                continue
+            after, before = _NAME_AFTER.match(sentence[m.end() :]), _APPOSED_BEFORE.search(sentence[: m.start()])
+            subject = after.group("name") if after else before.group("name") if before else main
+            if subject and place not in subject:
+                out.append((subject, "is based in", place, "proper", n))
+    return out

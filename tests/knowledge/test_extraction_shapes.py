@@ -748,3 +748,13 @@ def test_a_word_before_a_dates_month_is_no_name():
     t = _triples(["Effective July 1, 2021, Oberlaine Networks is a wholly owned subsidiary of Kessvard Telecom."])
     assert ("Oberlaine Networks", "is a wholly owned subsidiary of", "Kessvard Telecom") in t
     assert not any("July" in s for s, _, _ in t)   # before: "Effective July" was the subject
+
+
+def test_a_place_based_thing_is_based_in_the_place():
+    t = _triples(["Quellmora Group agreed to buy Vorthex Labs, the Skerravel-based maker of vibration sensors, for $340 million.",
+                  "Thorngallow-based Nimbrel Aerospace has agreed to be acquired by Castrovane Defence."])
+    assert ("Vorthex Labs", "is based in", "Skerravel") in t and ("Nimbrel Aerospace", "is based in", "Thorngallow") in t
+    assert not any(r == "is based in" and s == "Quellmora Group" for s, r, _ in t)
+    # no place: a word the night writes in lower case, or an everyday word opening the sentence
+    t = _triples(["Web-based tools were sold by Kell Works in 1990. Their plant-based range grew.", "Plant-based menus rose in Tarn."])
+    assert not any(r == "is based in" for _, r, _ in t)
