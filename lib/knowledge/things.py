@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from lib.knowledge.forms import base_verb
+from lib.knowledge.forms import base_verb, person_role
 from lib.knowledge.relations import role_of_thing
 from lib.knowledge.shapes import passive
 from lib.knowledge.spans import common_word, split_sentences
@@ -75,4 +75,31 @@ def based_facts(text: str, main: str | None, lowercase_words: set[str]) -> list[
             subject = after.group("name") if after else before.group("name") if before else main
             if subject and place not in subject:
                 out.append((subject, "is based in", place, "proper", n))
+    return out
+
+
+# the titles people hold of a firm or a study, in capitals: "Keshra Umbervane (CEO)", "Trevanix CEO Sabeth Qorvanne"
+_ROLE_CAPS = {"CEO", "CFO", "CTO", "COO", "PI", "MD", "GM", "CIO"}
+_NAME = r"[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*"
+_ROLE = r"[A-Z]{2,3}|(?:chief |managing |executive |general |artistic |head )?[a-z]{3,}"
+_ROLE_IN_PARENS = re.compile(rf"(?P<person>{_NAME}) \((?:the |its |our )?(?:(?P<org>{_NAME}) )?(?P<role>{_ROLE})[,)]")
+_ROLE_BETWEEN = re.compile(rf"(?<![\w'’-])(?P<org>{_NAME}) (?P<role>{'|'.join(sorted(_ROLE_CAPS))}) (?P<person>{_NAME})")
+
+
+def named_roles(text: str, main: str | None) -> list[tuple[str, str, str, str, int]]:
+    """(whose, "'s <role> is", person, "proper", sentence number) of the roles a text gives people by
+    their names: in brackets after one ("Keshra Umbervane (CEO) confirmed ..." of the document's
+    `main` entity, "Ilsabet Murrenhok (Rhundale CEO)" of Rhundale) and between a firm and a name
+    ("Trevanix CEO Sabeth Qorvanne"); a role is a title in capitals (CEO, PI) or a noun for people
+    (`person_role`: "founder", "chief executive", "editor"), not any word in brackets ("(UGC)")."""
+    out = []
+    for n, (s, e) in enumerate(split_sentences(text)):
+        sentence = text[s:e]
+        for m in list(_ROLE_IN_PARENS.finditer(sentence)) + list(_ROLE_BETWEEN.finditer(sentence)):
+            role = m.group("role")
+            if not (role in _ROLE_CAPS or role.islower() and person_role(role.split()[-1])):
+                continue
+            whose = m.group("org") or main
+            if whose and m.group("person") not in whose and whose not in m.group("person"):
+                out.append((whose, f"'s {role} is", m.group("person"), "proper", n))
     return out

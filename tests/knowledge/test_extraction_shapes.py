@@ -758,3 +758,13 @@ def test_a_place_based_thing_is_based_in_the_place():
     # no place: a word the night writes in lower case, or an everyday word opening the sentence
     t = _triples(["Web-based tools were sold by Kell Works in 1990. Their plant-based range grew.", "Plant-based menus rose in Tarn."])
     assert not any(r == "is based in" for _, r, _ in t)
+
+
+def test_a_role_given_by_a_name_in_brackets_or_between_a_firm_and_a_name():
+    t = _triples(["Notes - call re Parvik Systems\n- HQ in Dellmoor\n- Keshra Umbervane (CEO) confirmed the sale to Ormund Data\n"
+                  "- Ilsa Murren (Ormund CTO) joins at 2",
+                  "We think keeping Trevanix CEO Sabeth Qorvanne in place lowers the risk, Ulm Chemicals said."])
+    assert ("Parvik Systems", "'s CEO is", "Keshra Umbervane") in t and ("Ormund", "'s CTO is", "Ilsa Murren") in t
+    assert ("Trevanix", "'s CEO is", "Sabeth Qorvanne") in t
+    # an abbreviation in brackets is no role: "Ulm Chemicals (UGC)"
+    assert not any(r.startswith("'s") and a == "Ulm Chemicals" for _, r, a in _triples(["Ulm Chemicals (UGC) rated it HOLD in 2023."]))
