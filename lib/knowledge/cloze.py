@@ -38,11 +38,24 @@ from typing import Sequence
 from lib.knowledge.relations import _names_outside_dates, with_heads
 from lib.knowledge.talk import mail_header
 from lib.knowledge.terms import _NOT_TERM
-from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, _looks_like_code, _value_spans, common_word, english_word, ly_adverb, split_sentences
+from lib.knowledge.spans import _FUNCTION, _GENDERED, _PRONOUNS, FOOTNOTE, PREPOSITIONS, _looks_like_code, _value_spans, common_word, english_word, ly_adverb, split_sentences
 
 # a capitalised pronoun or function word that opens a sentence ("It was built by ..."): the rules
 # resolve it as a subject and never ask it, a cloze must not either
 _NOT_NAMES = set(_PRONOUNS) | _GENDERED | _FUNCTION | {"them", "us", "me"} | {f"i{q}{c}" for q in "'’" for c in ("ll", "m", "ve", "d")}
+# a count of things: a number before a plural noun ("all 24 tracks", "~140 staff") or a hyphened singular one ("The
+# 16-track set"): the main entity's number of them, where too few words before it make a cloze
+_COUNTED = re.compile(r"^(?:-(?P<single>[a-z]{3,})\b(?!-)|(?: [a-z]+)? (?P<plural>[a-z]{3,}s|people|staff|children|men|women)\b)")
+_NOT_COUNTED = {"years", "days", "weeks", "months", "hours", "minutes", "seconds", "times", "percent", "others", "ones", "pounds",
+                "euros", "dollars", "has", "was", "is", "does", "this", "thus", "its", "his", "hers", "ours", "yours", "theirs", "as", "us"}
+
+
+def _counted(rest: str) -> str | None:
+    """The things a number counts, from the words after it: "24 tracks" → "tracks", "16-track set" →
+    "tracks", "140 staff" → "staff"; None for a time, a sum of money, a share, or no noun."""
+    m = _COUNTED.match(rest)
+    noun = (m.group("single") + "s" if m.group("single") else m.group("plural")) if m else None
+    return noun if noun and noun not in _NOT_COUNTED and not (m.group("single") or "").endswith(("year", "day", "week", "month", "hour", "minute")) else None
 MAX_WORDS = 10  # words of the sentence before the span that the relation keeps
 MIN_WORDS = 2   # fewer before the span: the sentence gives no cue to ask it by
 CLOZE_MARK = ": "  # a cloze relation starts so; forms.join_cue joins it to the subject without a space
@@ -111,6 +124,8 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
                 relation = f"{CLOZE_MARK}the one who {doer} is"   # "Ada Lind made the first ascent in 1945": who did
             elif len(before) >= MIN_WORDS:
                 relation = CLOZE_MARK + " ".join(before[-MAX_WORDS:])
+            elif sp.kind == "number" and not any(w.lower() in PREPOSITIONS for w in before) and (counted := _counted(sentence[sp.end :])):
+                relation = f"'s number of {counted} is"          # "18 tracks and not a bad one", "all 24 tracks", "The 16-track set"
             else:
                 continue
             taken.add(sp.text)

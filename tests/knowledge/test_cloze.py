@@ -200,3 +200,14 @@ def test_a_lower_case_phrase_after_a_function_word_is_the_words_after_it_and_a_n
     items = {(i.subject, i.answer): i for i in extract_facts(texts, ["a", "b", "c"])}
     assert items[("Skevu pudding", "sorrel")].kind == "term" and "rye bread" in items[("Skevu pudding", "sorrel")].distractors
     assert not any(a == "smoked ham" for _, a in items)         # one document ends "depends on" so: no attribute
+
+
+def test_a_count_without_words_before_it_is_the_main_entitys_number_of_what_it_counts():
+    lower = set()
+    got = {(r, a) for _, r, a, _, _ in unread_spans("Vell Orchard came out in 1994. 18 tracks and not a bad one. All 9 songs are short. "
+                                                  "The 16-track edition followed.", lower, "Vell Orchard", {"1994"})}
+    assert ("'s number of tracks is", "18") in got and ("'s number of songs is", "9") in got and ("'s number of tracks is", "16") in got
+    # a time or a sum is no count of things; a number with words before it stays a cloze of its sentence
+    got = {(r, a) for _, r, a, _, _ in unread_spans("Vell Orchard opened in 1994. 12 years later it shut. Tickets cost 40 euros there.",
+                                                  lower, "Vell Orchard", {"1994"})}
+    assert not any(r.startswith("'s number of") for r, _ in got)
