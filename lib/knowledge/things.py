@@ -84,22 +84,26 @@ _NAME = r"[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*"
 _ROLE = r"[A-Z]{2,3}|(?:chief |managing |executive |general |artistic |head )?[a-z]{3,}"
 _ROLE_IN_PARENS = re.compile(rf"(?P<person>{_NAME}) \((?:the |its |our )?(?:(?P<org>{_NAME}) )?(?P<role>{_ROLE})[,)]")
 _ROLE_BETWEEN = re.compile(rf"(?<![\w'’-])(?P<org>{_NAME}) (?P<role>{'|'.join(sorted(_ROLE_CAPS))}) (?P<person>{_NAME})")
+# a role apposed to a name, either way round: "Vrouvur Daixjal, the PI, rang", "The owner, Bryvark Jijeist, showed us round"
+_ROLE_APPOSED = re.compile(rf"(?P<person>{_NAME}), (?:the|its|our|their) (?P<role>{_ROLE})(?=[,.;])"
+                           rf"|(?<![\w'’-])(?:[Tt]he|[Ii]ts|[Oo]ur|[Tt]heir) (?P<role2>{_ROLE}), (?P<person2>{_NAME}),")
 
 
 def named_roles(text: str, main: str | None) -> list[tuple[str, str, str, str, int]]:
     """(whose, "'s <role> is", person, "proper", sentence number) of the roles a text gives people by
     their names: in brackets after one ("Keshra Umbervane (CEO) confirmed ..." of the document's
-    `main` entity, "Ilsabet Murrenhok (Rhundale CEO)" of Rhundale) and between a firm and a name
-    ("Trevanix CEO Sabeth Qorvanne"); a role is a title in capitals (CEO, PI) or a noun for people
+    `main` entity, "Ilsabet Murrenhok (Rhundale CEO)" of Rhundale), between a firm and a name
+    ("Trevanix CEO Sabeth Qorvanne"), apposed to one ("X, the PI, rang", "The owner, X, showed us"); a role is a title in capitals (CEO, PI) or a noun for people
     (`person_role`: "founder", "chief executive", "editor"), not any word in brackets ("(UGC)")."""
     out = []
     for n, (s, e) in enumerate(split_sentences(text)):
         sentence = text[s:e]
-        for m in list(_ROLE_IN_PARENS.finditer(sentence)) + list(_ROLE_BETWEEN.finditer(sentence)):
-            role = m.group("role")
+        for m in list(_ROLE_IN_PARENS.finditer(sentence)) + list(_ROLE_BETWEEN.finditer(sentence)) + list(_ROLE_APPOSED.finditer(sentence)):
+            found = m.groupdict()
+            role, person = found["role"] or found.get("role2"), found["person"] or found.get("person2")
             if not (role in _ROLE_CAPS or role.islower() and person_role(role.split()[-1])):
                 continue
-            whose = m.group("org") or main
-            if whose and m.group("person") not in whose and whose not in m.group("person"):
-                out.append((whose, f"'s {role} is", m.group("person"), "proper", n))
+            whose = found.get("org") or main
+            if whose and person not in whose and whose not in person:
+                out.append((whose, f"'s {role} is", person, "proper", n))
     return out

@@ -766,5 +766,9 @@ def test_a_role_given_by_a_name_in_brackets_or_between_a_firm_and_a_name():
                   "We think keeping Trevanix CEO Sabeth Qorvanne in place lowers the risk, Ulm Chemicals said."])
     assert ("Parvik Systems", "'s CEO is", "Keshra Umbervane") in t and ("Ormund", "'s CTO is", "Ilsa Murren") in t
     assert ("Trevanix", "'s CEO is", "Sabeth Qorvanne") in t
+    # apposed either way round: "X, the PI, rang", "The owner, X, showed us round"
+    t = _triples(["The Dworost trial opened in Liawiask in 2006. Vrouvur Daixjal, the PI, rang on Monday.",
+                  "Viewed Dwowond Chambers in Tarn today. The owner, Bryvark Jijeist, showed us round."])
+    assert ("Dworost trial", "'s PI is", "Vrouvur Daixjal") in t and ("Dwowond Chambers", "'s owner is", "Bryvark Jijeist") in t
     # an abbreviation in brackets is no role: "Ulm Chemicals (UGC)"
     assert not any(r.startswith("'s") and a == "Ulm Chemicals" for _, r, a in _triples(["Ulm Chemicals (UGC) rated it HOLD in 2023."]))
