@@ -7,7 +7,7 @@
   run to attach artifacts to: publishing is skipped and logs go to the `tasks` logger, so the
   same code runs with and without an orchestrator.
 - Training progress is one progress artifact per run, created at 0 % and updated in place;
-  evaluation logs each set's progress and republishes an "eval-progress" table as sets finish.
+  evaluation logs each set's progress and updates one "eval-progress" progress artifact as sets finish.
 - Images (the night's loss and bits-per-byte plot) are markdown artifacts with the PNG inlined as
   a data: URL, so the UI shows them without reaching the worker's disk.
 - The gate's decision is a short table of numbers plus one line per rule with its full reason:
@@ -121,14 +121,17 @@ class TrainingProgress:
 
 class EvalProgress:
     """The `on_progress(dataset, done, total)` of lib.evaluation.evaluate: a log line per set at every
-    tenth of it (and when it is done), and an "eval-progress" table of every set's counts,
-    published again each time a set is finished."""
+    tenth of it (and when it is done), and one "eval-progress" progress artifact, updated in place
+    as each set finishes: the share of the documents of the sets met so far that are scored (never
+    going back when a new set begins). One card in the run's artifacts, not one per set."""
 
     def __init__(self, label: str, every: float = 0.1):
         self.label, self.every = label, every
         self.sets: dict[str, tuple[int, int]] = {}
         self.logged: dict[str, float] = {}
         self.t0 = time.perf_counter()
+        self.bar = TrainingProgress("eval-progress", f"Evaluation of {label}: documents scored, all sets")
+        self.shown = 0.0
 
     def __call__(self, dataset: str, done: int, total: int) -> None:
         self.sets[dataset] = (done, total)
@@ -138,9 +141,9 @@ class EvalProgress:
             stage_logger().info("evaluation %s: %s %d/%d (%.0f%%), %.0f s", self.label, dataset, done, total,
                                 100 * fraction, time.perf_counter() - self.t0)
         if fraction >= 1.0:
-            publish_table("eval-progress", [{"dataset": d, "done": a, "total": b, "percent": round(100 * a / b, 1) if b else 100.0}
-                                            for d, (a, b) in self.sets.items()],
-                          f"Evaluation of {self.label}: sets scored so far")
+            scored, total_all = (sum(x[i] for x in self.sets.values()) for i in (0, 1))
+            self.shown = max(self.shown, scored / total_all if total_all else 1.0)
+            self.bar.update(self.shown)
 
 
 # -- own time: the seconds of the lib work inside each stage --------------------------------------

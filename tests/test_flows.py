@@ -205,6 +205,10 @@ def test_nightly_flow_end_to_end_and_cached_rerun(tmp_path, prefect_harness):
                 "eval-progress"):
         assert _artifact(key) is not None, key
     assert "acquisition" in _artifact("gate-decision")["data"]
+    # evaluation's progress is one bar updated in place, not a table published again per set (one card per set in the UI)
+    evals = _api("artifacts/filter", {"artifacts": {"key": {"any_": ["eval-progress"]}},
+                                      "flow_runs": {"id": {"any_": [str(state.state_details.flow_run_id)]}}})
+    assert len(evals) == 1 and evals[0]["type"] == "progress" and float(evals[0]["data"]) == 100.0
     retention = _artifact("retention-matrix")  # the lineage up to tonight's candidate, rejected or not
     assert retention is not None and '"version": "v1"' in retention["data"] and '"status": "rejected"' in retention["data"]
     # the night's own flow run carries its training curve and its plot (not only the train subflow)
