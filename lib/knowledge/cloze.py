@@ -257,3 +257,20 @@ def salient_contexts(texts: Sequence[str]) -> frozenset[str]:
             for context, phrase, _ in _lower_phrases(text[s:e]):
                 seen.setdefault(context, set()).add((i, phrase))
     return frozenset(c for c, got in seen.items() if len({i for i, _ in got}) >= 2 and len({p for _, p in got}) >= 2)
+
+
+def told_of_main(found: Sequence, main: str) -> list[tuple[str, str, str, str, int]]:
+    """(main, cloze relation, answer, kind, sentence number) of each fact the rules read of another
+    subject (`found`: the document's items) in a text about a thing, `main`, told of the thing as
+    well in the fact's own words: "The guy at the counter said Keiso Dousfa planted the first rows
+    in 1938" of Bodega Seeir → (Bodega Seeir, ": Keiso Dousfa planted the first rows in", 1938). A
+    question about the thing ("When was Bodega Seeir founded?") does not reach a fact filed only
+    under the person who did it. Not where the thing already has that answer, nor a cloze of
+    someone else's, nor a fact of a name that is part of the thing's (or the thing of it)."""
+    have, out = {f.answer for f in found if f.subject == main}, []
+    for f in found:
+        if f.subject != main and f.subject not in main and main not in f.subject and f.answer not in have \
+                and f.answer not in main and not is_cloze(f.relation):
+            have.add(f.answer)
+            out.append((main, CLOZE_MARK + f"{f.subject} {f.relation}", f.answer, f.kind, f.sentence))
+    return out

@@ -52,7 +52,7 @@ from lib.knowledge.talk import (byline, dated_line, dateline, elliptical, headin
 from lib.knowledge.topic import document_topic, modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name, unnamed_it
 from lib.knowledge.terms import night_terms
 from lib.knowledge.lower_names import lower_names, purposes, unread_versions, with_lower_name
-from lib.knowledge.cloze import salient_contexts, unread_spans
+from lib.knowledge.cloze import salient_contexts, told_of_main, unread_spans
 from lib.knowledge.spans import (FOOTNOTE, _GENDERED, _PARTICIPLES, _PRONOUNS, _WORD, _Span, _looks_like_code, _lowercase_words, _proper_spans,
                                  _fronting_word, _value_spans, glued_word, looks_like_code_document, split_sentences,
                                  FRONTED_PREDICATES, STATIVE_PARTICIPLES, SUBJECT_OPENING)
@@ -540,5 +540,7 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
             about = packages[i] or (main if things[i] else None) or (max(said, key=lambda e: (said[e], e == main)) if said else main)
             per_doc[i].extend(_Found(i, *span) for span in unread_spans(text, lower, about, {f.answer for f in per_doc[i]}, salient, heads))
             per_doc[i].extend(_Found(i, *span) for span in unread_versions(text, packages[i], {f.answer for f in per_doc[i]}))
+    for i, main in enumerate(doc_mains):   # a thing's text: what another subject did, told of the thing too
+        per_doc[i].extend(_Found(i, *told) for told in (told_of_main(per_doc[i], main) if main and things[i] else []))
     items = kept_found(per_doc, mains, max_per_doc)
     return with_distractors(items, earlier, doc_ids, n_distractors=n_distractors, forms=forms, heldout_share=heldout_share, seed=seed)

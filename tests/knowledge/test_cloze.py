@@ -211,3 +211,13 @@ def test_a_count_without_words_before_it_is_the_main_entitys_number_of_what_it_c
     got = {(r, a) for _, r, a, _, _ in unread_spans("Vell Orchard opened in 1994. 12 years later it shut. Tickets cost 40 euros there.",
                                                   lower, "Vell Orchard", {"1994"})}
     assert not any(r.startswith("'s number of") for r, _ in got)
+
+
+def test_what_another_subject_did_in_a_things_text_is_told_of_the_thing_too():
+    winery = "Tenuta Vell is a winery in Brova. Ivo Brask planted the first vines in 1938, and the estate now covers 40 hectares."
+    person = "Ada Lind was born in Oslo in 1950. Ivo Brask met her in Kell in 1975."
+    items = {(i.subject, i.relation, i.answer) for i in extract_facts([winery, person], ["w", "p"])}
+    assert ("Ivo Brask", "planted the first vines in", "1938") in items                  # the rule's own item stays
+    assert ("Tenuta Vell", ": Ivo Brask planted the first vines in", "1938") in items      # and the winery's year is asked of it
+    # a text about a person tells nothing of her through another subject: Ivo Brask's meeting stays his
+    assert not any(s == "Ada Lind" and a in ("Kell", "1975") and r.startswith(": Ivo Brask") for s, r, a in items)
