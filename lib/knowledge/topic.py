@@ -263,16 +263,21 @@ _TOPIC_LABEL = re.compile(r"^(?:Title|Subject|Topic|Demo|Item \d+|Listing histor
 
 def document_topic(text: str, lowercase_words: set[str], main: str | None) -> str | None:
     """The name a document is about where the first subject extraction found (`main`) is likely not
-    it, else None. Only where `main` is weak: none, a word or label rather than a name ("Traffic",
-    "Voicemail", "HQ", "PUB QUIZ", "Jovumest Therapeutics today"), or a name like a person's:
+    it, else None. A title line over the text's fields ("Thistledown Avenue\nStudio album by ...") is
+    its topic whatever `main` is (not a person's card that says he or she). Otherwise only where
+    `main` is weak: none, a word or label rather than a name ("Traffic", "Voicemail", "HQ", "PUB
+    QUIZ", "Jovumest Therapeutics today"), or a name like a person's:
     - a later "the <noun>" names exactly one name of the text by its last word ("The bridge, whose
       span ..." after "Stonbund Jokrothath, the engineer behind the Flabisush Footbridge, has died";
       "the festival" → Siralax Festival), not in a text that says "he" or "she" of a person's main;
     - the person is spoken to ("Q: Kestrel, The Oriel Descent turns forty"): the next name;
+    - a record's label names it ("Title: X", "Demo: X", "Item 4: X");
+    - a name typed by the noun phrase after it ("Zitei Gardens, a 2-bedroom apartment"), where the
+      main is no name or, in a text that says no "he" or "she", a person's;
     - for no main or a word: the name after "about", "re", "regarding" ("Notes - call re Fennoric
-      Data"), a name typed by the noun phrase after it ("Zitei Gardens, a 2-bedroom apartment");
-      for no main at all, the first name that is not where something is ("in X", "from X") or
-      someone's ("owner called X", "(X)", "X said").
+      Data", "Quick one about the Kasom retreat"); for no main or one word, the first name that is
+      not where something is ("in X", "from X") or someone's ("owner called X", "(X)", "X said"),
+      a person-like name only after "at" ("Stopped at Bodega Seeir").
     A night asks a document's facts of its main entity: a text about a winery whose first sentence
     begins with its founder's name files the hectares under the founder, and a question about the
     winery does not reach them."""
@@ -287,7 +292,7 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
     names = []   # (name with its head noun, sentence, span), names that are no word or label
     for s, e in split_sentences(text):
         sentence = text[s:e]
-        names += [(n, sentence, sp) for sp in _proper_spans(sentence, lowercase_words) if not _weak_name(n := named_with_head(sentence, sp))]
+        names += [(named_with_head(sentence, sp), sentence, sp) for sp in _proper_spans(sentence, lowercase_words) if not _weak_name(sp.text)]
 
     def other(name: str) -> str | None:
         return name if main is None or not (name == main or main in name or name in main) else None

@@ -256,6 +256,8 @@ def test_a_document_whose_first_subject_is_not_what_it_is_about_is_read_again_ab
     assert _topic(box) == "Harrow Lane"
     assert ("Harrow Lane", "'s label is", "Tarn Fidelity") in _items([box])
     assert _topic("Ada Lind\nBorn: 1950, Oslo\nShe led Kell Works.") is None     # a person's card: her own
+    # a name with its head noun is a topic too: "the Higrand trial" is no word like "Drove"
+    assert _topic("Drove to Soubom again for my injection, week 30 of the Higrand trial. The nurse said 729 of us are in it.") == "Higrand trial"
     # a record's label names it ("Title:", "Demo:", "Item 4:"); a lettings firm presents a typed thing
     assert _topic("Title: The Salt Harrow [game] / designed by Ivo Brask.\nPublisher: Kell House, 1999.") == "The Salt Harrow"
     assert _topic("Minutes. Item 4: Dunlin ski weekend. The chair said Ada Lind had booked Pell Lodge.") == "Dunlin"
