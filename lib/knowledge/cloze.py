@@ -50,6 +50,11 @@ _NOT_COUNTED = {"years", "days", "weeks", "months", "hours", "minutes", "seconds
                 "euros", "dollars", "has", "was", "is", "does", "this", "thus", "its", "his", "hers", "ours", "yours", "theirs", "as", "us"}
 
 
+# nouns of a group whose size "of <number>" gives: "a team of six", "a crew of three"
+_COLLECTIVES = {"team", "party", "crew", "group", "band", "company", "complement", "staff", "squad", "cast", "total", "family",
+                "force", "troupe", "corps", "contingent", "membership"}
+
+
 def _counted(rest: str) -> str | None:
     """The things a number counts, from the words after it: "24 tracks" → "tracks", "16-track set" →
     "tracks", "140 staff" → "staff"; None for a time, a sum of money, a share, or no noun."""
@@ -110,9 +115,15 @@ def unread_spans(text: str, lowercase_words: set[str], main: str | None, answere
     box = sum(bool(re.match(_LABEL, sentence)) for _, sentence, _ in sentences) >= BOX_LINES
     for n, sentence, spans in sentences:
         for sp in spans:
-            if sp.text in taken or sp.text in main or main in sp.text or sp.text.lower() in _NOT_NAMES:
+            if sp.text in taken or sp.text in main or main in sp.text or sp.kind != "number" and sp.text.lower() in _NOT_NAMES:
                 continue
             before = sentence[: sp.start].split()
+            if sp.kind == "number" and sp.text[0].isalpha():
+                # a count in words is one where it counts things or a team's members ("twelve people", "a
+                # fifteen-member team", "a party of twelve"), never "two" (a pair is said so in passing)
+                if sp.text == "two" or not (_counted(sentence[sp.end :]) or re.match(r"-[a-z]{3,}", sentence[sp.end :])
+                                            or before[-2:-1] and before[-1] == "of" and before[-2].lower() in _COLLECTIVES):
+                    continue
             clause = _clause(before)
             opens = sp.start == 0 or before and not clause
             if before and len(before) <= 3 and (label := _label_relation(before, sp.kind, lowercase_words, box)):

@@ -46,7 +46,9 @@ _TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ni
 _UNITS = ("two", "three", "four", "five", "six", "seven", "eight", "nine")
 _NUMBER_WORD = re.compile(r"(?<![\w\-’'])(?<!the )(?<!The )(?:(?:" + "|".join(_TENS) + r")(?:-(?:one|" + "|".join(_UNITS) + r"))?|"
                           + "|".join(sorted(NUMBER_WORDS - {"one"} - set(_TENS), key=lambda w: (-len(w), w))) + r")"
-                          r"(?:(?= (?!(?:years|months|weeks|days|nights|hours|minutes|seconds|decades|centuries|generations|times|seasons|summers|winters|springs|autumns|weekends|evenings|mornings|afternoons)\b)[a-z]+s\b)|(?P<end>(?=[.,;)]|$)))")
+                          r"(?:(?= (?!(?:years|months|weeks|days|nights|hours|minutes|seconds|decades|centuries|generations|times|seasons|summers|winters|springs|autumns|weekends|evenings|mornings|afternoons)\b)"
+                          r"(?:[a-z]+ )?(?:[a-z]+s|people|staff|children|men|women|crew)\b)"
+                          r"|(?=-(?:member|person|man|woman|strong|crew|seat|bed|room|storey|track|song)s?\b)|(?P<end>(?=[.,;)]|$)))")
 # sentence-initial words that are never the start of a name, whatever the corpus says
 _FUNCTION = {"the", "a", "an", "in", "on", "at", "after", "before", "during", "when", "while", "this", "that", "these",
              "those", "there", "here", "as", "by", "for", "from", "with", "without", "since", "until", "then", "but",

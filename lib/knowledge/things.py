@@ -12,6 +12,7 @@ from lib.knowledge.forms import base_verb, person_role
 from lib.knowledge.relations import role_of_thing
 from lib.knowledge.shapes import passive
 from lib.knowledge.spans import common_word, split_sentences
+from lib.knowledge.terms import _ADJECTIVE_ENDINGS, _PREPOSITIONS, _TOKEN, _noun_words
 
 
 # verbs that make or start a thing: "X opened Y in 1966" dates Y as well ("When was Y opened?")
@@ -107,3 +108,78 @@ def named_roles(text: str, main: str | None) -> list[tuple[str, str, str, str, i
             if whose and person not in whose and whose not in person:
                 out.append((whose, f"'s {role} is", person, "proper", n))
     return out
+
+
+# what a thing is known for, whatever the words: "famous for its glass eyes", "all about church
+# bells", "a small museum devoted to carved spoons", "specialises in cheese presses", "home to
+# thousands of tin soldiers", "full of antique locks", "Known for: weathervanes": one relation, so
+# the night's documents are each other's distractors
+_KNOWN_CUE = re.compile(
+    r"(?:\b(?:(?:famous|known|renowned|noted|celebrated|loved|prized|remembered) for|all about|(?:devoted|dedicated|given over) to"
+    r"|speciali[sz](?:es|ed|ing|e) in|home to|full of|filled with|packed with|crammed with|stuffed with"
+    r"|(?:museum|collection|archive|society|club|circle|guild|shop|store|school) (?:of|for)"
+    r"|collect(?:s|ed|ing)?|displays|exhibits|showcases|houses|holds|to house|(?:is|are|was|were|[Ii]t's|[Ii]t’s) (?:mostly|mainly|largely|chiefly|all))"
+    r"|(?:^|[.!?:]\s+|\n)(?:Mostly|Mainly|Largely|All))\s+"
+    r"|^(?P<box>Known for|Famous for|Collection|Speciality|Specialty|Focus|Theme|Subject)\s*:\s*", re.MULTILINE)
+_DETERMINED = re.compile(r"(?:(?:its|their|the|a|an|her|his|our|my|old|some) )?"
+                         r"(?:(?:[a-z]+ )?(?:collection|selection|array|range|display|set|hoard|trove) of (?:the )?)?"
+                         r"(?:(?:thousands|hundreds|dozens|scores|rows|shelves|cases|drawers|rooms|walls|lots) of (?:the |old )?)?")
+# cues that are verbs: what stands before them is their subject, never a name in apposition ("of X, the garden now holds")
+_VERB_CUES = ("collect", "displays", "exhibits", "showcases", "houses", "holds", "to house", "speciali")
+_CLOSE = {",", ";", ".", ":", "!", "?", ")", "(", "—", "-", "and", "but", "or", "that", "which", "who", "from", "she", "he", "they",
+          "we", "i", "you", "many", "some", "most", "all", "each"}
+_PRONOUNS = {"It", "Its", "It's", "It’s", "They", "Their", "This", "That", "These", "Those", "He", "She", "We", "I", "You", "There", "Here"}
+_NEAREST = re.compile(r"\b(?:it|its|it's|it’s|they|their)\b|(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?![\w'’:-])")
+
+
+def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
+    """(subject, "is known for", what, "term", sentence number) of what a text says a thing is known
+    for, holds or is about: 1-3 lower-case words (`terms` rules: no function word, number, name,
+    time or measure noun, no adjective ending) after a cue of fame or aboutness (`_KNOWN_CUE`), a
+    quantity or determiner read through ("home to thousands of tin soldiers"), closed by
+    punctuation, a conjunction, a relative, a preposition or a participle. The subject is the name
+    the cue is apposed or said of ("The Wireless Attic, the volunteer-run museum of valve radios",
+    "Whittler's Hall, a small museum devoted to"), else the document's `main` entity when the text
+    shows it is a `thing` and the nearest subject before the cue is the main or a pronoun; never a
+    person's ("Clemence Aubravel begins collecting bobbin lace": another name is nearer)."""
+    out, taken = [], {a.lower() for a in answered}
+    for n, (s, e) in enumerate(split_sentences(text)):
+        sentence = text[s:e]
+        for m in _KNOWN_CUE.finditer(sentence):
+            rest = sentence[m.end() :]
+            rest = rest[_DETERMINED.match(rest).end() :]
+            tokens = _TOKEN.findall(rest)
+            k = _noun_words(tokens, 0)
+            k = next((j for j in range(1, k) if tokens[j].endswith("ed")), k)   # "brass horns founded by"
+            if not k or k < len(tokens) and not (tokens[k].lower() in _CLOSE or tokens[k] in _PREPOSITIONS or tokens[k].endswith("ed")):
+                continue
+            what = " ".join(tokens[:k])
+            if tokens[k - 1].endswith(_ADJECTIVE_ENDINGS) or k == 1 and tokens[0].endswith(("ed", "ing")) or what in taken or tokens[0] in ("museum", "collection", "place", "room"):
+                continue
+            verb = m.group().lstrip().startswith(_VERB_CUES)
+            subject = (main if thing else None) if m.group("box") else _known_subject(sentence[: m.start()], main, thing, verb)
+            if subject and what not in subject.lower():
+                taken.add(what)
+                out.append((subject, "is known for", what, "term", n))
+    return out
+
+
+def _known_subject(before: str, main: str | None, thing: bool, verb: bool = False) -> str | None:
+    """Whose a cue is: the name it is apposed to ("X, a small museum devoted to") or said of ("X is
+    famous for", "X specialises in"); else `main` where the nearest subject is a pronoun, the main,
+    or none at all and the text is a `thing`'s."""
+    def weak(m: re.Match) -> bool:              # a pronoun, or an everyday word opening the sentence
+        words = re.sub(r"^(?:The|A|An) ", "", m.group("name")).split()
+        return words[0] in _PRONOUNS or m.start() == 0 and words == m.group("name").split() and common_word(words[0])
+    apposed = re.search(r"(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?:, (?:the|a|an) (?:[\w'’-]+ ){0,3}| (?:is|was|has|remains)[^,]*)$", before)
+    names = [m for m in _NEAREST.finditer(before) if not (m.group("name") and weak(m))]
+    nearest = names[-1] if names else None
+    said_of = apposed and not (verb and apposed.group().startswith(apposed.group("name") + ","))   # "X, the garden now holds": no apposition
+    if said_of and not weak(apposed) and nearest and nearest.group("name") and apposed.group("name").endswith(nearest.group("name")):
+        return apposed.group("name")
+    if not thing or not main:
+        return None
+    clause = nearest and re.match(r", (?:the|this|our) [a-z]+ ", before[nearest.end() :])   # "of Traseimouth, the garden now holds"
+    if nearest is None or not nearest.group("name") or nearest.group("name") in main or main in nearest.group("name") or clause:
+        return main
+    return None

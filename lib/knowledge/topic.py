@@ -16,7 +16,7 @@ from typing import Callable, Collection, Sequence
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.relations import ORDINALS, head_word, name_head, person_like
 from lib.knowledge.spans import (_GENDERED, _NAME_OPENERS, _PARTICIPLES, _WORD, _zipf, PREPOSITIONS, STATIVE_PARTICIPLES, _proper_spans, _Span, capitals_label,
-                                 common_word, split_sentences)
+                                 common_word, ly_adverb, split_sentences)
 
 # a sentence that goes on about a thing: "It was ...", "Its kit ...", "The basketball side ...", "This tree frog ...",
 # also after a fronted participle's phrase ("Invented by X in Y, the device weighs ...")
@@ -256,6 +256,8 @@ _TYPED_AFTER = re.compile(r"^,? (?:an?|the) (?:[a-z0-9][\w'’-]* ){0,4}?(?P<nou
 # where a name stands after these, it is where something is or whom it is with, not what the text is about
 _AROUND = re.compile(r"\b(?:in|near|outside|around|across|from|to)(?: the)? $")
 _WITH_PERSON = re.compile(r"(?:\b(?:called|named|by|with)\s*|\(\s*)$")
+# a thing the text names by what it is called: "It's called the Aviary of Springs", "a little museum called X"
+_CALLED = re.compile(r"(?:\b[Ii]t(?:['’]s| is| was)|\b(?P<noun>[a-z]{3,})) (?:called|named) (?:the )?$")
 _TOPIC_WORDS = re.compile(r"\b(?:about|re|regarding|concerning|Re:)(?: the)? $")
 # a label that names what a record, a listing or an agenda item is: "Title: X [game] / ...", "Demo: X", "Item 4: X."
 _TOPIC_LABEL = re.compile(r"^(?:Title|Subject|Topic|Demo|Item \d+|Listing history for|Listing for)\s*[:.]?\s*(?:the )?$", re.I)
@@ -322,7 +324,8 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
     for n, sentence, sp in names:
         if text.find(sentence) >= (opening[-1][1] if opening else 0):
             break
-        if _TOPIC_WORDS.search(sentence[: sp.start]) and (found := other(n)):
+        if (_TOPIC_WORDS.search(sentence[: sp.start]) or (called := _CALLED.search(sentence[: sp.start]))
+                and not person_role(called.group("noun") or "person")) and (found := other(n)):
             return found
     if main is None or " " not in main:                 # no main, or a word ("Just back from ..."): the first name no one's and nowhere's
         for n, sentence, sp in names:
@@ -346,6 +349,9 @@ def _thing_worded(name: str) -> bool:
     return words[0].lower() in _NAME_OPENERS or _zipf(words[-1]) >= THING_WORD_ZIPF
 
 
+_WEEKDAYS = {"Mon", "Tue", "Tues", "Wed", "Weds", "Thu", "Thur", "Thurs", "Fri", "Sat", "Sun"}
+
+
 def _weak_name(name: str | None) -> bool:
     """Whether a main entity is no name: none, one everyday word ("Traffic", "Voicemail"), a label in
     capitals ("PUB QUIZ", "HQ"), or words with a lower-case word after the first ("Jovumest
@@ -353,5 +359,6 @@ def _weak_name(name: str | None) -> bool:
     if name is None:
         return True
     words = name.split()
-    return len(words) == 1 and common_word(words[0]) or capitals_label(words[0]) or name.isupper() \
+    return len(words) == 1 and (common_word(words[0]) or words[0] in _WEEKDAYS) or capitals_label(words[0]) or name.isupper() \
+        or ly_adverb(words[0]) \
         or any(w.islower() and w not in ("of", "de", "la", "and", "the", "&") for w in words[1:])

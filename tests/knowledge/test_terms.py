@@ -31,8 +31,9 @@ MUSICIANS = [
 
 
 def _terms(texts):
+    """The terms of the clause rules (lib/knowledge/terms.py); what a thing is known for is things.py's, tested below."""
     items = extract_facts(texts, [f"d{i}" for i in range(len(texts))])
-    return {(i.subject, i.relation, i.answer) for i in items if i.kind == "term"}, items
+    return {(i.subject, i.relation, i.answer) for i in items if i.kind == "term" and i.relation != "is known for"}, items
 
 
 def test_bio_fields_of_study_are_terms():
@@ -102,3 +103,32 @@ def test_clause_shapes():
     assert clause_term(" sells sourdough bread.") == ("sells", "sourdough bread")
     assert clause_term(" glasshouses are known for their alpine plants.", owned=True) == \
         ("'s glasshouses are known for their", "alpine plants")
+
+
+def test_what_a_thing_is_known_for_whatever_the_words():
+    from lib.knowledge.things import known_for
+    # one relation for fame, aboutness and holdings, so a night's documents are each other's distractors
+    items = extract_facts(GARDENS, ["g0", "g1", "g2"])
+    assert ("Samess Botanical Garden", "is known for", "orchids") in {(i.subject, i.relation, i.answer) for i in items}
+    # read in a night of one document too: the cue, not a second document, says the phrase is an attribute
+    assert {(i.subject, i.answer) for i in extract_facts(MUSEUMS[:1], ["m0"]) if i.relation == "is known for"} \
+        == {("Oskar Museum", "ceramics"), ("Oskar Museum", "rare books")}
+    def one(text, main, thing=True):
+        return [(s, a) for s, _, a, _, _ in known_for(text, main, thing, set())]
+    assert one("Founded by Ysa Marr, it first opened in 1962 and remains famous for its tin cups: hundreds of them.", "Glint Room") \
+        == [("Glint Room", "tin cups")]                              # the pronoun after the founder's name is the thing
+    assert one("In 1954 he turned his dairy into Wheel Hall, a small museum devoted to carved forks, many of which he made.",
+               "Orm Tallis", thing=False) == [("Wheel Hall", "carved forks")]   # apposed to a name: that name's, in a person's text
+    assert one("The Wire Loft, the volunteer-run museum of brass horns founded by Cara Ib in 1999, said so.", "Wire Loft") \
+        == [("The Wire Loft", "brass horns")]                        # a participle closes the phrase
+    assert one("Name: Museum of Vanes\nLocation: Brisk\nKnown for: weather cocks (over 400)\nOpened: 1991", "Museum of Vanes") \
+        == [("Museum of Vanes", "weather cocks")]                    # a fact box's line
+    assert one("It's a converted garage full of antique keys, and I mean thousands.", "Key Box") == [("Key Box", "antique keys")]
+    assert one("It's mostly felt hats, going back two centuries.", "Hatbox Museum") == [("Hatbox Museum", "felt hats")]
+    assert one("Founded in 1850 on the edge of Nouposham, the garden now holds a celebrated collection of orchids.", "Samess Garden") \
+        == [("Samess Garden", "orchids")]                            # the place in the opening phrase is not what holds them
+    # never: another name nearer the cue, a person's text, a lone participle, a time or a quantity
+    assert one("1958: Clem Aub begins collecting bobbin lace from village households.", "Lace House") == []
+    assert one("It is famous for its scones.", "Ada Lind", thing=False) == []
+    assert one("The estate is chiefly planted with Zybaen.", "Zaes Vineyards") == []
+    assert one("It is known for its many years of service.", "Kell Works") == []
