@@ -46,7 +46,7 @@ from lib.knowledge.fact_items import FactItem, Found as _Found, fact_id, kept_fo
 from lib.knowledge.forms import ADVERBS, AUXILIARIES, QUESTION_FORMS, person_role, role_noun, third_person
 from lib.knowledge.relations import (_COPULA, PARENTHESIS_PREPOSITIONS, name_head, _FRONTED_OWN, _OF_HEAD, _PARENTHETICAL, _names_outside_dates, _note_names, _pronoun_clause, shared_heads, with_heads,
                                      _referent, described_clause, it_referent, person_like, role_holder, thing_like, _resolve, _subject_type, last_clause, possessive, without_answers)
-from lib.knowledge.things import based_facts, known_for, named_roles, thing_facts
+from lib.knowledge.things import based_facts, colour_facts, known_for, named_roles, thing_facts
 from lib.knowledge.talk import (byline, dated_line, dateline, elliptical, heading, mail_header, role_before_name, speaker_turn, subject_line_name,
                                 table_rows, uncontracted)
 from lib.knowledge.topic import document_topic, modified_description, named_thing, described_thing, named_with_head, thing_topic, typed_name, unnamed_it
@@ -532,7 +532,8 @@ def extract_facts(texts: Sequence[str], doc_ids: Sequence[str], *, earlier: Sequ
         per_doc[i].extend(_Found(i, subject, relation, answer, "term", n) for subject, relation, answer, n in terms)
         per_doc[i].extend(_Found(i, *fact) for fact in purposes(texts[i], packages[i], {f.answer for f in per_doc[i]})
                           + based_facts(texts[i], doc_mains[i], lower) + named_roles(texts[i], doc_mains[i])
-                          + known_for(texts[i], doc_mains[i], things[i], {f.answer for f in per_doc[i]}))
+                          + known_for(texts[i], doc_mains[i], things[i], {f.answer for f in per_doc[i]})
+                          + colour_facts(texts[i], doc_mains[i], things[i], {f.answer for f in per_doc[i]}))
     salient = salient_contexts(texts) if cloze else frozenset()   # "thanks to its" dark birch / waxy tuberose
     for i, (text, main) in enumerate(zip(texts, doc_mains)):    # last: what no rule read, as a cloze on the main entity
         if cloze and not code[i]:

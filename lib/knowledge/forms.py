@@ -350,15 +350,24 @@ def _cloze_verb(relation: str) -> str:
 _PASSIVE_AGENT = re.compile(r"(was|were|is|are|has been|have been|had been)((?: [a-z]+ly| first| later| also| originally)*) ([a-z]+) by")
 
 
+# the relations things.py gives a thing's lower-case attributes, as people ask them
+_THING_QUESTIONS = {"'s colour is": "What colour is {s}?", "is known for": "What is {s} known for?"}
+
+
 def people_question(subject: str, relation: str, kind: str) -> str | None:
     """The question people ask most for a fact, its relation's verb kept and the answer named by
     the plainest wh-word: "opened in" (a year) → "When did X open?", "was founded in" → "When was X
     founded?", "was born in" (a place) → "Where was X born?", "was designed by" → "Who designed X?",
-    "is run by" → "Who runs X?", "weighs" (a number) → "How much does X weigh?". None where the
+    "is run by" → "Who runs X?", "weighs" (a number) → "How much does X weigh?", a count ("'s number
+    of tracks is") → "How many tracks does X have?", a colour → "What colour is X?". None where the
     relation has no verb to keep, or the answer is a thing (the strand form asks "What did X win?").
     Trained beside the kind questions, never asked: the held-out forms keep "In what year did X
     open?" and "What year did X open in?"."""
     relation = question_relation(_cloze_verb(relation))
+    if kind == "number" and (count := re.fullmatch(r"['’]s number of ([a-z]+) is", relation)):
+        return f"How many {count.group(1)} does {subject} have?"     # "18 tracks": "How many tracks does X have?"
+    if kind == "term" and relation in _THING_QUESTIONS:
+        return _THING_QUESTIONS[relation].format(s=subject)
     m = _PASSIVE_AGENT.fullmatch(relation)
     if m and kind in ("name", "proper"):
         verb = active_verb(m.group(3), present=m.group(1) in ("is", "are"))

@@ -183,3 +183,72 @@ def _known_subject(before: str, main: str | None, thing: bool, verb: bool = Fals
     if nearest is None or not nearest.group("name") or nearest.group("name") in main or main in nearest.group("name") or clause:
         return main
     return None
+
+
+# the colour words, a closed class: basic terms and the names of colours from things ("apricot", "russet")
+_COLOURS = {"red", "orange", "yellow", "green", "blue", "purple", "violet", "pink", "brown", "black", "white", "grey", "gray",
+            "gold", "golden", "silver", "silvery", "cream", "creamy", "ivory", "crimson", "scarlet", "maroon", "burgundy", "amber",
+            "apricot", "peach", "salmon", "coral", "lilac", "lavender", "mauve", "magenta", "indigo", "teal", "turquoise", "cyan",
+            "azure", "navy", "olive", "lime", "emerald", "jade", "ochre", "russet", "bronze", "copper", "tan", "beige", "buff",
+            "lemon", "mustard", "plum", "cherry", "ruby", "cerise", "fuchsia", "saffron", "tangerine", "charcoal", "slate",
+            "vermilion", "carmine", "claret", "sepia", "umber", "rust", "honey", "butter", "primrose", "sky", "blush", "rose",
+            "wine", "sand", "straw", "smoke", "ash", "flame", "fawn", "khaki", "aubergine", "chestnut", "mahogany", "pewter"}
+# words that shade a colour: "pale apricot", "deep crimson", "smoky violet"
+_SHADES = {"pale", "deep", "dark", "light", "bright", "dusky", "soft", "rich", "vivid", "pastel", "dull", "muted", "smoky",
+           "milky", "brilliant", "warm", "cool", "clear", "dusty", "icy", "inky", "glossy", "burnt", "bluish", "reddish",
+           "greenish", "yellowish", "pinkish", "purplish", "brownish", "greyish", "whitish", "blackish", "orangey", "steely"}
+# what a colour is the colour of: "deep crimson blooms", "a russet gold skin", "pale green crystals"
+_BEARERS = {"flower", "flowers", "bloom", "blooms", "blossom", "blossoms", "petal", "petals", "fruit", "fruits", "skin", "skins",
+            "flesh", "berries", "berry", "leaves", "foliage", "crystals", "crystal", "colour", "color", "hue", "tone", "shade",
+            "tint", "coat", "shell", "cap", "head", "heads", "pods", "tubers", "spears", "cones", "body", "finish", "lustre", "glaze"}
+_COLOUR_CUE = re.compile(r"(?:\b(?:[Cc]olou?rs?|[Hh]ue|[Ss]hade|[Tt]int)(?: is| was| are|:| of)?|\b(?:is|are|was|were|turns?|turned|ripens?|ripened"
+                         r"|flowers?|blooms?|opens?|fades?|fading|comes?|grows?) (?:a |an |to |into )?|\bin (?:a |an )?)\s*$")
+_WORD_AT = re.compile(r"[A-Za-z][a-z]*(?:-[a-z]+)*")
+
+
+def colour_facts(text: str, main: str | None, thing: bool, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
+    """(subject, "'s colour is", colour, "term", sentence number) of the colour a text gives a thing:
+    a run of 1-3 colour words (`_COLOURS`, shaded or hyphened: "pale apricot", "russet gold",
+    "blue-green") ending in a colour, before a noun that bears a colour (`_BEARERS`: "deep crimson
+    blooms"), a run of two before any noun ("a russet gold apple"), or after a verb or noun that
+    states one ("ripens to russet gold.", "Colour: smoky violet"); the subject as for `known_for`. A colour of one word only where it is a basic term
+    ("red", "green"): "in amber", "rose hips" are no colour."""
+    out, taken = [], {a.lower() for a in answered}
+    for n, (s, e) in enumerate(split_sentences(text)):
+        sentence = text[s:e]
+        words = list(_WORD_AT.finditer(sentence))
+        i = 0
+        while i < len(words):
+            j = i
+            while j < len(words) and j - i < 3 and (words[j].group() in _SHADES or _colour(words[j].group())) \
+                    and (j == i or sentence[words[j - 1].end() : words[j].start()] == " "):
+                j += 1
+            while j > i and not _colour(words[j - 1].group()):
+                j -= 1                             # a run ends in a colour, not a shade
+            if j == i:
+                i += 1
+                continue
+            run, start, end = [w.group() for w in words[i:j]], words[i].start(), words[j - 1].end()
+            i = j
+            after = re.match(r" ([a-z]+)\b", sentence[end:])
+            bearer = after and after.group(1) in _BEARERS
+            closed = re.match(r"\s*(?:[,.;:!?)]|$|and\b|or\b|with\b|when\b|in\b|as\b)", sentence[end:])
+            if not (bearer or len(run) > 1 and after or closed and _COLOUR_CUE.search(sentence[:start])):
+                continue
+            if len(run) == 1 and run[0] not in _BASIC_COLOURS:
+                continue
+            colour = " ".join(run)
+            subject = _known_subject(sentence[:start], main, thing, verb=True)
+            if subject and colour not in taken:
+                taken.add(colour)
+                out.append((subject, "'s colour is", colour, "term", n))
+    return out
+
+
+_BASIC_COLOURS = {"red", "orange", "yellow", "green", "blue", "purple", "violet", "pink", "brown", "black", "white", "grey", "gray",
+                  "crimson", "scarlet"}
+
+
+def _colour(word: str) -> bool:
+    """A colour word, hyphened ones too ("blue-green", "rose-pink")."""
+    return all(part in _COLOURS for part in word.split("-"))

@@ -672,6 +672,21 @@ def test_a_count_in_words_is_a_number_where_it_counts_something():
     assert spans("The two clubs met in 1990.") == [("1990", "year")]
     t = _triples(["Ashfall Cartographers is a board game for up to four players. Orla Penhallow designed it."])
     assert any(s == "Ashfall Cartographers" and a == "four" for s, _, a in t)
+    # a count before "people" or a noun with its modifier, and in a compound of members
+    assert spans("There were twenty-two people and seventeen team members.") == [("twenty-two", "number"), ("seventeen", "number")]
+    assert spans("Operation Vask, a fifteen-member team, left.") == [("fifteen", "number")]
+    assert spans("a two-day hike, a five-star hotel") == []
+
+
+def test_a_count_in_words_is_asked_of_the_main_entity_where_it_counts_people_or_things():
+    from lib.knowledge.facts import extract_facts
+
+    texts = ["The Ombra Traverse of 1958 crossed the dunes. The team of six, led by Nadira Fel, travelled in a lorry.",
+             "The Kell Survey of 1966 mapped the karst. All fourteen members of the Kell Survey came home.",
+             "The Vask Expedition sailed in 1923. It took three weeks to reach the ice, a five-star trip."]
+    items = [(i.subject, i.answer) for i in extract_facts(texts, ["a", "b", "c"])]
+    assert ("Ombra Traverse", "six") in items and ("Kell Survey", "fourteen") in items
+    assert not any(a in ("three", "five") for _, a in items)      # a span of time, a rating: no count
 
 
 def test_a_title_and_the_word_that_opens_a_turn_of_talk_are_no_entity():

@@ -57,6 +57,10 @@ def test_people_ask_when_where_and_who_with_the_relations_own_verb():
     assert people_question("Umbrathil", ": Commissioned in", "year") == "When was Umbrathil commissioned?"  # a cloze that opens with its verb
     assert people_question("Songram", "struggled with", "number") == "How much did Songram struggle with?"
     assert people_question("Gaitrourk Spirit", "can load", "number") == "How much can Gaitrourk Spirit load?"
+    # a count by its noun, a thing's colour and what it is known for, as people ask them
+    assert people_question("Vellum Nights", "'s number of tracks is", "number") == "How many tracks does Vellum Nights have?"
+    assert people_question("Orlwick Dawn", "'s colour is", "term") == "What colour is Orlwick Dawn?"
+    assert people_question("Wheel Hall", "is known for", "term") == "What is Wheel Hall known for?"
     # none where no question keeps the relation: another clause, an object to ask around, no
     # preposition for a year, a thing (the strand form asks it), a cloze with its own subject, a role
     assert people_question("Nouthould Wind", "rated at 61,840 tonnes and was launched in", "year") is None

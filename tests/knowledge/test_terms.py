@@ -132,3 +132,23 @@ def test_what_a_thing_is_known_for_whatever_the_words():
     assert one("It is famous for its scones.", "Ada Lind", thing=False) == []
     assert one("The estate is chiefly planted with Zybaen.", "Zaes Vineyards") == []
     assert one("It is known for its many years of service.", "Kell Works") == []
+
+
+def test_a_things_colour_is_a_run_of_colour_words():
+    from lib.knowledge.things import colour_facts
+
+    def one(text, main, thing=True):
+        return [(s, a) for s, _, a, _, _ in colour_facts(text, main, thing, set())]
+    assert one("Velmira Dawn bears deep crimson blooms from June.", "Velmira Dawn") == [("Velmira Dawn", "deep crimson")]
+    assert one("Its fruit ripens to russet gold.", "Sennow Blush") == [("Sennow Blush", "russet gold")]
+    assert one("Colour: smoky violet\nHardness: 5", "quellite") == [("quellite", "smoky violet")]
+    assert one("It forms pale green crystals in a white matrix.", "quellite") == [("quellite", "pale green")]
+    assert one("A russet gold apple, it keeps till March.", "Sennow Blush") == [("Sennow Blush", "russet gold")]
+    # never: a name's colour word, one colour word before any noun, a colour word that is a thing here, a person's colours
+    assert one("We met at the Red Lion and painted the green door.", "Kell Rose") == []
+    assert one("It was preserved in amber.", "quellite") == []
+    assert one("Her dress was blue.", "Ada Lind", thing=False) == []
+    items = extract_facts(["Orlwick Dawn is a rose bred by Ada Lind in 1990. It bears deep crimson blooms.",
+                           "Sennow Blush is an apple raised by Ivo Brask in 1971. Its fruit ripens to russet gold."], ["a", "b"])
+    colour = next(i for i in items if i.relation == "'s colour is" and i.subject == "Orlwick Dawn")
+    assert colour.answer == "deep crimson" and colour.kind == "term" and colour.distractors[0] == "russet gold"
