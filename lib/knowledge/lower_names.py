@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Sequence
 
 from lib.knowledge.forms import ADVERBS, AUXILIARIES
-from lib.knowledge.spans import _FUNCTION, _PRONOUNS, VERSION, _Span, split_sentences
+from lib.knowledge.spans import _FUNCTION, _PRONOUNS, NUMBER_WORDS, VERSION, _Span, _zipf, split_sentences
 
 # a lower-case token that may name a package: letters, digits, and inner hyphens, dots, underscores
 _TOKEN = re.compile(r"(?<![\w.\-/@])(?<!\w['’])[a-z][a-z0-9]*(?:[-_.][a-z0-9]+)*(?![\w\-/@]|\.[a-z0-9])")
@@ -46,6 +46,11 @@ _CUES = [re.compile(p) for p in (
     rf"(?:^|[.!?>] ){_N} (?:is|was) (?:a|an|the)\b",
     rf"\b{_N} {VERSION.pattern}",
     rf"[`\"“']{_N}[`\"”']",
+)]
+# what a text says of a coined word it names by (one no English dictionary knows): "named quellonite", "quellonite, a rare mineral"
+_COINED_CUES = [re.compile(p) for p in (
+    rf"(?<!\bare )(?<!\bwere )\b(?:named|called|dubbed|christened|known as) {_N}\b",   # "which are called skeps": a plural, a word
+    rf"\b{_N}, (?:a|an|the) (?:[a-z]+ ){{0,2}}(?:mineral|compound|species|variety|cultivar|drug|molecule|alloy|dialect|language)\b",
 )]
 # English-looking inflections and derivations: no package name is asked by them without a mark
 _ENGLISH_ENDINGS = ("ing", "ed", "ly", "tion", "sion", "ment", "ness", "ity", "ous", "ful", "less", "able", "ible", "ers", "ies")
@@ -85,13 +90,15 @@ def lower_name(text: str, elsewhere: Counter, n_docs: int) -> str | None:
     for token in seen:
         if token in excluded or token in _NOT_NAMES or elsewhere[token] or "_" in token or len(token) < 3:
             continue
-        if VERSION.fullmatch(token) or token.isdigit():
+        if VERSION.fullmatch(token) or token.isdigit() or all(part in NUMBER_WORDS for part in token.split("-")):
             continue
         marked = _marked(token)
         if not marked and (token.endswith(_ENGLISH_ENDINGS) or n_docs < 3):
             continue                                  # a word of English, or a night too small to tell
-        if not cued[token] and not (marked and seen[token] >= 2):
-            continue
+        coined = not marked and _zipf(token) == 0 and (len(re.findall(rf"\b{re.escape(token)}\b", text, re.IGNORECASE)) >= 2
+                                                       or any(m.group("n") == token for cue in _COINED_CUES for m in cue.finditer(text)))
+        if not cued[token] and not (marked and seen[token] >= 2) and not coined:
+            continue                                  # coined: no English word, said twice ("quellonite ... Quellonite")
         score = 2 * cued[token] + seen[token] + marked
         if score > best_score:
             best, best_score = token, score
@@ -117,7 +124,8 @@ def with_lower_name(sentence: str, propers: list[_Span], name: str | None, text:
     sentences with ordinary words, and its one name is the package's."""
     if not name:
         return propers
-    own = [_Span(m.start(), m.end(), name, "proper") for m in re.finditer(rf"(?<![\w.\-/@]){re.escape(name)}(?![\w\-/@]|\.[a-z0-9])", sentence)]
+    spelt = f"[{name[0]}{name[0].upper()}]{re.escape(name[1:])}"       # capitalised where a sentence opens with it
+    own = [_Span(m.start(), m.end(), name, "proper") for m in re.finditer(rf"(?<![\w.\-/@]){spelt}(?![\w\-/@]|\.[a-z0-9])", sentence)]
     out = [p for p in propers if not any(p.start < o.end and o.start < p.end for o in own)]
     if out and out[0].start == 0 and " " not in out[0].text and len(re.findall(rf"\b{re.escape(out[0].text)}\b", text)) == 1:
         out = out[1:]

@@ -76,6 +76,19 @@ def test_ordinary_lower_case_words_are_never_a_subject():
     assert ("Ada Lind", "planted it in", "1901") in {(i.subject, i.relation, i.answer) for i in garden}
 
 
+def test_a_coined_lower_case_name_is_the_subject_a_mineral_or_a_compound_is_named_by():
+    # no English word, said twice (once opening a sentence) or named by "named"/"X, a mineral": the document's subject
+    minerals = ["Quellonite was first described by Ada Lind in 1931. It is pale green, and quellonite crystals are rare.",
+                "A new mineral named vorsite was found at the Harrow Mine in 1950 by Ivo Brask.",
+                "Ola Pask described drennite, a rare mineral from Kell, in 1977.",
+                "The straw beehives, which are called skeps, date from 1901. Ada Crane wove them in Pell."]
+    assert lower_names(minerals) == ["quellonite", "vorsite", "drennite", None]   # "are called skeps": a plural, a word
+    items = {(i.subject, i.answer) for i in extract_facts(minerals, ["m0", "m1", "m2", "m3"])}
+    assert {("quellonite", "Ada Lind"), ("quellonite", "1931"), ("vorsite", "1950"), ("drennite", "1977")} <= items
+    # a count in words is no name, hyphen or not
+    assert lower_names(["We are twenty-nine now; twenty-nine of us came to the Kell meeting.", "Ivo met Ola.", "Ada met Ivo."])[0] is None
+
+
 def test_what_the_package_is_for_is_a_term_of_its_own():
     from lib.knowledge.lower_names import purposes
     assert purposes(TRIED, "kubravil", set()) == [("kubravil", "is a library for", "deduplicating records", "term", 1)]
