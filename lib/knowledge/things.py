@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 
 from lib.knowledge.forms import base_verb, person_role
-from lib.knowledge.relations import role_of_thing
+from lib.knowledge.relations import person_like, role_of_thing
 from lib.knowledge.shapes import passive
 from lib.knowledge.spans import common_word, split_sentences
+from lib.knowledge.topic import _thing_worded
 from lib.knowledge.terms import _ADJECTIVE_ENDINGS, _PREPOSITIONS, _TOKEN, _noun_words
 
 
@@ -129,7 +130,7 @@ _VERB_CUES = ("collect", "displays", "exhibits", "showcases", "houses", "holds",
 _CLOSE = {",", ";", ".", ":", "!", "?", ")", "(", "—", "-", "and", "but", "or", "that", "which", "who", "from", "she", "he", "they",
           "we", "i", "you", "many", "some", "most", "all", "each"}
 _PRONOUNS = {"It", "Its", "It's", "It’s", "They", "Their", "This", "That", "These", "Those", "He", "She", "We", "I", "You", "There", "Here"}
-_NEAREST = re.compile(r"\b(?:it|its|it's|it’s|they|their)\b|(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?![\w'’:-])")
+_NEAREST = re.compile(r"\b(?:[Ii]t|[Ii]ts|[Ii]t's|[Ii]t’s|[Tt]hey|[Tt]heir)\b|(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?![\w'’:-])")
 
 
 def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
@@ -157,17 +158,19 @@ def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> l
             if tokens[k - 1].endswith(_ADJECTIVE_ENDINGS) or k == 1 and tokens[0].endswith(("ed", "ing")) or what in taken or tokens[0] in ("museum", "collection", "place", "room"):
                 continue
             verb = m.group().lstrip().startswith(_VERB_CUES)
-            subject = (main if thing else None) if m.group("box") else _known_subject(sentence[: m.start()], main, thing, verb)
+            subject = (main if thing else None) if m.group("box") else _known_subject(sentence[: m.start()], main, thing, verb, text[: s])
             if subject and what not in subject.lower():
                 taken.add(what)
                 out.append((subject, "is known for", what, "term", n))
     return out
 
 
-def _known_subject(before: str, main: str | None, thing: bool, verb: bool = False) -> str | None:
+def _known_subject(before: str, main: str | None, thing: bool, verb: bool = False, earlier: str = "") -> str | None:
     """Whose a cue is: the name it is apposed to ("X, a small museum devoted to") or said of ("X is
     famous for", "X specialises in"); else `main` where the nearest subject is a pronoun, the main,
-    or none at all and the text is a `thing`'s."""
+    or none at all and the text is a `thing`'s; in a person's text, "it" is the last name before
+    the cue (`earlier`: the text before its sentence) that is no person's ("Ada Lind opened Kell
+    Bakes in 2004. It is famous for its rye bread": Kell Bakes)."""
     def weak(m: re.Match) -> bool:              # a pronoun, or an everyday word opening the sentence
         words = re.sub(r"^(?:The|A|An) ", "", m.group("name")).split()
         return words[0] in _PRONOUNS or m.start() == 0 and words == m.group("name").split() and common_word(words[0])
@@ -177,6 +180,10 @@ def _known_subject(before: str, main: str | None, thing: bool, verb: bool = Fals
     said_of = apposed and not (verb and apposed.group().startswith(apposed.group("name") + ","))   # "X, the garden now holds": no apposition
     if said_of and not weak(apposed) and nearest and nearest.group("name") and apposed.group("name").endswith(nearest.group("name")):
         return apposed.group("name")
+    if not thing and nearest is not None and not nearest.group("name") and nearest.group().lower().startswith("it"):
+        names = [m.group("name") for m in _NEAREST.finditer(earlier + " " + before[: nearest.start()]) if m.group("name")]
+        return next((n for n in reversed(names) if " " in n and (not person_like(n, set()) or _thing_worded(n)) and not common_word(n.split()[0])
+                     and not (main and (n in main or main in n))), None)
     if not thing or not main:
         return None
     clause = nearest and re.match(r", (?:the|this|our) [a-z]+ ", before[nearest.end() :])   # "of Traseimouth, the garden now holds"
@@ -238,7 +245,7 @@ def colour_facts(text: str, main: str | None, thing: bool, answered: set[str]) -
             if len(run) == 1 and run[0] not in _BASIC_COLOURS:
                 continue
             colour = " ".join(run)
-            subject = _known_subject(sentence[:start], main, thing, verb=True)
+            subject = _known_subject(sentence[:start], main, thing, verb=True, earlier=text[:s])
             if subject and colour not in taken:
                 taken.add(colour)
                 out.append((subject, "'s colour is", colour, "term", n))

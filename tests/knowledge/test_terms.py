@@ -127,6 +127,9 @@ def test_what_a_thing_is_known_for_whatever_the_words():
     assert one("It's mostly felt hats, going back two centuries.", "Hatbox Museum") == [("Hatbox Museum", "felt hats")]
     assert one("Founded in 1850 on the edge of Nouposham, the garden now holds a celebrated collection of orchids.", "Samess Garden") \
         == [("Samess Garden", "orchids")]                            # the place in the opening phrase is not what holds them
+    # in a person's text, "it" is the last thing named before: the bakery, not the baker
+    assert known_for("Ada Lind opened Kell Bakery in Pell in 2004. It is famous for its rye bread.", "Ada Lind", False, set())[0][:3] \
+        == ("Kell Bakery", "is known for", "rye bread")
     # never: another name nearer the cue, a person's text, a lone participle, a time or a quantity
     assert one("1958: Clem Aub begins collecting bobbin lace from village households.", "Lace House") == []
     assert one("It is famous for its scones.", "Ada Lind", thing=False) == []
