@@ -13,7 +13,7 @@ from lib.knowledge.relations import person_like, role_of_thing
 from lib.knowledge.shapes import passive
 from lib.knowledge.spans import common_word, split_sentences
 from lib.knowledge.topic import _thing_worded
-from lib.knowledge.terms import _ADJECTIVE_ENDINGS, _PREPOSITIONS, _TOKEN, _noun_words
+from lib.knowledge.terms import _ADJECTIVE_ENDINGS, _NOT_TERM, _PREPOSITIONS, _TOKEN, _noun_words
 
 
 # verbs that make or start a thing: "X opened Y in 1966" dates Y as well ("When was Y opened?")
@@ -117,20 +117,29 @@ def named_roles(text: str, main: str | None) -> list[tuple[str, str, str, str, i
 # the night's documents are each other's distractors
 _KNOWN_CUE = re.compile(
     r"(?:\b(?:(?:famous|known|renowned|noted|celebrated|loved|prized|remembered) for|all about|(?:devoted|dedicated|given over) to"
+    r"|devot(?:es|ed) (?:itself|themselves|ourselves) to|(?:has |have )?promot(?:es|ed|ing|e)|interested in|(?:[Ww]e|[Tt]hey) (?:mostly |mainly )?(?:do|practi[sc]e)"
     r"|speciali[sz](?:es|ed|ing|e) in|home to|full of|filled with|packed with|crammed with|stuffed with"
     r"|(?:museum|collection|archive|society|club|circle|guild|shop|store|school) (?:of|for)"
     r"|collect(?:s|ed|ing)?|displays|exhibits|showcases|houses|holds|to house|(?:is|are|was|were|[Ii]t's|[Ii]t’s) (?:mostly|mainly|largely|chiefly|all))"
     r"|(?:^|[.!?:]\s+|\n)(?:Mostly|Mainly|Largely|All))\s+"
-    r"|^(?P<box>Known for|Famous for|Collection|Speciality|Specialty|Focus|Theme|Subject)\s*:\s*", re.MULTILINE)
+    r"|^(?P<box>Known for|Famous for|Collection|Speciality|Specialty|Focus|Theme|Subject|Activity|Activities|Pursuit|Hobby|Interest|Sport)\s*:\s*", re.MULTILINE)
+# what kind of club a thing is says what it does: "we're an amateur astronomy club", "a sea kayaking club", "an origami group"
+_KIND_OF_GROUP = re.compile(r"(?:\b(?:is|are|was|were|[Ii]t['’]s|[Ww]e['’]re|[Tt]hey['’]re)\s+(?:a|an)|^(?:[A-Z][a-z]+ )?|\n(?:[A-Z][a-z]+ )?)\s*"
+                            r"(?P<what>[a-z]+(?: [a-z]+){0,2}) (?:club|group|society|circle|collective|guild|association|team)\b")
+# words that say how a group is, not what it does: "a friendly crochet group", "a volunteer group"
+_GROUP_MANNER = {"small", "local", "friendly", "volunteer", "new", "old", "big", "little", "thriving", "informal", "lively", "tiny",
+                 "large", "busy", "active", "community", "village", "town", "private", "registered", "independent", "social",
+                 "youth", "family", "weekly", "monthly", "online", "proper", "real", "serious", "casual", "keen"}
 _DETERMINED = re.compile(r"(?:(?:its|their|the|a|an|her|his|our|my|old|some) )?"
                          r"(?:(?:[a-z]+ )?(?:collection|selection|array|range|display|set|hoard|trove) of (?:the )?)?"
                          r"(?:(?:thousands|hundreds|dozens|scores|rows|shelves|cases|drawers|rooms|walls|lots) of (?:the |old )?)?")
 # cues that are verbs: what stands before them is their subject, never a name in apposition ("of X, the garden now holds")
-_VERB_CUES = ("collect", "displays", "exhibits", "showcases", "houses", "holds", "to house", "speciali")
+_VERB_CUES = ("collect", "displays", "exhibits", "showcases", "houses", "holds", "to house", "speciali", "promot", "has promot", "have promot",
+              "devotes ", "devoted itself", "devoted themselves", "devoted ourselves", "we ", "We ", "they ", "They ")
 _CLOSE = {",", ";", ".", ":", "!", "?", ")", "(", "—", "-", "and", "but", "or", "that", "which", "who", "from", "she", "he", "they",
           "we", "i", "you", "many", "some", "most", "all", "each"}
 _PRONOUNS = {"It", "Its", "It's", "It’s", "They", "Their", "This", "That", "These", "Those", "He", "She", "We", "I", "You", "There", "Here"}
-_NEAREST = re.compile(r"\b(?:[Ii]t|[Ii]ts|[Ii]t's|[Ii]t’s|[Tt]hey|[Tt]heir)\b|(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?![\w'’:-])")
+_NEAREST = re.compile(r"\b(?:[Ii]t|[Ii]ts|[Ii]t's|[Ii]t’s|[Tt]hey|[Tt]heir|[Ww]e|[Oo]ur)\b|(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?![\w'’:-])")
 
 
 def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> list[tuple[str, str, str, str, int]]:
@@ -159,6 +168,17 @@ def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> l
                 continue
             verb = m.group().lstrip().startswith(_VERB_CUES)
             subject = (main if thing else None) if m.group("box") else _known_subject(sentence[: m.start()], main, thing, verb, text[: s])
+            if subject and what not in subject.lower():
+                taken.add(what)
+                out.append((subject, "is known for", what, "term", n))
+        for m in _KIND_OF_GROUP.finditer(sentence):
+            words = m.group("what").split()
+            while words and words[0] in _GROUP_MANNER and len(words) > 1 and words[1] not in _NOT_TERM:
+                words.pop(0)                       # "a friendly crochet group": crochet
+            what = " ".join(words)
+            if not words or words[-1] in _GROUP_MANNER or any(w in _NOT_TERM or w.endswith(_ADJECTIVE_ENDINGS) for w in words) or what in taken:
+                continue
+            subject = _known_subject(sentence[: m.start("what")], main, thing, False, text[:s])
             if subject and what not in subject.lower():
                 taken.add(what)
                 out.append((subject, "is known for", what, "term", n))

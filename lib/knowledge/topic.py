@@ -288,13 +288,14 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
     if title and (spans := _proper_spans(title.group("name"), lowercase_words)) and len(spans) == 1 \
             and spans[0].text == title.group("name") and not _weak_name(spans[0].text) and not (gendered and person_like(spans[0].text, set())):
         return spans[0].text                     # its topic even where it is the first subject: what no rule reads is asked of it
-    none = _weak_name(main)
+    none = _weak_name(main) or _passing_word(main, text)
     if not none and not person_like(main, set()):
         return None
     names = []   # (name with its head noun, sentence, span), names that are no word or label
     for s, e in split_sentences(text):
         sentence = text[s:e]
-        names += [(named_with_head(sentence, sp), sentence, sp) for sp in _proper_spans(sentence, lowercase_words) if not _weak_name(sp.text)]
+        names += [(named_with_head(sentence, sp), sentence, sp) for sp in _proper_spans(sentence, lowercase_words)
+                  if not _weak_name(sp.text) and not _passing_word(sp.text, text)]
 
     def other(name: str) -> str | None:
         return name if main is None or not (name == main or main in name or name in main) else None
@@ -349,6 +350,14 @@ def _thing_worded(name: str) -> bool:
     return words[0].lower() in _NAME_OPENERS or _zipf(words[-1]) >= THING_WORD_ZIPF
 
 
+def _passing_word(main: str | None, text: str) -> bool:
+    """A main entity of one word the text writes once and English uses (wordfreq at least
+    `PASSING_ZIPF`: "Spectators gathered ...", "Section A: Applicant", "Voicemail received"): a word
+    in passing, not the name a text about it repeats."""
+    return main is not None and " " not in main and _zipf(main) >= PASSING_ZIPF and len(re.findall(rf"\b{re.escape(main)}\b", text)) == 1
+
+
+PASSING_ZIPF = 3.0
 _WEEKDAYS = {"Mon", "Tue", "Tues", "Wed", "Weds", "Thu", "Thur", "Thurs", "Fri", "Sat", "Sun"}
 
 

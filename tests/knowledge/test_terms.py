@@ -127,6 +127,14 @@ def test_what_a_thing_is_known_for_whatever_the_words():
     assert one("It's mostly felt hats, going back two centuries.", "Hatbox Museum") == [("Hatbox Museum", "felt hats")]
     assert one("Founded in 1850 on the edge of Nouposham, the garden now holds a celebrated collection of orchids.", "Samess Garden") \
         == [("Samess Garden", "orchids")]                            # the place in the opening phrase is not what holds them
+    # what a group does: "devotes itself to", "promotes", "we do", "Activity:", the kind of club it is
+    assert one("The society devotes itself to moth trapping and keeps a record.", "Vell Moth Society") == [("Vell Moth Society", "moth trapping")]
+    assert one("Founded in 2008 by Bram Kell, the club promotes responsible falconry.", "Tess Club") == [("Tess Club", "responsible falconry")]
+    assert one("Mostly we do bat watching along the canal.", "Cran Bat Group") == [("Cran Bat Group", "bat watching")]
+    assert one("Founded: 1999\nActivity: wood carving\nMembers: 145", "Corv Guild") == [("Corv Guild", "wood carving")]
+    assert one("Yes, we're a sea kayaking club, and it's a big year.", "Yelver Club") == [("Yelver Club", "sea kayaking")]
+    assert one("It's a friendly crochet group.", "Plum Collective") == [("Plum Collective", "crochet")]
+    assert one("We are a volunteer group.", "Kell Side") == []                       # how a group is, not what it does
     # in a person's text, "it" is the last thing named before: the bakery, not the baker
     assert known_for("Ada Lind opened Kell Bakery in Pell in 2004. It is famous for its rye bread.", "Ada Lind", False, set())[0][:3] \
         == ("Kell Bakery", "is known for", "rye bread")
