@@ -11,7 +11,7 @@ import re
 from lib.knowledge.forms import base_verb, person_role
 from lib.knowledge.relations import person_like, role_of_thing
 from lib.knowledge.shapes import passive
-from lib.knowledge.spans import common_word, split_sentences
+from lib.knowledge.spans import _zipf, common_word, split_sentences
 from lib.knowledge.topic import _thing_worded
 from lib.knowledge.terms import _ADJECTIVE_ENDINGS, _NOT_TERM, _PREPOSITIONS, _TOKEN, _noun_words
 
@@ -191,9 +191,14 @@ def _known_subject(before: str, main: str | None, thing: bool, verb: bool = Fals
     or none at all and the text is a `thing`'s; in a person's text, "it" is the last name before
     the cue (`earlier`: the text before its sentence) that is no person's ("Ada Lind opened Kell
     Bakes in 2004. It is famous for its rye bread": Kell Bakes)."""
-    def weak(m: re.Match) -> bool:              # a pronoun, or an everyday word opening the sentence
+    if re.fullmatch(r"(?:.*\n)?[A-Z][a-z]+(?: [a-z]+)?:\s*", before, re.DOTALL):
+        return main if thing else None           # a fact box's line: "Flower colour: vermilion"
+    before = before.rsplit("\n", 1)[-1]          # a line is a record's own unit
+
+    def weak(m: re.Match) -> bool:              # a pronoun, or an English word opening the sentence or a clause
         words = re.sub(r"^(?:The|A|An) ", "", m.group("name")).split()
-        return words[0] in _PRONOUNS or m.start() == 0 and words == m.group("name").split() and common_word(words[0])
+        opens = m.start() == 0 or re.search(r"[-:;.!?]\s*$", before[: m.start()])
+        return words[0] in _PRONOUNS or bool(opens) and words == m.group("name").split() and len(words) == 1 and _zipf(words[0]) >= 2.5
     apposed = re.search(r"(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?:, (?:the|a|an) (?:[\w'’-]+ ){0,3}| (?:is|was|has|remains)[^,]*)$", before)
     names = [m for m in _NEAREST.finditer(before) if not (m.group("name") and weak(m))]
     nearest = names[-1] if names else None
@@ -228,8 +233,9 @@ _SHADES = {"pale", "deep", "dark", "light", "bright", "dusky", "soft", "rich", "
 _BEARERS = {"flower", "flowers", "bloom", "blooms", "blossom", "blossoms", "petal", "petals", "fruit", "fruits", "skin", "skins",
             "flesh", "berries", "berry", "leaves", "foliage", "crystals", "crystal", "colour", "color", "hue", "tone", "shade",
             "tint", "coat", "shell", "cap", "head", "heads", "pods", "tubers", "spears", "cones", "body", "finish", "lustre", "glaze"}
-_COLOUR_CUE = re.compile(r"(?:\b(?:[Cc]olou?rs?|[Hh]ue|[Ss]hade|[Tt]int)(?: is| was| are|:| of)?|\b(?:is|are|was|were|turns?|turned|ripens?|ripened"
-                         r"|flowers?|blooms?|opens?|fades?|fading|comes?|grows?) (?:a |an |to |into )?|\bin (?:a |an )?)\s*$")
+_COLOUR_CUE = re.compile(r"(?:\b(?:[Cc]olou?rs?|[Hh]ue|[Ss]hade|[Tt]int)(?: is| was| are|:| of)?|\b(?:is|are|was|were|['’]s|turns?|turned"
+                         r"|ripens?|ripened|flowers?|blooms?|opens?|fades?|fading|comes?|grows?) (?:(?:a|an|to|into) ){0,2}(?:[a-z]+ )?"
+                         r"|\b(?:in|of) (?:a |an )?|^[A-Z][a-z]+(?: [a-z]+)?:)\s*$")
 _WORD_AT = re.compile(r"[A-Za-z][a-z]*(?:-[a-z]+)*")
 
 
@@ -259,11 +265,13 @@ def colour_facts(text: str, main: str | None, thing: bool, answered: set[str]) -
             i = j
             after = re.match(r" ([a-z]+)\b", sentence[end:])
             bearer = after and after.group(1) in _BEARERS
-            closed = re.match(r"\s*(?:[,.;:!?)]|$|and\b|or\b|with\b|when\b|in\b|as\b)", sentence[end:])
-            if not (bearer or len(run) > 1 and after or closed and _COLOUR_CUE.search(sentence[:start])):
+            closed = re.match(r"[ \t]*(?:[,.;:!?)\n]|$|and\b|or\b|with\b|when\b|in\b|as\b)", sentence[end:])
+            cue = _COLOUR_CUE.search(sentence[:start])
+            if not (bearer or len(run) > 1 and after or closed and cue):
                 continue
-            if len(run) == 1 and run[0] not in _BASIC_COLOURS:
-                continue
+            named = re.search(r"\b(?:[Cc]olou?rs?|[Hh]ues?|[Ss]hades?|[Tt]ints?)(?: is| was| are|:| of)?\s*$", sentence[:start])
+            if len(run) == 1 and run[0] not in _BASIC_COLOURS and not named:
+                continue                           # "in amber": one colour word of a thing's name only after "colour"
             colour = " ".join(run)
             subject = _known_subject(sentence[:start], main, thing, verb=True, earlier=text[:s])
             if subject and colour not in taken:

@@ -155,6 +155,10 @@ def test_a_things_colour_is_a_run_of_colour_words():
     assert one("Colour: smoky violet\nHardness: 5", "quellite") == [("quellite", "smoky violet")]
     assert one("It forms pale green crystals in a white matrix.", "quellite") == [("quellite", "pale green")]
     assert one("A russet gold apple, it keeps till March.", "Sennow Blush") == [("Sennow Blush", "russet gold")]
+    assert one("Bunches ripen to an inky purple by late September.", "Velmarsh Noir") == [("Velmarsh Noir", "inky purple")]
+    assert one("1920s - Widely planted; the slate blue fruit is prized.", "Quarn Sovereign") == [("Quarn Sovereign", "slate blue")]
+    assert one("Year: 1947\nFlower colour: vermilion\nPods: 30 cm", "Crowdwell Scarlet") == [("Crowdwell Scarlet", "vermilion")]
+    assert one("HOST: It's a lovely lemon yellow.", "Oskar Giant") == [("Oskar Giant", "lemon yellow")]
     # never: a name's colour word, one colour word before any noun, a colour word that is a thing here, a person's colours
     assert one("We met at the Red Lion and painted the green door.", "Kell Rose") == []
     assert one("It was preserved in amber.", "quellite") == []
