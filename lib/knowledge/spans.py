@@ -202,6 +202,8 @@ def _proper_spans(sentence: str, lowercase_words: set[str]) -> list[_Span]:
             while r and r[0][2].lower() in _CONNECTORS:
                 r = r[1:]
         end = r[-1][1] - 2 if r and r[-1][2].endswith(("'s", "’s")) and len(r[-1][2]) > 3 else (r[-1][1] if r else 0)
+        if r and r[-1][2].endswith(("'", "’")) and sentence[: r[0][0]].endswith(("'", "‘", "’")):
+            end -= 1                               # "'Tindlemoor Ruby'": a name in single quotes, not a plural's possessive
         if r and not (len(r) == 1 and (r[0][2] in WEEKDAYS or r[0][2] in MONTHS and not r[0][2] == "May")):
             # "The Subon Gallery's director": the owner's name without its possessive ending; a weekday ("on
             # Monday") or a lone month ("at the end of March") is a time relative to a day or a year the text

@@ -787,3 +787,11 @@ def test_a_role_given_by_a_name_in_brackets_or_between_a_firm_and_a_name():
     assert ("Dworost trial", "'s PI is", "Vrouvur Daixjal") in t and ("Dwowond Chambers", "'s owner is", "Bryvark Jijeist") in t
     # an abbreviation in brackets is no role: "Ulm Chemicals (UGC)"
     assert not any(r.startswith("'s") and a == "Ulm Chemicals" for _, r, a in _triples(["Ulm Chemicals (UGC) rated it HOLD in 2023."]))
+
+
+def test_a_name_in_single_quotes_is_the_name_without_its_closing_quote():
+    from lib.knowledge.spans import _proper_spans
+
+    names = lambda s: [sp.text for sp in _proper_spans(s, set())]   # noqa: E731
+    assert names("We grow the 'Tindlemoor Ruby' tomato.") == ["Tindlemoor Ruby"]
+    assert names("We grow the ‘Kell Gold’ apple and ride the Smiths' bikes.") == ["Kell Gold", "Smiths'"]   # a plural's possessive keeps it
