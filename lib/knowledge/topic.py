@@ -288,14 +288,20 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
     if title and (spans := _proper_spans(title.group("name"), lowercase_words)) and len(spans) == 1 \
             and spans[0].text == title.group("name") and not _weak_name(spans[0].text) and not (gendered and person_like(spans[0].text, set())):
         return spans[0].text                     # its topic even where it is the first subject: what no rule reads is asked of it
-    none = _weak_name(main) or _passing_word(main, text)
-    if not none and not person_like(main, set()):
-        return None
+    none = _weak_name(main) or _passing_word(main, text) or _only_placed(main, text)
     names = []   # (name with its head noun, sentence, span), names that are no word or label
     for s, e in split_sentences(text):
         sentence = text[s:e]
         names += [(named_with_head(sentence, sp), sentence, sp) for sp in _proper_spans(sentence, lowercase_words)
                   if not _weak_name(sp.text) and not _passing_word(sp.text, text)]
+    if main:                                     # a person spoken to is not spoken of: the next name is
+        for n, sentence, sp in names:
+            if sp.text == main and _SPEAKER.fullmatch(sentence[: sp.start]) and _ADDRESSED.match(sentence[sp.end :]):
+                k = next(j for j, (_, s2, p) in enumerate(names) if p is sp)
+                after = [m for m, s2, p in names[k + 1 :] if m != main and not (s2 is sentence and p.start < sp.end)]
+                return after[0] if after else None     # the next name, in its sentence or a later one
+    if not none and not person_like(main, set()):
+        return None
 
     def other(name: str) -> str | None:
         return name if main is None or not (name == main or main in name or name in main) else None
@@ -305,11 +311,6 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
             named = {n for n, _, _ in names if n.split()[-1].lower().endswith(noun)}
             if not person_role(noun) and len(named) == 1 and (found := other(named.pop())):
                 return found
-    if main:
-        for n, sentence, sp in names:
-            if sp.text == main and re.fullmatch(r"(?:Q: ?)?", sentence[: sp.start]) and _ADDRESSED.match(sentence[sp.end :]):
-                after = [m for m, s2, p in names if s2 is sentence and p.start > sp.end]
-                return after[0] if after else None
     for n, sentence, sp in names:
         if _TOPIC_LABEL.match(sentence[: sp.start].lstrip()) and (found := other(n)):
             return found
@@ -358,6 +359,17 @@ def _passing_word(main: str | None, text: str) -> bool:
 
 
 PASSING_ZIPF = 3.0
+def _only_placed(main: str | None, text: str) -> bool:
+    """A main entity of one word the text names only after "in" or "near" ("Any bat groups near
+    Widdenhope? ... We meet in Widdenhope"): a place, not what the text is about."""
+    if not main:
+        return False
+    at = [m.start() for m in re.finditer(rf"(?<![\w'’-]){re.escape(main)}(?![\w'’-])", text)]
+    return bool(at) and " " not in main and all(re.search(r"\b(?:in|near)\s+$", text[:k]) for k in at)
+
+
+# what may stand before a name spoken to: a speaker's label, "Q:", "...and", "so"
+_SPEAKER = re.compile(r"(?:(?:Q|[A-Z][A-Z ]*\d*):\s*)?(?:\.\.\.\s*)?(?:(?:and|so|well|now),? )?")
 _WEEKDAYS = {"Mon", "Tue", "Tues", "Wed", "Weds", "Thu", "Thur", "Thurs", "Fri", "Sat", "Sun"}
 
 

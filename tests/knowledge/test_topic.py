@@ -270,6 +270,11 @@ def test_a_document_whose_first_subject_is_not_what_it_is_about_is_read_again_ab
     assert _topic("Thurs. Rain again, so we did the Narrow Neck Museum, which the B&B lady swore by.") == "Narrow Neck Museum"
     from lib.knowledge.topic import _weak_name
     assert _weak_name("Frequently Asked Questions") and not _weak_name("Rolling Gallery")
+    # a person spoken to after a speaker's label; a one-word place the text names only after "in"/"near"
+    assert _topic("HOST: ...and Petronella, you've brought a sunflower? GUEST: I have! This is Oskarrow Giant.") == "Oskarrow Giant"
+    assert _topic("Re: Any bat groups near Widdenhope?\nYes! Join the Crannock Bat Group. We meet in Widdenhope on Tuesdays.") \
+        == "Crannock Bat Group"
+    assert _topic("Researchers in Kvynlok say early results from the Kostei trial are good. Kostei began in 2021.") is None
     t = _items([addressed, regarding, typed])
     assert ("Castel Vour", ": My uncle planted the first vines in Serra Vale in", "1931") in t
     assert ("Parvik Systems", ": sale to", "Ormund Data") in t and ("Oskel Yard", "is in", "DUNMORE") in t
