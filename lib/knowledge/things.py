@@ -116,13 +116,20 @@ def named_roles(text: str, main: str | None) -> list[tuple[str, str, str, str, i
 # thousands of tin soldiers", "full of antique locks", "Known for: weathervanes": one relation, so
 # the night's documents are each other's distractors
 _KNOWN_CUE = re.compile(
-    r"(?:\b(?:(?:famous|known|renowned|noted|celebrated|loved|prized|remembered) for|all about|(?:devoted|dedicated|given over) to"
+    r"(?:\b(?:(?:famous|known|renowned|noted|celebrated|loved|prized|remembered)(?: [a-z]+){0,3}? for|all about|(?:devoted|dedicated|given over) to"
+    r"|(?:come|comes|came|coming|queue|queues|queued|queuing|go|goes|drive|drives|travel|travels)(?: in| here| back| from [A-Z][\w'’-]*)? for(?= (?:the|our|its|your|their) )"
+    r"|(?:its|our|their) (?:signature|trademark|famous|best-selling|bestselling)(?= [a-z])"
     r"|devot(?:es|ed) (?:itself|themselves|ourselves) to|(?:has |have )?promot(?:es|ed|ing|e)|interested in|(?:[Ww]e|[Tt]hey) (?:mostly |mainly )?(?:do|practi[sc]e)"
     r"|speciali[sz](?:es|ed|ing|e) in|home to|full of|filled with|packed with|crammed with|stuffed with"
     r"|(?:museum|collection|archive|society|club|circle|guild|shop|store|school) (?:of|for)"
     r"|collect(?:s|ed|ing)?|displays|exhibits|showcases|houses|holds|to house|(?:is|are|was|were|[Ii]t's|[Ii]t’s) (?:mostly|mainly|largely|chiefly|all))"
     r"|(?:^|[.!?:]\s+|\n)(?:Mostly|Mainly|Largely|All))\s+"
     r"|^(?P<box>Known for|Famous for|Collection|Speciality|Specialty|Focus|Theme|Subject|Activity|Activities|Pursuit|Hobby|Interest|Sport)\s*:\s*", re.MULTILINE)
+# what it is known for, said before the words that say so: "the apple turnovers the bakery is famous for", "the
+# walnut bread everyone knows it for", "iced buns, which is what the place is known for"
+_KNOWN_BEFORE = re.compile(r"\b(?:the|its|our|their|some|two|three|four|five|six) (?P<what>[a-z]+(?: [a-z]+){0,2}),? (?:(?:which|that) )?(?:is what )?"
+                           r"(?:the [a-z]+|it|they|we|everyone|people|everybody) (?:is |are |was |were )?(?:best |most |still )?"
+                           r"(?:known|famous|renowned|knows it|know it|knew it|loves it|love it) for\b")
 # what kind of club a thing is says what it does: "we're an amateur astronomy club", "a sea kayaking club", "an origami group"
 _KIND_OF_GROUP = re.compile(r"(?:\b(?:is|are|was|were|[Ii]t['’]s|[Ww]e['’]re|[Tt]hey['’]re)\s+(?:a|an)|^(?:[A-Z][a-z]+ )?|\n(?:[A-Z][a-z]+ )?)\s*"
                             r"(?P<what>[a-z]+(?: [a-z]+){0,2}) (?:club|group|society|circle|collective|guild|association|team)\b")
@@ -171,7 +178,7 @@ def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> l
             if subject and what not in subject.lower():
                 taken.add(what)
                 out.append((subject, "is known for", what, "term", n))
-        for m in _KIND_OF_GROUP.finditer(sentence):
+        for m in list(_KIND_OF_GROUP.finditer(sentence)) + list(_KNOWN_BEFORE.finditer(sentence)):
             words = m.group("what").split()
             while words and words[0] in _GROUP_MANNER and len(words) > 1 and words[1] not in _NOT_TERM:
                 words.pop(0)                       # "a friendly crochet group": crochet
@@ -199,7 +206,7 @@ def _known_subject(before: str, main: str | None, thing: bool, verb: bool = Fals
         words = re.sub(r"^(?:The|A|An) ", "", m.group("name")).split()
         opens = m.start() == 0 or re.search(r"[-:;.!?]\s*$", before[: m.start()])
         return words[0] in _PRONOUNS or bool(opens) and words == m.group("name").split() and len(words) == 1 and _zipf(words[0]) >= 2.5
-    apposed = re.search(r"(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?:, (?:the|a|an) (?:[\w'’-]+ ){0,3}| (?:is|was|has|remains)[^,]*)$", before)
+    apposed = re.search(r"(?P<name>[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of|&))*)(?:, (?:the|a|an) (?:(?!(?:is|was|are|were|has|have|had|now|also|still) )[\w'’-]+ ){0,3}| (?:is|was|has|remains)[^,]*)$", before)
     names = [m for m in _NEAREST.finditer(before) if not (m.group("name") and weak(m))]
     nearest = names[-1] if names else None
     said_of = apposed and not (verb and apposed.group().startswith(apposed.group("name") + ","))   # "X, the garden now holds": no apposition

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Collection, Sequence
 
-from lib.knowledge.forms import ADVERBS, AUXILIARIES, base_verb, person_role
+from lib.knowledge.forms import _LAND, ADVERBS, AUXILIARIES, base_verb, person_role
 from lib.knowledge.relations import ORDINALS, head_word, name_head, person_like
 from lib.knowledge.spans import (_GENDERED, _NAME_OPENERS, _PARTICIPLES, _WORD, _zipf, PREPOSITIONS, STATIVE_PARTICIPLES, _proper_spans, _Span, capitals_label,
                                  common_word, ly_adverb, split_sentences)
@@ -247,6 +247,9 @@ def unnamed_it(text: str, mentioned: Sequence[tuple[str, str]], persons: Collect
     return names.pop() if len(names) == 1 else None
 
 
+# nouns that type a place, which an apposition names where the thing is
+_PLACE_NOUNS = _LAND | {"town", "city", "village", "hamlet", "port", "harbour", "suburb", "parish", "borough", "capital", "street",
+                        "road", "lane", "square", "neighbourhood", "quarter", "country", "state", "area"}
 # a name spoken to, not spoken of: "Q: Kestrel, The Oriel Descent turns forty", "Jeleid Tousbyrn, tell us how X came about"
 _ADDRESSED = re.compile(r"^, (?:you|tell|what|how|when|why|where|who|can|could|would|do|did|is|are|was|so|thanks|thank)\b", re.I)
 # a thing typed by the noun phrase after it: "Ninefold Meridian, the album Bellfounder Records issued", "Zitei Gardens, a
@@ -254,7 +257,7 @@ _ADDRESSED = re.compile(r"^, (?:you|tell|what|how|when|why|where|who|can|could|w
 _TYPED_AFTER = re.compile(r"^,? (?:an?|the) (?:[a-z0-9][\w'’-]* ){0,4}?(?P<noun>[a-z][a-z-]+)"
                           r"(?= (?:that|which|whose|of|from|by|with|in|on|at|for|and|but|where|when|[A-Z])\b|[,.;:!?()]|$)")
 # where a name stands after these, it is where something is or whom it is with, not what the text is about
-_AROUND = re.compile(r"\b(?:in|near|outside|around|across|from|to)(?: the)? $")
+_AROUND = re.compile(r"\b(?:in|near|outside|around|across|from|(?<!been )(?<!going )(?<!get )(?<!got )to|along|opposite)(?: the)? $")
 _WITH_PERSON = re.compile(r"(?:\b(?:called|named|by|with)\s*|\(\s*)$")
 # a thing the text names by what it is called: "It's called the Aviary of Springs", "a little museum called X"
 _CALLED = re.compile(r"(?:\b[Ii]t(?:['’]s| is| was)|\b(?P<noun>[a-z]{3,})) (?:called|named) (?:the )?$")
@@ -284,7 +287,7 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
     begins with its founder's name files the hectares under the founder, and a question about the
     winery does not reach them."""
     gendered = any(w.lower() in _GENDERED for w in _WORD.findall(text))
-    title = re.match(r"^\s*(?P<name>[^\n]+?)[.:]?\s*\n", text)       # "Thistledown Avenue\nStudio album by ...": a title line
+    title = re.match(r"^\s*(?P<name>[^\n]+?)(?:: (?:a|an|the) [a-z ]+)?[.:]?\s*\n", text)   # "Thistledown Avenue\nStudio album by ...", "X: a timeline\n"
     if title and (spans := _proper_spans(title.group("name"), lowercase_words)) and len(spans) == 1 \
             and spans[0].text == title.group("name") and not _weak_name(spans[0].text) and not (gendered and person_like(spans[0].text, set())):
         return spans[0].text                     # its topic even where it is the first subject: what no rule reads is asked of it
@@ -318,7 +321,8 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
         for n, sentence, sp in names:
             typed = _TYPED_AFTER.match(sentence[sp.end :])
             noun = typed.group("noun").split("-")[-1] if typed else ""
-            if typed and not person_role(noun) and common_word(noun) and not noun.endswith(("ed", "en", "ing")):
+            if typed and not person_role(noun) and common_word(noun) and not noun.endswith(("ed", "en", "ing")) \
+                    and noun not in _PLACE_NOUNS:      # "in Brantlewick, a market town": where it is, not what
                 return other(n)
     if not none:
         return None
@@ -329,7 +333,7 @@ def document_topic(text: str, lowercase_words: set[str], main: str | None) -> st
         if (_TOPIC_WORDS.search(sentence[: sp.start]) or (called := _CALLED.search(sentence[: sp.start]))
                 and not person_role(called.group("noun") or "person")) and (found := other(n)):
             return found
-    if main is None or " " not in main:                 # no main, or a word ("Just back from ..."): the first name no one's and nowhere's
+    if main is None or " " not in main or main.isupper():   # no main, a word ("Just back from ..."), a heading: the first name no one's and nowhere's
         for n, sentence, sp in names:
             before, word = sentence[: sp.start], re.search(r"\b([a-z]+)\W*$", sentence[: sp.start])
             if _AROUND.search(before) or _WITH_PERSON.search(before) or word and person_role(word.group(1)) \

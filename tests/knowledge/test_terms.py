@@ -135,6 +135,15 @@ def test_what_a_thing_is_known_for_whatever_the_words():
     assert one("Yes, we're a sea kayaking club, and it's a big year.", "Yelver Club") == [("Yelver Club", "sea kayaking")]
     assert one("It's a friendly crochet group.", "Plum Collective") == [("Plum Collective", "crochet")]
     assert one("We are a volunteer group.", "Kell Side") == []                       # how a group is, not what it does
+    # what people come for, and the thing said before the words that say it is known for it
+    assert one("Most people come for the hot chocolate, made with real chocolate.", "Quor Cafe") == [("Quor Cafe", "hot chocolate")]
+    assert one("People drive from Annerholt for our soda bread.", "Pott Bakery") == [("Pott Bakery", "soda bread")]
+    assert one("Open since 2014 and known across the valley for our doughnuts.", "Sall Kitchen") == [("Sall Kitchen", "doughnuts")]
+    assert one("A staff of seven turns out pies and the apple turnovers the bakery is famous for.", "Moss Bakery") \
+        == [("Moss Bakery", "apple turnovers")]
+    assert one("Mum had two iced buns, which is what the place is known for.", "Icker Bakery") == [("Icker Bakery", "iced buns")]
+    assert one("Founded in 2010 by Casimir Oldwreath, the bakery is best known for its brioche.", "Harn Bakery") \
+        == [("Harn Bakery", "brioche")]                              # ", the bakery is": a clause, no apposition
     # in a person's text, "it" is the last thing named before: the bakery, not the baker
     assert known_for("Ada Lind opened Kell Bakery in Pell in 2004. It is famous for its rye bread.", "Ada Lind", False, set())[0][:3] \
         == ("Kell Bakery", "is known for", "rye bread")

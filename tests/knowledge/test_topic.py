@@ -275,6 +275,12 @@ def test_a_document_whose_first_subject_is_not_what_it_is_about_is_read_again_ab
     assert _topic("Re: Any bat groups near Widdenhope?\nYes! Join the Crannock Bat Group. We meet in Widdenhope on Tuesdays.") \
         == "Crannock Bat Group"
     assert _topic("Researchers in Kvynlok say early results from the Kostei trial are good. Kostei began in 2021.") is None
+    # a chat's "been to X"; a heading in capitals; a title line "X: a timeline"; a place typed by its apposition is where, not what
+    assert _topic("[09:12] jen_p: anyone been to Kestle & Brisk in Ockhollow?\n[09:13] tomasz: yes!! unreal") == "Kestle & Brisk"
+    assert _topic("BAKERY MARKS ANNIVERSARY WITH FREE TURNOVERS\n\nCustomers queued along Vane Street in Pell on Saturday "
+                  "as Moss & Tennery celebrated another year.") == "Moss & Tennery"
+    assert _topic("Ottersmay Bakery: a timeline\n1952: Opens on Bridge Street, Fallowmede.\n1968: Begins baking pretzels.") == "Ottersmay Bakery"
+    assert _topic("Quillbarrow Bakehouse is an independent bakery on Cobble Row in Brantlewick, a market town. It opened in 1987.") is None
     t = _items([addressed, regarding, typed])
     assert ("Castel Vour", ": My uncle planted the first vines in Serra Vale in", "1931") in t
     assert ("Parvik Systems", ": sale to", "Ormund Data") in t and ("Oskel Yard", "is in", "DUNMORE") in t
