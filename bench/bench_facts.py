@@ -153,6 +153,37 @@ def _fmt(cell: tuple[int, int]) -> str:
     return f"{cell[0] / cell[1]:.1%} of {cell[1]}" if cell[1] else "- of 0"
 
 
+def stable_ids(texts: list[str], night: int) -> list[str]:
+    """Record ids for a night's texts that are the same in every run: the UUIDv7 layout of
+    lib/buffer/records.py with the night for its time and the text's hash for its random bits. The
+    pipeline holds documents out by their ids' hash (lib/data/token_cache.py), and the buffer's own
+    ids are random: two runs of one fact file (two codes, two configs) would otherwise hold out
+    different records and ask their natural questions of different others."""
+    import uuid
+
+    import xxhash
+
+    out = []
+    for text in texts:
+        rand = xxhash.xxh128_intdigest(text.encode("utf-8"), seed=night)
+        value = (night & ((1 << 48) - 1)) << 80 | 0x7 << 76 | ((rand >> 62) & 0xFFF) << 64 | 0b10 << 62 | (rand & ((1 << 62) - 1))
+        out.append(str(uuid.UUID(int=value)))
+    return out
+
+
+def add_night(buf, texts: list[str], night: int, source: str) -> list[str]:
+    """`buf.add_many(texts)` under the ids `stable_ids` gives them (the buffer's id maker swapped for
+    the call, then put back)."""
+    import lib.buffer.store as store
+
+    ids, made = iter(stable_ids(texts, night)), store.new_record_id
+    store.new_record_id = lambda: next(ids)
+    try:
+        return buf.add_many(texts, source=source)
+    finally:
+        store.new_record_id = made
+
+
 def run_config(name: str, base: Path, work: Path, args, seed: int | None = None) -> dict:
     """`name`'s nights from a clone of v0, under `sampling.seed` `seed` (what orders the mix and
     holds documents and question forms out) where one is given."""
@@ -170,7 +201,7 @@ def run_config(name: str, base: Path, work: Path, args, seed: int | None = None)
     for k in range(1, args.nights + 1):
         recs = args.records(k)
         buf = Buffer(ws.buffers)
-        buf.add_many([r.text for r in recs], source=f"bench:{args.set_name}:{k}")
+        add_night(buf, [r.text for r in recs], k, f"bench:{args.set_name}:{k}")   # the same held-out records every run
         buf.close(flush=True)
         t0 = time.perf_counter()
         out = nightly_consolidation(cfg)

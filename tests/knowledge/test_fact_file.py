@@ -147,3 +147,27 @@ def test_the_bench_reads_several_seeds_as_a_mean_and_a_range(capsys):
     assert out["inject/1"]["natural_after"] == pytest.approx((0.22, 0.16, 0.30))
     assert "inject   night 1, 3 seeds: facts mean 75.0% (range 70.0%-80.0%), natural mean 22.0% (range 16.0%-30.0%)" \
         in capsys.readouterr().out
+
+
+def test_the_bench_gives_a_nights_records_the_same_ids_in_every_run(tmp_path):
+    # the pipeline holds documents out by their ids' hash: with the buffer's random ids two runs of one fact file
+    # (two codes) held out different records and asked their natural questions of different others
+    import uuid
+
+    import lib.buffer.store as store
+    from bench.bench_facts import add_night
+    from lib.buffer.store import Buffer
+    from lib.data.token_cache import is_heldout
+
+    texts = [f"Kell Works number {i} was founded in {1900 + i} by Ada Lind." for i in range(24)]
+    runs = []
+    for k in range(2):
+        buf = Buffer(tmp_path / f"run{k}")
+        runs.append(add_night(buf, texts, 1, "bench:test:1"))
+        buf.close(flush=True)
+    assert runs[0] == runs[1] and len(set(runs[0])) == 24 and all(uuid.UUID(i).version == 7 for i in runs[0])
+    assert [is_heldout(i, 0.2) for i in runs[0]] == [is_heldout(i, 0.2) for i in runs[1]] and any(is_heldout(i, 0.2) for i in runs[0])
+    buf = Buffer(tmp_path / "run2")
+    assert add_night(buf, texts, 2, "bench:test:2") != runs[0]                            # another night, other ids
+    buf.close(flush=True)
+    assert store.new_record_id.__module__ == "lib.buffer.records"                          # the buffer's own id maker put back
