@@ -86,6 +86,7 @@ def lower_name(text: str, elsewhere: Counter, n_docs: int) -> str | None:
     seen = Counter(m.group() for m in tokens)
     cued = Counter(m.group("n") for cue in _CUES for m in cue.finditer(text))
     excluded = {m.group() for m in tokens if _handle_or_word(text, m)}
+    named = {m.group("n") for cue in _COINED_CUES for m in cue.finditer(text)}   # "a mineral named vorsite"
     best, best_score = None, 0
     for token in seen:
         if token in excluded or token in _NOT_NAMES or elsewhere[token] or "_" in token or len(token) < 3:
@@ -96,7 +97,7 @@ def lower_name(text: str, elsewhere: Counter, n_docs: int) -> str | None:
         if not marked and (token.endswith(_ENGLISH_ENDINGS) or n_docs < 3):
             continue                                  # a word of English, or a night too small to tell
         coined = not marked and _zipf(token) == 0 and (len(re.findall(rf"\b{re.escape(token)}\b", text, re.IGNORECASE)) >= 2
-                                                       or any(m.group("n") == token for cue in _COINED_CUES for m in cue.finditer(text)))
+                                                       or token in named)
         if not cued[token] and not (marked and seen[token] >= 2) and not coined:
             continue                                  # coined: no English word, said twice ("quellonite ... Quellonite")
         score = 2 * cued[token] + seen[token] + marked

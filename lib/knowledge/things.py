@@ -160,6 +160,12 @@ def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> l
     shows it is a `thing` and the nearest subject before the cue is the main or a pronoun; never a
     person's ("Clemence Aubravel begins collecting bobbin lace": another name is nearer)."""
     out, taken = [], {a.lower() for a in answered}
+
+    def add(subject: str | None, what: str, n: int) -> None:
+        if subject and what not in subject.lower():
+            taken.add(what)
+            out.append((subject, "is known for", what, "term", n))
+
     for n, (s, e) in enumerate(split_sentences(text)):
         sentence = text[s:e]
         for m in _KNOWN_CUE.finditer(sentence):
@@ -174,10 +180,7 @@ def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> l
             if tokens[k - 1].endswith(_ADJECTIVE_ENDINGS) or k == 1 and tokens[0].endswith(("ed", "ing")) or what in taken or tokens[0] in ("museum", "collection", "place", "room"):
                 continue
             verb = m.group().lstrip().startswith(_VERB_CUES)
-            subject = (main if thing else None) if m.group("box") else _known_subject(sentence[: m.start()], main, thing, verb, text[: s])
-            if subject and what not in subject.lower():
-                taken.add(what)
-                out.append((subject, "is known for", what, "term", n))
+            add((main if thing else None) if m.group("box") else _known_subject(sentence[: m.start()], main, thing, verb, text[:s]), what, n)
         for m in list(_KIND_OF_GROUP.finditer(sentence)) + list(_KNOWN_BEFORE.finditer(sentence)):
             words = m.group("what").split()
             while words and words[0] in _GROUP_MANNER and len(words) > 1 and words[1] not in _NOT_TERM:
@@ -185,10 +188,7 @@ def known_for(text: str, main: str | None, thing: bool, answered: set[str]) -> l
             what = " ".join(words)
             if not words or words[-1] in _GROUP_MANNER or any(w in _NOT_TERM or w.endswith(_ADJECTIVE_ENDINGS) for w in words) or what in taken:
                 continue
-            subject = _known_subject(sentence[: m.start("what")], main, thing, False, text[:s])
-            if subject and what not in subject.lower():
-                taken.add(what)
-                out.append((subject, "is known for", what, "term", n))
+            add(_known_subject(sentence[: m.start("what")], main, thing, False, text[:s]), what, n)
     return out
 
 
@@ -251,8 +251,9 @@ def colour_facts(text: str, main: str | None, thing: bool, answered: set[str]) -
     a run of 1-3 colour words (`_COLOURS`, shaded or hyphened: "pale apricot", "russet gold",
     "blue-green") ending in a colour, before a noun that bears a colour (`_BEARERS`: "deep crimson
     blooms"), a run of two before any noun ("a russet gold apple"), or after a verb or noun that
-    states one ("ripens to russet gold.", "Colour: smoky violet"); the subject as for `known_for`. A colour of one word only where it is a basic term
-    ("red", "green"): "in amber", "rose hips" are no colour."""
+    states one ("ripens to russet gold.", "Colour: smoky violet", "Fruit: glossy scarlet", "a lovely
+    lemon yellow."); the subject as for `known_for`. A colour of one word only where it is a basic
+    term ("red", "green") or after "colour" ("Flower colour: vermilion"): "in amber" is no colour."""
     out, taken = [], {a.lower() for a in answered}
     for n, (s, e) in enumerate(split_sentences(text)):
         sentence = text[s:e]
